@@ -1,0 +1,56 @@
+# Ripple: `make run` starts the platform with an example; `make test` runs the suite.
+# Both set up what they need (a virtualenv with the locked dependencies) themselves.
+SHELL := /bin/bash
+PYTHON ?= python3
+UV ?= $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
+VENV := .venv
+BIN := $(VENV)/bin
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+CODE := platform subscribers workflows
+
+.PHONY: setup run dev test test-unit test-int test-e2e lint fmt typecheck bench clean
+
+# uv installs itself into .tools when it is missing; `uv sync --locked` is idempotent and
+# re-installs the project (strict editable) only when its files change.
+$(UV):
+	$(PYTHON) -m venv .tools
+	.tools/bin/pip install --quiet uv
+
+setup: $(UV)
+	@$(UV) sync --locked --quiet --python $(PYTHON)
+
+run: setup
+	$(BIN)/ripple dev --app examples.onboarding
+
+dev: run
+
+test: setup
+	$(BIN)/pytest -n 2 $(PYTEST_ARGS)
+
+test-unit: setup
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+test-int: setup
+	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
+
+test-e2e: setup
+	$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy $(CODE)
+	$(BIN)/lint-imports
+
+fmt: setup
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+typecheck: setup
+	$(BIN)/mypy $(CODE)
+
+bench: setup
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .tools build .ripple .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Ripple HTTP API."""

@@ -1,0 +1,234 @@
+"""`Client`: the composition root users import; one object for the whole platform.
+
+It owns the pool and the waker, applies migrations on connect, and composes the workflow
+runtime, publish/fan-out with the three subscriber kinds, subscriptions and queues. It holds no
+logic of its own beyond wiring: each method delegates to the module that owns the concept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, Self
+
+from ripple.platform import migrate
+from ripple.platform.config import Settings, load_settings
+from ripple.platform.db import Connection, Pool, create_pool
+from ripple.platform.embedded import discover_dev_urls
+from ripple.platform.errors import RippleError
+from ripple.platform.publish import Explanation, PublishResult, Publisher
+from ripple.platform.queues import Queues
+from ripple.platform.subscriptions import Subscription, Subscriptions
+from ripple.platform.wake import NullWaker, create_waker
+from ripple.subscribers import QueueTarget, Target, WebhookTarget, WorkflowTarget
+from ripple.subscribers.queue import QueueKind
+from ripple.subscribers.webhook import WebhookKind
+from ripple.subscribers.workflow import WorkflowKind
+from ripple.workflows.client import Page, Run, RunHandle, SignalResult, StepRecord, WorkflowClient
+from ripple.workflows.definition import WorkflowDefinition
+
+__all__ = ["Client"]
+
+
+class Client:
+    """One client for the whole platform: workflows, topics, subscriptions and queues.
+
+    Args:
+        database_url: Postgres DSN; default `RIPPLE_DATABASE_URL`, else a running `ripple dev`.
+        redis_url: Redis URL for wake-ups; default `RIPPLE_REDIS_URL`. Optional: without it
+            other processes notice work within the poll interval.
+        settings: full settings, for tests and embedding (overrides the two URLs' defaults).
+
+    Use as `async with Client() as client:`; connecting applies pending migrations.
+    """
+
+    def __init__(
+        self,
+        database_url: str | None = None,
+        redis_url: str | None = None,
+        *,
+        settings: Settings | None = None,
+    ) -> None:
+        base = settings or load_settings()
+        updates: dict[str, Any] = {}
+        if database_url is not None:
+            updates["database_url"] = database_url
+        if redis_url is not None:
+            updates["redis_url"] = redis_url
+        if base.database_url is None and "database_url" not in updates:
+            found = discover_dev_urls()
+            if found is not None:
+                updates["database_url"] = found[0]
+                if base.redis_url is None and redis_url is None:
+                    updates["redis_url"] = found[1]
+        self.settings: Settings = base.model_copy(update=updates) if updates else base
+        self._pool: Pool | None = None
+        self._waker: NullWaker | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def connect(self) -> Self:
+        """Open the pool, apply pending migrations, and start the wake layer."""
+        if self._pool is not None:
+            return self
+        pool = await create_pool(self.settings)
+        try:
+            await migrate.apply_migrations(pool)
+        except BaseException:
+            await pool.close()
+            raise
+        waker = create_waker(
+            self.settings.redis_url,
+            prefix=self.settings.redis_prefix,
+            poll_interval=self.settings.poll_interval,
+        )
+        await waker.start()
+        self._pool, self._waker = pool, waker
+        self.workflows = WorkflowClient(pool, waker, self.settings)
+        self._kinds = {
+            "queue": QueueKind(waker),
+            "webhook": WebhookKind(self.settings),
+            "workflow": WorkflowKind(self.workflows),
+        }
+        self.subscriptions = Subscriptions(pool, waker, self.settings, self._kinds)
+        self.publisher = Publisher(
+            pool, waker, self.settings, self.subscriptions, self._kinds, self.workflows
+        )
+        self.queues = Queues(pool, waker, self.settings)
+        return self
+
+    async def close(self) -> None:
+        """Stop the wake layer and close the pool."""
+        if self._waker is not None:
+            await self._waker.close()
+            self._waker = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    async def __aenter__(self) -> Self:
+        return await self.connect()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def pool(self) -> Pool:
+        """The asyncpg pool (for applications composing their own transactions)."""
+        if self._pool is None:
+            raise RippleError("client is not connected: use `async with Client() as client:`")
+        return self._pool
+
+    @property
+    def waker(self) -> NullWaker:
+        if self._waker is None:
+            raise RippleError("client is not connected: use `async with Client() as client:`")
+        return self._waker
+
+    # -- workflows ---------------------------------------------------------------------------
+
+    async def start(
+        self,
+        workflow: WorkflowDefinition[Any, Any] | str,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        deadline: datetime | timedelta | float | None = None,
+        version: int | None = None,
+        conn: Connection | None = None,
+    ) -> RunHandle:
+        """Start a run of `workflow` (a definition or a registered name) and return its handle."""
+        return await self.workflows.start(
+            workflow,
+            input,
+            idempotency_key=idempotency_key,
+            deadline=deadline,
+            version=version,
+            conn=conn,
+        )
+
+    def handle(self, run_id: str) -> RunHandle:
+        """A handle to an existing run (to await its result)."""
+        return self.workflows.handle(run_id)
+
+    async def get_run(self, run_id: str) -> Run | None:
+        """The run, or None if there is no such run."""
+        return await self.workflows.get_run(run_id)
+
+    async def list_steps(self, run_id: str) -> list[StepRecord]:
+        """The run's journal in execution order, with timings."""
+        return await self.workflows.list_steps(run_id)
+
+    async def list_runs(
+        self,
+        workflow: str | None = None,
+        status: str | None = None,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        parent_run_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[Run]:
+        """A page of runs, newest first; pass `page.next_cursor` for the next page."""
+        return await self.workflows.list_runs(
+            workflow=workflow,
+            status=status,
+            since=since,
+            until=until,
+            parent_run_id=parent_run_id,
+            limit=limit,
+            cursor=cursor,
+        )
+
+    async def cancel(self, run_id: str) -> bool:
+        """Cancel a run (and its active children); True if it was still active."""
+        return await self.workflows.cancel(run_id)
+
+    async def signal(self, run_id: str, name: str, payload: Any = None) -> SignalResult:
+        """Deliver a signal to one run's wait `name`, or buffer it until such a wait exists."""
+        return await self.workflows.signal(run_id, name, payload)
+
+    async def signal_matching(self, event: str, payload: Any) -> int:
+        """Resume every run waiting on `event` whose match `payload` contains; return how many."""
+        return await self.workflows.signal_matching(event, payload)
+
+    # -- topics and subscriptions -----------------------------------------------------------
+
+    async def publish(
+        self,
+        topic: str,
+        payload: Any,
+        idempotency_key: str | None = None,
+        *,
+        conn: Connection | None = None,
+    ) -> PublishResult:
+        """Publish an event and fan it out in one transaction (in `conn`'s, when given)."""
+        return await self.publisher.publish(topic, payload, idempotency_key, conn=conn)
+
+    async def explain(self, topic: str, payload: Any) -> Explanation:
+        """Dry run: which subscriptions and waits would receive this event, and why not others."""
+        return await self.publisher.explain(topic, payload)
+
+    async def subscribe(
+        self,
+        pattern: str,
+        target: QueueTarget | WebhookTarget | WorkflowTarget | Target,
+        filter: dict[str, Any] | None = None,
+    ) -> Subscription:
+        """Subscribe `target` to topics matching `pattern` (`*` one segment, `#` any)."""
+        return await self.subscriptions.subscribe(pattern, target.to_row(), filter)
+
+    async def unsubscribe(self, subscription_id: str) -> bool:
+        """Delete a subscription; True if it existed."""
+        return await self.subscriptions.unsubscribe(subscription_id)
+
+    async def list_subscriptions(self) -> Sequence[Subscription]:
+        """Every subscription, oldest first."""
+        return await self.subscriptions.list()

@@ -1,0 +1,117 @@
+"""Settings for every Ripple process, read from `RIPPLE_*` environment variables.
+
+Owns validation of configuration only; it opens no connections. A bad value fails at start with a
+`ConfigError` that names the variable and what it accepts.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from ripple.platform.errors import ConfigError
+
+__all__ = ["Settings", "load_settings"]
+
+
+def _split_csv(value: Any) -> Any:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """Everything a Ripple process can be configured with (env prefix `RIPPLE_`)."""
+
+    model_config = SettingsConfigDict(env_prefix="RIPPLE_", extra="ignore", frozen=True)
+
+    #: Postgres DSN. None: `ripple dev` starts an embedded Postgres under `.ripple/`.
+    database_url: str | None = None
+    #: Redis URL used only for wake-up hints. None: no Redis, wake-ups fall back to polling.
+    redis_url: str | None = None
+    #: Prefix of every Redis channel this deployment uses (lets several share one Redis).
+    redis_prefix: str = "ripple:"
+    pool_min_size: Annotated[int, Field(ge=0, le=1000)] = 2
+    pool_max_size: Annotated[int, Field(ge=1, le=1000)] = 20
+    #: Seconds a claimed run or delivery stays leased without a heartbeat.
+    lease_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    #: Fallback poll interval in seconds: the longest a lost wake-up hint delays work.
+    poll_interval: Annotated[float, Field(gt=0, le=60)] = 1.0
+    #: Seconds a stopping worker lets in-flight steps finish before releasing them.
+    shutdown_grace: Annotated[float, Field(ge=0, le=3600)] = 10.0
+    #: Bearer tokens accepted by the API. Empty: no auth, and `serve` binds to loopback only.
+    api_tokens: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    #: CIDRs webhooks may target although they are not public (e.g. `127.0.0.0/8`).
+    webhook_allowed_networks: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    webhook_timeout: Annotated[float, Field(gt=0, le=300)] = 15.0
+    webhook_concurrency: Annotated[int, Field(ge=1, le=10_000)] = 50
+    webhook_endpoint_concurrency: Annotated[int, Field(ge=1, le=1000)] = 8
+    #: Seconds of continuous failure after which a webhook subscription is disabled (5 days).
+    webhook_disable_after: Annotated[float, Field(gt=0)] = 5 * 24 * 3600.0
+    #: Largest request body the API accepts, in bytes (413 above it).
+    max_body_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = 1024 * 1024
+    #: Deepest nesting of JSON accepted in payloads and inputs.
+    max_json_depth: Annotated[int, Field(ge=2, le=256)] = 32
+    #: Step executions a run may make before it fails (runaway-loop guard).
+    max_steps_per_run: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
+    #: Largest page a list call returns.
+    max_page_size: Annotated[int, Field(ge=1, le=10_000)] = 500
+    #: Days events are kept before the sweeper deletes them.
+    event_retention_days: Annotated[float, Field(gt=0)] = 7.0
+    #: Longest retention a workflow may ask for, in days.
+    max_run_retention_days: Annotated[float, Field(gt=0)] = 90.0
+    #: Human-readable console logs instead of JSON lines.
+    log_console: bool = False
+    log_level: str = "info"
+
+    @field_validator("api_tokens", "webhook_allowed_networks", mode="before")
+    @classmethod
+    def _csv(cls, value: Any) -> Any:
+        return _split_csv(value)
+
+    @field_validator("webhook_allowed_networks")
+    @classmethod
+    def _cidrs(cls, value: list[str]) -> list[str]:
+        for cidr in value:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"{cidr!r} is not a CIDR such as 127.0.0.0/8") from exc
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _pg_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("postgres://", "postgresql://")):
+            raise ValueError("must be a postgresql:// URL")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        if value.lower() not in {"debug", "info", "warning", "error"}:
+            raise ValueError("must be one of debug, info, warning, error")
+        return value.lower()
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read settings from the environment, with keyword overrides; raise `ConfigError` if bad."""
+    clean = {key: value for key, value in overrides.items() if value is not None}
+    try:
+        return Settings(**clean)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = str(err["loc"][0]) if err["loc"] else "?"
+            problems.append(f"RIPPLE_{field.upper()}: {err['msg']} (got {err.get('input')!r})")
+        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None

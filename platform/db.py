@@ -1,0 +1,117 @@
+"""The asyncpg pool, transactions, JSON codecs, and the one place driver errors are mapped.
+
+Owns connections only: it knows no table. No other module catches asyncpg exceptions; they
+call `map_errors()` (or use `transaction()`, which does) and handle `RippleError`s.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, TypeAlias
+
+import asyncpg
+
+from ripple.platform.config import Settings
+from ripple.platform.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    RippleError,
+    StorageError,
+    Unavailable,
+)
+
+__all__ = [
+    "Connection",
+    "Pool",
+    "create_pool",
+    "dumps",
+    "map_errors",
+    "transaction",
+]
+
+Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
+Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record]"
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text, the encoding of every json/jsonb parameter."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+async def init_connection(conn: Connection) -> None:
+    """Make json/jsonb parameters and results plain Python values."""
+    for typename in ("json", "jsonb"):
+        await conn.set_type_codec(
+            typename, encoder=dumps, decoder=json.loads, schema="pg_catalog", format="text"
+        )
+
+
+async def create_pool(settings: Settings, *, dsn: str | None = None, **kwargs: Any) -> Pool:
+    """Open a pool to `dsn` (default `settings.database_url`) with Ripple's codecs."""
+    url = dsn or settings.database_url
+    if url is None:
+        raise Unavailable(
+            "no database configured: set RIPPLE_DATABASE_URL, or run `ripple dev` for an "
+            "embedded Postgres"
+        )
+    with map_errors():
+        pool: Pool = await asyncpg.create_pool(
+            url,
+            min_size=min(settings.pool_min_size, settings.pool_max_size),
+            max_size=settings.pool_max_size,
+            init=init_connection,
+            # Statement cache stays on: the hot statements are few and fixed.
+            server_settings={"application_name": "ripple"},
+            **kwargs,
+        )
+    return pool
+
+
+@contextmanager
+def map_errors() -> Iterator[None]:
+    """Re-raise driver errors as the project's error tree, with the cause chained."""
+    try:
+        yield
+    except RippleError:
+        raise
+    except asyncpg.UniqueViolationError as exc:
+        raise Conflict(
+            f"already exists ({exc.constraint_name})", constraint=exc.constraint_name
+        ) from exc
+    except asyncpg.ForeignKeyViolationError as exc:
+        raise NotFound(f"referenced row does not exist ({exc.constraint_name})") from exc
+    except (asyncpg.CheckViolationError, asyncpg.NotNullViolationError) as exc:
+        raise InvalidInput(str(exc)) from exc
+    except (asyncpg.DataError, asyncpg.InvalidTextRepresentationError) as exc:
+        raise InvalidInput(str(exc)) from exc
+    except (
+        asyncpg.CannotConnectNowError,
+        asyncpg.ConnectionDoesNotExistError,
+        asyncpg.TooManyConnectionsError,
+        asyncpg.InterfaceError,
+        ConnectionError,
+        OSError,
+    ) as exc:
+        raise Unavailable(f"database unavailable: {exc}") from exc
+    except asyncpg.PostgresError as exc:
+        raise StorageError(f"database error: {exc}") from exc
+
+
+@asynccontextmanager
+async def transaction(pool: Pool, conn: Connection | None = None) -> AsyncIterator[Connection]:
+    """Yield a connection inside one transaction; errors are mapped, rollback is automatic.
+
+    With `conn` given, the caller's connection is used: inside the caller's transaction when one
+    is open (a savepoint joins it), else in a new one. This is how work composes into a single
+    commit (transactional outbox).
+    """
+    with map_errors():
+        if conn is not None:
+            async with conn.transaction():
+                yield conn
+            return
+        async with pool.acquire() as acquired, acquired.transaction():
+            yield acquired

