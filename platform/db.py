@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeAlias
 
 import asyncpg
+import asyncpg.pool
 
 from ripple.platform.config import Settings
 from ripple.platform.errors import (
@@ -33,7 +34,10 @@ __all__ = [
 ]
 
 Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
-Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record]"
+#: A connection, whether acquired from the pool (a proxy) or opened directly.
+Connection: TypeAlias = (
+    "asyncpg.Connection[asyncpg.Record] | asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"
+)
 
 
 def dumps(value: Any) -> str:

@@ -57,7 +57,7 @@ def start_embedded(directory: str | Path = ".ripple", *, redis: bool = True) -> 
     os.environ.setdefault("XDG_RUNTIME_DIR", str(root))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pg = pgserver.get_server(root / "pg", cleanup_mode="stop")
+        pg = pgserver.get_server(root / "pg", cleanup_mode="stop")  # type: ignore[attr-defined]
     database_url = pg.get_uri()
     redis_server = None
     redis_url = ""

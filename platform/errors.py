@@ -1,19 +1,19 @@
 """The error tree every Ripple module raises from; no I/O.
 
-    RippleError
-    ├── ConfigError         a RIPPLE_* setting is missing or invalid
-    ├── InvalidInput        bad names, sizes or JSON from a caller (carries `field`)
-    ├── NotFound            the thing named does not exist
-    ├── Conflict            a uniqueness or state rule refused the change
-    ├── Unavailable         a dependency (Postgres) cannot be reached right now
-    └── StorageError        any other database failure (driver error chained as __cause__)
+RippleError
+├── ConfigError         a RIPPLE_* setting is missing or invalid
+├── InvalidInput        bad names, sizes or JSON from a caller (carries `field`)
+├── NotFound            the thing named does not exist
+├── Conflict            a uniqueness or state rule refused the change
+├── Unavailable         a dependency (Postgres) cannot be reached right now
+└── StorageError        any other database failure (driver error chained as __cause__)
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "Conflict",
     "ConfigError",
+    "Conflict",
     "InvalidInput",
     "NotFound",
     "RippleError",

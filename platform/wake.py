@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from redis.exceptions import RedisError
 
 __all__ = [
+    "AnyHint",
     "DeliveriesReady",
     "Listener",
     "NullWaker",
@@ -109,10 +110,8 @@ class SubscriptionsChanged(_Hint):
         return CH_SUBSCRIPTIONS
 
 
-WakeHint = Annotated[
-    RunReady | RunFinished | QueueReady | DeliveriesReady | SubscriptionsChanged,
-    Field(discriminator="type"),
-]
+AnyHint = RunReady | RunFinished | QueueReady | DeliveriesReady | SubscriptionsChanged
+WakeHint = Annotated[AnyHint, Field(discriminator="type")]
 
 
 class _Envelope(BaseModel):
@@ -159,7 +158,7 @@ class Waker(Protocol):
 
     poll_interval: float
 
-    def notify(self, *hints: _Hint) -> None:
+    def notify(self, *hints: AnyHint) -> None:
         """Send hints after a commit. Never blocks, never raises."""
 
     def listen(self, channel: str) -> contextlib.AbstractAsyncContextManager[Listener]:
@@ -186,9 +185,9 @@ class NullWaker:
             for listener in listeners:
                 listener._set()
 
-    def notify(self, *hints: _Hint) -> None:
+    def notify(self, *hints: AnyHint) -> None:
         for hint in hints:
-            self._dispatch(hint.channel)  # type: ignore[attr-defined]
+            self._dispatch(hint.channel)
 
     @contextlib.asynccontextmanager
     async def listen(self, channel: str) -> AsyncIterator[Listener]:
@@ -219,14 +218,12 @@ class RedisWaker(NullWaker):
     background task from a bounded buffer: `notify()` never waits on Redis.
     """
 
-    def __init__(
-        self, url: str, *, prefix: str = "ripple:", poll_interval: float = 1.0
-    ) -> None:
+    def __init__(self, url: str, *, prefix: str = "ripple:", poll_interval: float = 1.0) -> None:
         super().__init__(poll_interval)
         self._url = url
         self._prefix = prefix
         self._src = f"{os.getpid()}-{id(self):x}"
-        self._outbox: asyncio.Queue[_Hint] = asyncio.Queue(maxsize=10_000)
+        self._outbox: asyncio.Queue[AnyHint] = asyncio.Queue(maxsize=10_000)
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
         #: True while the subscriber connection is up (for health reporting and tests).
@@ -241,7 +238,7 @@ class RedisWaker(NullWaker):
             health_check_interval=5,
         )
 
-    def notify(self, *hints: _Hint) -> None:
+    def notify(self, *hints: AnyHint) -> None:
         super().notify(*hints)
         for hint in hints:
             with contextlib.suppress(asyncio.QueueFull):
@@ -288,7 +285,7 @@ class RedisWaker(NullWaker):
             finally:
                 self.connected.clear()
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
                 with contextlib.suppress(Exception):
                     await client.aclose()
 
@@ -314,8 +311,8 @@ class RedisWaker(NullWaker):
                 try:
                     async with client.pipeline(transaction=False) as pipe:
                         for hint in batch:
-                            body = _Envelope(src=self._src, hint=hint).model_dump_json()  # type: ignore[arg-type]
-                            pipe.publish(self._prefix + hint.channel, body)  # type: ignore[attr-defined]
+                            body = _Envelope(src=self._src, hint=hint).model_dump_json()
+                            pipe.publish(self._prefix + hint.channel, body)
                         await pipe.execute()
                 except (RedisError, OSError) as exc:
                     # Dropped on purpose: other processes fall back to their poll interval.

@@ -1,0 +1,48 @@
+"""OpenTelemetry spans when the `otel` extra is installed; otherwise every call is a no-op.
+
+Trace context travels as a W3C `traceparent` dict stored with events and runs, so a run's spans
+join its publisher's trace across processes and resumes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["current_context", "span"]
+
+try:  # the extra is optional
+    from opentelemetry import context as otel_context
+    from opentelemetry import propagate, trace
+
+    _tracer: Any = trace.get_tracer("ripple")
+except ImportError:  # pragma: no cover - exercised only without the extra
+    _tracer = None
+
+
+@contextlib.contextmanager
+def span(name: str, parent: dict[str, str] | None = None, **attributes: Any) -> Iterator[Any]:
+    """A span named `name`, child of `parent` (a stored trace context) or of the current span."""
+    if _tracer is None:
+        yield None
+        return
+    token = None
+    if parent:
+        token = otel_context.attach(propagate.extract(parent))
+    try:
+        clean = {k: v for k, v in attributes.items() if v is not None}
+        with _tracer.start_as_current_span(name, attributes=clean) as current:
+            yield current
+    finally:
+        if token is not None:
+            otel_context.detach(token)
+
+
+def current_context() -> dict[str, str] | None:
+    """The current trace context as a storable dict, or None when not tracing."""
+    if _tracer is None:
+        return None
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier or None
