@@ -19,6 +19,7 @@ from ripple.platform.embedded import discover_dev_urls
 from ripple.platform.errors import RippleError
 from ripple.platform.publish import Explanation, PublishResult, Publisher
 from ripple.platform.queues import Queues
+from ripple.platform.services import BackgroundService
 from ripple.platform.subscriptions import Subscription, Subscriptions
 from ripple.platform.wake import NullWaker, create_waker
 from ripple.subscribers import QueueTarget, Target, WebhookTarget, WorkflowTarget
@@ -130,6 +131,11 @@ class Client:
         if self._waker is None:
             raise RippleError("client is not connected: use `async with Client() as client:`")
         return self._waker
+
+    def background_services(self, *, webhooks: bool, sweeper: bool) -> list[BackgroundService]:
+        """The loops a worker process runs beside workflows (webhook dispatcher, sweeper)."""
+        services: list[BackgroundService] = []
+        return services
 
     # -- workflows ---------------------------------------------------------------------------
 

@@ -43,6 +43,13 @@ class TargetKind(Protocol):
     #: The `type` discriminator of the targets it handles.
     kind: str
 
+    async def validate(self, target: dict[str, Any]) -> dict[str, Any]:
+        """Check a target (JSON form, with `type`) before a subscription is stored.
+
+        Returns the normalised target to store; raises `InvalidInput` saying what is wrong.
+        """
+        ...
+
     async def fan_out(
         self, conn: Connection, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]
     ) -> int:
