@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
+import asyncio
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -101,17 +101,19 @@ async def test_migrate__ten_processes_at_once(blank_url: str) -> None:
         "asyncio.run(main())\n"
     )
     procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", script, blank_url],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            script,
+            blank_url,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
         )
         for _ in range(10)
     ]
-    results = [p.communicate(timeout=60) for p in procs]
-    assert all(p.returncode == 0 for p in procs), [err for _, err in results]
-    applied = [int(out.strip().splitlines()[-1]) for out, _ in results]
+    results = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), 60)
+    assert all(p.returncode == 0 for p in procs), [err.decode() for _, err in results]
+    applied = [int(out.decode().strip().splitlines()[-1]) for out, _ in results]
     assert sum(applied) == len(load_migrations())  # each migration applied by exactly one process
     conn = await asyncpg.connect(blank_url)
     try:
