@@ -1,0 +1,1 @@
+"""Ripple's benchmark suite (`make bench`); measures, never asserts."""

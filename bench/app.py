@@ -1,0 +1,59 @@
+"""Workflows the benchmarks run."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+from ripple.workflows import WorkflowContext, workflow
+
+
+def _noop() -> None:
+    return None
+
+
+@workflow(name="noop3")
+async def noop3(ctx: WorkflowContext) -> None:
+    await ctx.step.run("a", _noop)
+    await ctx.step.run("b", _noop)
+    await ctx.step.run("c", _noop)
+
+
+@workflow(name="one-step")
+async def one_step(ctx: WorkflowContext) -> None:
+    await ctx.step.run("a", _noop)
+
+
+def _wall() -> float:
+    return time.time()
+
+
+@workflow(name="sleeper")
+async def sleeper(ctx: WorkflowContext, seconds: float) -> float:
+    """Returns how late the sleep woke, in seconds."""
+    planned = await ctx.step.run("planned", _wall) + seconds
+    await ctx.step.sleep("nap", seconds)
+    woke = await ctx.step.run("woke", _wall)
+    return float(woke - planned)
+
+
+@workflow(name="waiter")
+async def waiter(ctx: WorkflowContext, key: int) -> dict[str, Any] | None:
+    return await ctx.step.wait_for_event(
+        "go", event="bench.go", match={"key": key}, timeout=timedelta(minutes=5)
+    )
+
+
+@workflow(name="child")
+async def child(ctx: WorkflowContext, value: int) -> int:
+    return value + 1
+
+
+@workflow(name="parent")
+async def parent(ctx: WorkflowContext, value: int) -> int:
+    out: int = await ctx.step.run_workflow(child, value)
+    return out
+
+
+WORKFLOWS = [noop3, one_step, sleeper, waiter, child, parent]

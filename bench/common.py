@@ -1,0 +1,124 @@
+"""Benchmark plumbing: a fresh database, worker subprocesses, percentiles, transaction counts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import statistics
+import sys
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from ripple.platform.config import Settings, load_settings
+
+PG_URL = os.environ.get("RIPPLE_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("RIPPLE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
+@dataclass
+class BenchDb:
+    url: str
+    name: str
+    settings: Settings
+
+
+@contextlib.asynccontextmanager
+async def bench_database(**overrides: object) -> AsyncIterator[BenchDb]:
+    """A fresh database (dropped afterwards) and settings pointing at it."""
+    name = f"ripple_bench_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(PG_URL)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    url = with_database(PG_URL, name)
+    settings = load_settings(
+        database_url=url,
+        redis_url=REDIS_URL,
+        redis_prefix=f"bench{uuid.uuid4().hex[:6]}:",
+        **overrides,
+    )
+    try:
+        yield BenchDb(url, name, settings)
+    finally:
+        admin = await asyncpg.connect(PG_URL)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+async def xact_commits(db: BenchDb) -> int:
+    """Committed transactions in the bench database so far (pg_stat_database)."""
+    conn = await asyncpg.connect(PG_URL)
+    try:
+        # Statistics are flushed by backends at most every second; force a fresh snapshot.
+        await conn.execute("SELECT pg_stat_clear_snapshot()")
+        value = await conn.fetchval(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = $1", db.name
+        )
+        return int(value or 0)
+    finally:
+        await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def subprocess_module(
+    module: str, *args: str, env: dict[str, str] | None = None
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """Run `python -m module args` until the block ends (SIGTERM, then SIGKILL)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        module,
+        *args,
+        env={**os.environ, **(env or {})},
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+        if b"ready" not in line:
+            raise RuntimeError(f"{module} did not start: {line!r}")
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 15)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) of values, by nearest rank."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))
+    return ordered[index]
+
+
+def summary(values: Sequence[float], unit: float = 1000.0) -> str:
+    """p50/p99/max in milliseconds by default."""
+    return (
+        f"p50 {pct(values, 50) * unit:.2f} ms, p99 {pct(values, 99) * unit:.2f} ms, "
+        f"mean {statistics.fmean(values) * unit:.2f} ms, max {max(values) * unit:.2f} ms "
+        f"(n={len(values)})"
+    )
+
+
+def report(name: str, text: str) -> None:
+    print(f"{name:<44} {text}", flush=True)

@@ -1,0 +1,26 @@
+"""Benchmark worker process: `python -m bench.worker CONCURRENCY`; prints `ready`; SIGTERM stops."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+from bench.app import WORKFLOWS
+from ripple.platform.client import Client
+from ripple.workflows import Worker
+
+
+async def main(concurrency: int) -> None:
+    async with Client() as client:
+        worker = Worker(client, WORKFLOWS, concurrency=concurrency, webhooks=False, sweeper=False)
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, worker.stop)
+        task = asyncio.create_task(worker.run())
+        await asyncio.sleep(0.2)
+        print("ready", flush=True)
+        await task
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 100))

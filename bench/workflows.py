@@ -1,0 +1,81 @@
+"""Workflow engine benchmarks (issue 3): throughput, start→result latency, sleep lateness."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from bench.app import noop3, one_step, sleeper
+from bench.common import bench_database, report, subprocess_module, summary, xact_commits
+from ripple.platform.client import Client
+
+RUNS = 2000
+LATENCY_RUNS = 200
+SLEEPS = 200
+
+
+def _env(url: str, redis_url: str | None, prefix: str) -> dict[str, str]:
+    return {
+        "RIPPLE_DATABASE_URL": url,
+        "RIPPLE_REDIS_URL": redis_url or "",
+        "RIPPLE_REDIS_PREFIX": prefix,
+        "RIPPLE_LOG_LEVEL": "warning",
+    }
+
+
+async def throughput() -> None:
+    async with bench_database() as db, Client(settings=db.settings) as client:
+        env = _env(db.url, db.settings.redis_url, db.settings.redis_prefix)
+        async with subprocess_module("bench.worker", "100", env=env):
+            before = await xact_commits(db)
+            started = time.perf_counter()
+            handles = []
+            for batch in range(0, RUNS, 100):
+                handles += await asyncio.gather(
+                    *(client.start(noop3) for _ in range(batch, min(RUNS, batch + 100)))
+                )
+            await asyncio.gather(*(h.result(timeout=300) for h in handles))
+            elapsed = time.perf_counter() - started
+            after = await xact_commits(db)
+        report(
+            "workflow throughput (3-step no-op)",
+            f"{RUNS / elapsed:,.0f} runs/s ({RUNS} runs in {elapsed:.2f} s, concurrency 100)",
+        )
+        report(
+            "  db transactions per run", f"{(after - before) / RUNS:.2f} (client start included)"
+        )
+
+
+async def latency() -> None:
+    async with bench_database() as db, Client(settings=db.settings) as client:
+        env = _env(db.url, db.settings.redis_url, db.settings.redis_prefix)
+        async with subprocess_module("bench.worker", "100", env=env):
+            for _ in range(20):  # warm up connections and statement caches
+                await (await client.start(one_step)).result(timeout=30)
+            samples = []
+            for _ in range(LATENCY_RUNS):
+                t0 = time.perf_counter()
+                handle = await client.start(one_step)
+                await handle.result(timeout=30)
+                samples.append(time.perf_counter() - t0)
+        report("start→result latency (1 step, other process)", summary(samples))
+
+
+async def sleep_lateness() -> None:
+    async with bench_database() as db, Client(settings=db.settings) as client:
+        env = _env(db.url, db.settings.redis_url, db.settings.redis_prefix)
+        async with subprocess_module("bench.worker", "100", env=env):
+            handles = []
+            for _ in range(SLEEPS):
+                handles.append(await client.start(sleeper, 1.0))
+                await asyncio.sleep(0.005)  # spread the wake-ups over a second
+            lateness = [
+                float(x) for x in await asyncio.gather(*(h.result(timeout=60) for h in handles))
+            ]
+        report("1 s sleep lateness", summary(lateness))
+
+
+async def run() -> None:
+    await throughput()
+    await latency()
+    await sleep_lateness()
