@@ -1,1 +1,5 @@
 """Ripple subscribers: how a fanned-out event reaches queues, webhooks and workflows."""
+
+from ripple.subscribers.targets import QueueTarget, Target, WebhookTarget, WorkflowTarget
+
+__all__ = ["QueueTarget", "Target", "WebhookTarget", "WorkflowTarget"]

@@ -1,0 +1,121 @@
+"""Subscription targets: where a fanned-out event goes (a queue, a webhook, a workflow).
+
+Pydantic models discriminated by `type`, constructible positionally as API.md shows
+(`QueueTarget("audit")`). `to_row()` is the JSON form stored in `ripple_subscriptions.target`.
+Targets only describe; each kind's `validate()` (in its module) decides what is acceptable.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    WithJsonSchema,
+    field_validator,
+)
+
+from ripple.workflows.retry import RetryPolicy
+
+__all__ = ["QueueTarget", "Target", "WebhookTarget", "WorkflowTarget", "new_webhook_secret"]
+
+
+def new_webhook_secret() -> str:
+    """A fresh Standard Webhooks secret: `whsec_` + base64 of 24 random bytes."""
+    return "whsec_" + base64.b64encode(os.urandom(24)).decode()
+
+
+def _to_policy(value: Any) -> RetryPolicy | None:
+    if value is None or isinstance(value, RetryPolicy):
+        return value
+    if isinstance(value, dict):
+        try:
+            return RetryPolicy.from_json(value)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"invalid retry policy: {exc}") from exc
+    raise ValueError("retry must be a RetryPolicy or its JSON form (maxAttempts, ...)")
+
+
+_Retry = Annotated[
+    RetryPolicy | None,
+    PlainValidator(_to_policy),
+    PlainSerializer(lambda p: p.to_json() if p is not None else None),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "nullable": True,
+            "properties": {
+                "maxAttempts": {"type": "integer"},
+                "initialInterval": {"type": "number"},
+                "backoffCoefficient": {"type": "number"},
+                "maxInterval": {"type": "number"},
+                "jitter": {"type": "number"},
+                "nonRetryable": {"type": "array", "items": {"type": "string"}},
+            },
+        }
+    ),
+]
+
+
+class _Target(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    def to_row(self) -> dict[str, Any]:
+        """The JSON form stored with the subscription (always with `type`)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class QueueTarget(_Target):
+    """Deliver each event as a message on the durable queue `queue` (body = payload)."""
+
+    type: Literal["queue"] = "queue"
+    queue: str = Field(min_length=1)
+
+    def __init__(self, queue: str | None = None, /, **data: Any) -> None:
+        if queue is not None:
+            data["queue"] = queue
+        super().__init__(**data)
+
+
+class WorkflowTarget(_Target):
+    """Start one run of `workflow` per event (input = payload), idempotent per event."""
+
+    type: Literal["workflow"] = "workflow"
+    workflow: str = Field(min_length=1)
+
+    def __init__(self, workflow: Any = None, /, **data: Any) -> None:
+        if workflow is not None:
+            # A WorkflowDefinition (or anything with a `name`) stands for its name.
+            data["workflow"] = workflow if isinstance(workflow, str) else workflow.name
+        super().__init__(**data)
+
+
+class WebhookTarget(_Target):
+    """POST each event to `url`, signed with `secret` (Standard Webhooks), retried per `retry`."""
+
+    type: Literal["webhook"] = "webhook"
+    url: str = Field(min_length=1)
+    secret: str = Field(default_factory=new_webhook_secret)
+    retry: _Retry = None
+    timeout: float | None = Field(default=None, gt=0, le=300)
+
+    def __init__(self, url: str | None = None, /, **data: Any) -> None:
+        if url is not None:
+            data["url"] = url
+        super().__init__(**data)
+
+    @field_validator("secret")
+    @classmethod
+    def _secret(cls, value: str) -> str:
+        if not value.startswith("whsec_") or len(value) < 6 + 16:
+            raise ValueError("secret must look like 'whsec_' + base64 of at least 12 bytes")
+        return value
+
+
+Target = Annotated[QueueTarget | WebhookTarget | WorkflowTarget, Field(discriminator="type")]
