@@ -63,6 +63,12 @@ class Settings(BaseSettings):
     event_retention_days: Annotated[float, Field(gt=0)] = 7.0
     #: Longest retention a workflow may ask for, in days.
     max_run_retention_days: Annotated[float, Field(gt=0)] = 90.0
+    #: Seconds between two retention sweeps of a worker's sweeper.
+    sweep_interval: Annotated[float, Field(gt=0, le=86_400)] = 60.0
+    #: Rows one sweeper statement deletes at most (bounded batches keep locks and WAL short).
+    sweep_batch_size: Annotated[int, Field(ge=1, le=100_000)] = 500
+    #: Seconds between refreshes of the gauges computed from Postgres (queue depth, stranded runs).
+    metrics_interval: Annotated[float, Field(gt=0, le=3600)] = 15.0
     #: Human-readable console logs instead of JSON lines.
     log_console: bool = False
     log_level: str = "info"
