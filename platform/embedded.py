@@ -50,13 +50,14 @@ class EmbeddedServices:
 
 def start_embedded(directory: str | Path = ".ripple", *, redis: bool = True) -> EmbeddedServices:
     """Start Postgres (and Redis) with data under `directory`; blocks until both accept."""
-    import pgserver  # imported lazily: only dev and laptop test runs need them
-
     root = Path(directory).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("XDG_RUNTIME_DIR", str(root))
     with warnings.catch_warnings():
+        # pgserver asks platformdirs for a runtime dir at import; without XDG_RUNTIME_DIR that
+        # warns (harmlessly). Imported lazily: only dev and laptop test runs need it.
         warnings.simplefilter("ignore")
+        import pgserver
+
         pg = pgserver.get_server(root / "pg", cleanup_mode="stop")  # type: ignore[attr-defined]
     database_url = pg.get_uri()
     redis_server = None
