@@ -1,0 +1,77 @@
+"""SQL for published events; row mapping only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+import asyncpg
+
+from ripple.platform.db import Connection
+
+__all__ = ["EventRecord", "find_event_by_key", "get_event", "insert_event"]
+
+# $1 id, $2 topic, $3 payload, $4 idempotency key (NULL: none), $5 trace context
+# A repeated idempotency key inserts nothing and returns no row.
+INSERT_EVENT: Final = """
+INSERT INTO ripple_events (id, topic, payload, idempotency_key, trace)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING created_at
+"""
+# $1 idempotency key
+SELECT_EVENT_BY_KEY: Final = "SELECT id FROM ripple_events WHERE idempotency_key = $1"
+# $1 id
+SELECT_EVENT: Final = """
+SELECT id, topic, payload, idempotency_key, trace, created_at FROM ripple_events WHERE id = $1
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One stored event."""
+
+    id: str
+    topic: str
+    payload: Any
+    idempotency_key: str | None
+    trace: dict[str, str] | None
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> EventRecord:
+        return cls(
+            id=str(row["id"]),
+            topic=row["topic"],
+            payload=row["payload"],
+            idempotency_key=row["idempotency_key"],
+            trace=row["trace"],
+            created_at=row["created_at"],
+        )
+
+
+async def insert_event(
+    conn: Connection,
+    event_id: str,
+    topic: str,
+    payload: Any,
+    idempotency_key: str | None,
+    trace: dict[str, str] | None,
+) -> datetime | None:
+    """Insert the event; its creation time, or None when the idempotency key already exists."""
+    created: datetime | None = await conn.fetchval(
+        INSERT_EVENT, event_id, topic, payload, idempotency_key, trace
+    )
+    return created
+
+
+async def find_event_by_key(conn: Connection, idempotency_key: str) -> str | None:
+    """The id of the event published with `idempotency_key`, if any."""
+    found = await conn.fetchval(SELECT_EVENT_BY_KEY, idempotency_key)
+    return None if found is None else str(found)
+
+
+async def get_event(conn: Connection, event_id: str) -> EventRecord | None:
+    row = await conn.fetchrow(SELECT_EVENT, event_id)
+    return None if row is None else EventRecord.from_row(row)

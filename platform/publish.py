@@ -1,0 +1,231 @@
+"""`Publisher`: publish an event and fan it out in ONE transaction; `explain` as a dry run.
+
+One transaction writes the event, one delivery row per matching active subscription (through
+each kind's `fan_out`), and the resolution of matching workflow waits; hints follow the commit.
+With a caller's connection the whole publish joins the caller's transaction (transactional
+outbox). Knows no subscriber kind and no workflow table: both are handed in through ports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import structlog
+
+from ripple.platform import db, event_store, metrics, tracing
+from ripple.platform.config import Settings
+from ripple.platform.errors import InvalidInput
+from ripple.platform.fanout import EventWaitResolver, PublishedEvent, SubscriptionRow, TargetKind
+from ripple.platform.ids import new_id
+from ripple.platform.subscriptions import CompiledSubscription, Subscriptions
+from ripple.platform.topics import check_json, contains, first_mismatch, validate_topic
+from ripple.platform.wake import NullWaker, RunReady
+
+__all__ = ["Explanation", "PublishResult", "Publisher", "SubscriptionVerdict"]
+
+log = structlog.get_logger("ripple.publish")
+
+MAX_IDEMPOTENCY_KEY: Final = 255
+#: When publishing inside a caller's transaction we cannot see its commit, so hints are sent at
+#: once and again after these delays; a receiver that still looks too early is covered by its
+#: poll interval (hints are only ever a latency optimisation).
+_OUTBOX_HINT_DELAYS: Final = (0.05, 0.5)
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    """What `publish` did."""
+
+    #: The event's id (the first event's id when the idempotency key was seen before).
+    event_id: str
+    #: Delivery rows written (queue messages, webhook deliveries, workflow runs).
+    deliveries: int
+    #: True when the idempotency key was seen before: nothing was written.
+    duplicate: bool = False
+    #: Workflow waits this event resolved.
+    waits_resolved: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionVerdict:
+    """Whether one subscription would receive an event, and why not."""
+
+    subscription_id: str
+    pattern: str
+    kind: str
+    target: dict[str, Any]
+    status: str
+    matched: bool
+    #: None when matched; else e.g. "pattern does not match", "filter mismatch at 'plan'".
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """A dry run of `publish(topic, payload)`: nothing is written."""
+
+    topic: str
+    subscriptions: list[SubscriptionVerdict] = field(default_factory=list)
+    #: Workflow waits that would resolve; None when the wait resolver cannot tell.
+    waits: int | None = None
+    #: Ids of the runs whose waits would resolve (when known).
+    wait_run_ids: list[str] = field(default_factory=list)
+
+    @property
+    def matched(self) -> list[SubscriptionVerdict]:
+        return [v for v in self.subscriptions if v.matched]
+
+
+class Publisher:
+    """Publishes events with their fan-out.
+
+    Args:
+        pool: the database pool.
+        waker: wake layer for after-commit hints.
+        settings: JSON limits.
+        subscriptions: the compiled subscription set.
+        kinds: target kinds by `type`.
+        wait_resolver: resolves workflow waits in the publish transaction (optional).
+    """
+
+    def __init__(
+        self,
+        pool: db.Pool,
+        waker: NullWaker,
+        settings: Settings,
+        subscriptions: Subscriptions,
+        kinds: Mapping[str, TargetKind],
+        wait_resolver: EventWaitResolver | None = None,
+    ) -> None:
+        self._pool = pool
+        self._waker = waker
+        self._settings = settings
+        self._subscriptions = subscriptions
+        self._kinds = kinds
+        self._resolver = wait_resolver
+
+    def _validate(self, topic: str, payload: Any, idempotency_key: str | None) -> None:
+        validate_topic(topic)
+        if payload is None:
+            raise InvalidInput("payload must be JSON, not None; publish {} for no data", "payload")
+        check_json(
+            payload,
+            field="payload",
+            max_depth=self._settings.max_json_depth,
+            max_bytes=self._settings.max_body_bytes,
+        )
+        if idempotency_key is not None and (
+            not isinstance(idempotency_key, str)
+            or not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY
+        ):
+            raise InvalidInput(
+                f"idempotency_key must be a string of 1-{MAX_IDEMPOTENCY_KEY} characters",
+                field="idempotency_key",
+            )
+
+    async def publish(
+        self,
+        topic: str,
+        payload: Any,
+        idempotency_key: str | None = None,
+        *,
+        conn: db.Connection | None = None,
+    ) -> PublishResult:
+        """Write the event and its deliveries in one transaction (the caller's, with `conn`).
+
+        A repeated `idempotency_key` returns the first event's id and writes nothing.
+        """
+        self._validate(topic, payload, idempotency_key)
+        targets = _deliverable(await self._subscriptions.matching(topic), payload)
+        event_id = new_id()
+        trace = tracing.current_context()
+        with tracing.span("event.publish", topic=topic, event_id=event_id):
+            async with db.transaction(self._pool, conn) as tx:
+                created = await event_store.insert_event(
+                    tx, event_id, topic, payload, idempotency_key, trace
+                )
+                if created is None:
+                    assert idempotency_key is not None
+                    first = await event_store.find_event_by_key(tx, idempotency_key)
+                    log.info("event_duplicate", event_id=first, idempotency_key=idempotency_key)
+                    return PublishResult(first or event_id, 0, duplicate=True)
+                event = PublishedEvent(event_id, topic, payload, created, trace)
+                by_kind = _group(targets)
+                deliveries = 0
+                for kind_name, rows in by_kind.items():
+                    written = await self._kinds[kind_name].fan_out(tx, event, rows)
+                    metrics.DELIVERIES.labels(kind_name, "created").inc(written)
+                    deliveries += written
+                waits = 0
+                if self._resolver is not None:
+                    waits = await self._resolver.resolve_event_waits(tx, topic, payload)
+        metrics.EVENTS_PUBLISHED.labels(metrics.topic_prefix(topic)).inc()
+        self._after_commit(event, by_kind, waits)
+        if conn is not None:
+            loop = asyncio.get_running_loop()
+            for delay in _OUTBOX_HINT_DELAYS:
+                loop.call_later(delay, self._after_commit, event, by_kind, waits)
+        log.debug("event_published", event_id=event_id, topic=topic, deliveries=deliveries)
+        return PublishResult(event_id, deliveries, waits_resolved=waits)
+
+    def _after_commit(
+        self, event: PublishedEvent, by_kind: Mapping[str, Sequence[SubscriptionRow]], waits: int
+    ) -> None:
+        for kind_name, rows in by_kind.items():
+            try:
+                self._kinds[kind_name].after_commit(event, rows)
+            except Exception:  # a hint must never fail a committed publish
+                log.exception("after_commit_failed", kind=kind_name, event_id=event.event_id)
+        if waits:
+            self._waker.notify(RunReady())
+
+    async def explain(self, topic: str, payload: Any) -> Explanation:
+        """Dry run: which subscriptions and waits would receive this event, and why not others."""
+        self._validate(topic, payload, None)
+        verdicts = []
+        for compiled in await self._subscriptions.compiled():
+            verdicts.append(_verdict(compiled, topic, payload))
+        waits: int | None = None
+        run_ids: list[str] = []
+        explain_waits = getattr(self._resolver, "explain_event_waits", None)
+        if explain_waits is not None:
+            async with self._pool.acquire() as conn, db.map_errors():
+                run_ids = list(await explain_waits(conn, topic, payload))
+            waits = len(run_ids)
+        return Explanation(topic, verdicts, waits, run_ids)
+
+
+def _deliverable(
+    matching: Sequence[CompiledSubscription], payload: Any
+) -> list[CompiledSubscription]:
+    return [
+        c
+        for c in matching
+        if c.active and (c.record.filter is None or contains(payload, c.record.filter))
+    ]
+
+
+def _group(targets: Sequence[CompiledSubscription]) -> dict[str, list[SubscriptionRow]]:
+    grouped: dict[str, list[SubscriptionRow]] = {}
+    for compiled in targets:
+        grouped.setdefault(compiled.record.kind, []).append(compiled.row)
+    return grouped
+
+
+def _verdict(compiled: CompiledSubscription, topic: str, payload: Any) -> SubscriptionVerdict:
+    record = compiled.record
+    reason: str | None = None
+    if not compiled.pattern.matches(topic):
+        reason = f"pattern {record.pattern!r} does not match topic {topic!r}"
+    elif record.filter is not None and not contains(payload, record.filter):
+        reason = f"filter mismatch at {first_mismatch(payload, record.filter)!r}"
+    elif record.status != "active":
+        reason = f"subscription is {record.status}" + (
+            f": {record.status_reason}" if record.status_reason else ""
+        )
+    return SubscriptionVerdict(
+        record.id, record.pattern, record.kind, record.target, record.status, reason is None, reason
+    )

@@ -1,0 +1,249 @@
+"""`Subscriptions`: create, list, pause, resume, delete, and the per-process compiled cache.
+
+The cache holds every subscription compiled (patterns as matchers, indexed by first segment)
+so publish never scans the table. It is invalidated by a `SubscriptionsChanged` hint and, in
+case a hint is lost, by a version counter row that every change bumps in its own transaction
+and that the cache re-reads at most once per poll interval. Knows no subscriber kind: kinds
+are handed in as `TargetKind`s and validate their own targets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from ripple.platform import db, subscription_store
+from ripple.platform.config import Settings
+from ripple.platform.errors import InvalidInput, NotFound
+from ripple.platform.fanout import SubscriptionRow, TargetKind
+from ripple.platform.ids import new_id
+from ripple.platform.subscription_store import SubscriptionRecord
+from ripple.platform.topics import Pattern, check_json, compile_pattern, validate_pattern
+from ripple.platform.wake import CH_SUBSCRIPTIONS, Listener, NullWaker, SubscriptionsChanged
+
+__all__ = ["CompiledSubscription", "Subscription", "Subscriptions"]
+
+log = structlog.get_logger("ripple.subscriptions")
+
+#: A subscription as callers see it (id, pattern, kind, target, filter, status, status_reason,
+#: created_at, updated_at).
+Subscription = SubscriptionRecord
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledSubscription:
+    """A subscription ready for matching."""
+
+    record: SubscriptionRecord
+    pattern: Pattern
+    row: SubscriptionRow
+
+    @property
+    def active(self) -> bool:
+        return self.record.status == "active"
+
+
+class _CompiledSet:
+    """Every subscription, indexed: exact patterns by topic, wildcards by first segment."""
+
+    def __init__(self, records: list[SubscriptionRecord]) -> None:
+        self.all: list[CompiledSubscription] = []
+        self._exact: dict[str, list[CompiledSubscription]] = {}
+        self._by_first: dict[str, list[CompiledSubscription]] = {}
+        self._wild_first: list[CompiledSubscription] = []
+        for record in records:
+            compiled = CompiledSubscription(
+                record,
+                compile_pattern(record.pattern),
+                SubscriptionRow(record.id, record.pattern, record.kind, record.target),
+            )
+            self.all.append(compiled)
+            first = compiled.pattern.segments[0]
+            if compiled.pattern.regex is None:
+                self._exact.setdefault(record.pattern, []).append(compiled)
+            elif first in ("*", "#"):
+                self._wild_first.append(compiled)
+            else:
+                self._by_first.setdefault(first, []).append(compiled)
+
+    def matching(self, topic: str) -> list[CompiledSubscription]:
+        """Subscriptions (any status) whose pattern matches `topic`, oldest first."""
+        found = list(self._exact.get(topic, ()))
+        first = topic.split(".", 1)[0]
+        found.extend(c for c in self._by_first.get(first, ()) if c.pattern.matches(topic))
+        found.extend(c for c in self._wild_first if c.pattern.matches(topic))
+        if len(found) > 1:
+            found.sort(key=lambda c: c.record.id)
+        return found
+
+
+class Subscriptions:
+    """Subscription CRUD and the compiled set publish matches against.
+
+    Args:
+        pool: the database pool.
+        waker: the wake layer (hints on change; listens to other processes' changes).
+        settings: for the poll interval and JSON limits.
+        kinds: target kinds by `type`; each validates its targets.
+    """
+
+    def __init__(
+        self,
+        pool: db.Pool,
+        waker: NullWaker,
+        settings: Settings,
+        kinds: Mapping[str, TargetKind],
+    ) -> None:
+        self._pool = pool
+        self._waker = waker
+        self._settings = settings
+        self._kinds = kinds
+        self._set: _CompiledSet | None = None
+        self._version = -1
+        self._checked_at = 0.0
+        self._listener: Listener | None = None
+        self._lock = asyncio.Lock()
+
+    # -- CRUD ------------------------------------------------------------------------------
+
+    async def subscribe(
+        self, pattern: str, target: dict[str, Any], filter: dict[str, Any] | None = None
+    ) -> Subscription:
+        """Store a subscription of `target` (JSON form with `type`) to topics matching `pattern`."""
+        validate_pattern(pattern)
+        if not isinstance(target, dict) or "type" not in target:
+            raise InvalidInput(
+                "target must be a QueueTarget, WebhookTarget or WorkflowTarget (JSON with 'type')",
+                field="target",
+            )
+        kind = self._kinds.get(str(target["type"]))
+        if kind is None:
+            raise InvalidInput(
+                f"unknown target type {target['type']!r}; use one of {sorted(self._kinds)}",
+                field="target.type",
+            )
+        if filter is not None:
+            if not isinstance(filter, dict):
+                raise InvalidInput(
+                    "filter must be a JSON object such as {'plan': 'pro'}", field="filter"
+                )
+            check_json(
+                filter,
+                field="filter",
+                max_depth=self._settings.max_json_depth,
+                max_bytes=self._settings.max_body_bytes,
+            )
+        normalized = await kind.validate(dict(target))
+        async with db.transaction(self._pool) as conn:
+            record = await subscription_store.insert_subscription(
+                conn, new_id(), pattern, kind.kind, normalized, filter
+            )
+            await subscription_store.bump_version(conn)
+        self._changed()
+        log.info("subscription_created", subscription_id=record.id, pattern=pattern, kind=kind.kind)
+        return record
+
+    async def unsubscribe(self, subscription_id: str) -> bool:
+        """Delete a subscription; True if it existed."""
+        if not _is_uuid(subscription_id):
+            return False
+        async with db.transaction(self._pool) as conn:
+            deleted = await subscription_store.delete_subscription(conn, subscription_id)
+            if deleted:
+                await subscription_store.bump_version(conn)
+        if deleted:
+            self._changed()
+            log.info("subscription_deleted", subscription_id=subscription_id)
+        return deleted
+
+    async def get(self, subscription_id: str) -> Subscription | None:
+        """The subscription, or None."""
+        if not _is_uuid(subscription_id):
+            return None
+        async with self._pool.acquire() as conn, db.map_errors():
+            return await subscription_store.get_subscription(conn, subscription_id)
+
+    async def list(self) -> list[Subscription]:
+        """Every subscription, oldest first."""
+        async with self._pool.acquire() as conn, db.map_errors():
+            return await subscription_store.list_subscriptions(conn)
+
+    async def pause(self, subscription_id: str) -> Subscription:
+        """Stop delivering to a subscription (events published meanwhile are not queued for it)."""
+        return await self._set_status(subscription_id, "paused", None)
+
+    async def resume(self, subscription_id: str) -> Subscription:
+        """Deliver again to a paused or disabled subscription."""
+        return await self._set_status(subscription_id, "active", None)
+
+    async def disable(self, subscription_id: str, reason: str) -> Subscription:
+        """Disable a subscription with a reason (e.g. its webhook endpoint is gone)."""
+        return await self._set_status(subscription_id, "disabled", reason)
+
+    async def _set_status(
+        self, subscription_id: str, status: str, reason: str | None
+    ) -> Subscription:
+        record = None
+        if _is_uuid(subscription_id):
+            async with db.transaction(self._pool) as conn:
+                record = await subscription_store.set_status(conn, subscription_id, status, reason)
+                if record is not None:
+                    await subscription_store.bump_version(conn)
+        if record is None:
+            raise NotFound(f"no subscription {subscription_id!r}; list them with list()")
+        self._changed()
+        log.info("subscription_status_changed", subscription_id=subscription_id, status=status)
+        return record
+
+    def _changed(self) -> None:
+        self._set = None
+        self._waker.notify(SubscriptionsChanged())
+
+    # -- the compiled cache ----------------------------------------------------------------
+
+    async def compiled(self) -> list[CompiledSubscription]:
+        """Every subscription compiled (from the cache when it is current)."""
+        return (await self._current()).all
+
+    async def matching(self, topic: str) -> list[CompiledSubscription]:
+        """Subscriptions of any status whose pattern matches `topic` (a valid topic)."""
+        return (await self._current()).matching(topic)
+
+    async def _current(self) -> _CompiledSet:
+        if self._listener is None:
+            # Registered for the lifetime of this object; checked without waiting below.
+            self._listener = await self._waker.listen(CH_SUBSCRIPTIONS).__aenter__()
+        if await self._listener.wait(0):
+            self._set = None
+        now = time.monotonic()
+        current = self._set
+        if current is not None and now - self._checked_at < self._settings.poll_interval:
+            return current
+        async with self._lock:
+            if self._set is not None and self._set is not current:
+                return self._set
+            async with self._pool.acquire() as conn, db.map_errors():
+                version = await subscription_store.read_version(conn)
+                if self._set is None or version != self._version:
+                    # Read the version first: a change racing this load bumps it again, so the
+                    # next check reloads.
+                    records = await subscription_store.list_subscriptions(conn)
+                    self._set = _CompiledSet(records)
+                    self._version = version
+                    log.debug("subscriptions_loaded", count=len(records), version=version)
+            self._checked_at = time.monotonic()
+            return self._set
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True
