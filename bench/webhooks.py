@@ -1,0 +1,37 @@
+"""Webhook benchmark (issue 6): deliveries/s to a local sink."""
+
+from __future__ import annotations
+
+import time
+
+from ripple.platform.client import Client
+from ripple.subscribers import WebhookTarget
+
+from bench.common import bench_database, report, subprocess_module
+from bench.publish import free_port
+
+EVENTS = 3000
+
+
+async def run() -> None:
+    port = free_port()
+    async with (
+        bench_database(webhook_allowed_networks=["127.0.0.0/8"]) as db,
+        Client(settings=db.settings) as client,
+        subprocess_module("bench.sink", str(port)),
+    ):
+        await client.subscribe("hook.#", WebhookTarget(f"http://127.0.0.1:{port}/a"))
+        for n in range(EVENTS):
+            await client.publish("hook.event", {"n": n})
+        services = client.background_services(webhooks=True, sweeper=False)
+        dispatcher = services[0]
+        started = time.perf_counter()
+        await dispatcher.run_until_idle()  # type: ignore[attr-defined]
+        elapsed = time.perf_counter() - started
+        delivered = await client.pool.fetchval(
+            "SELECT count(*) FROM ripple_webhook_deliveries WHERE status = 'delivered'"
+        )
+    report(
+        "webhook deliveries to a local sink",
+        f"{delivered / elapsed:,.0f} deliveries/s ({delivered}/{EVENTS} in {elapsed:.2f} s)",
+    )
