@@ -6,10 +6,9 @@ import asyncio
 import socket
 import time
 
+from bench.common import bench_database, report, subprocess_module, xact_commits
 from ripple.platform.client import Client
 from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
-
-from bench.common import bench_database, report, subprocess_module, xact_commits
 
 EVENTS = 5000
 PUBLISHERS = 32

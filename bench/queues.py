@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ripple.platform.client import Client
-
 from bench.common import bench_database, report
+from ripple.platform.client import Client
 
 MESSAGES = 50_000
 BATCH = 100

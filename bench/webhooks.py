@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import time
 
-from ripple.platform.client import Client
-from ripple.subscribers import WebhookTarget
-
 from bench.common import bench_database, report, subprocess_module
 from bench.publish import free_port
+from ripple.platform.client import Client
+from ripple.subscribers import WebhookTarget
 
 EVENTS = 3000
 
