@@ -1,0 +1,518 @@
+"""Webhook delivery SQL and row mapping: fan-out inserts, claims, outcomes, listing, redrive.
+
+Owns the statements on `ripple_webhook_deliveries`, `ripple_webhook_attempts` and
+`ripple_webhook_health` (and the one update that disables a webhook subscription). Functions take
+a `Connection` so callers compose one transaction; no HTTP and no policy decisions here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+import asyncpg
+
+from ripple.platform.db import Connection
+
+__all__ = [
+    "Attempt",
+    "ClaimedDelivery",
+    "Delivery",
+    "DeliveryPage",
+    "DeliveryStatus",
+    "claim_due",
+    "disable_subscription",
+    "fail_orphans",
+    "get_delivery",
+    "insert_deliveries",
+    "list_attempts",
+    "list_deliveries",
+    "mark_delivered",
+    "mark_failed",
+    "mark_retry",
+    "record_attempt",
+    "record_failure",
+    "record_success",
+    "redrive",
+    "redrive_failed",
+    "update_target",
+    "webhook_target_for_update",
+]
+
+
+class DeliveryStatus:
+    """Delivery statuses (the DB text)."""
+
+    #: waiting for its next attempt (or being attempted under a claim)
+    PENDING: Final = "pending"
+    #: an attempt got a 2xx
+    DELIVERED: Final = "delivered"
+    #: dead letter: attempts exhausted or refused for good; redrivable
+    FAILED: Final = "failed"
+    ALL: Final = ("pending", "delivered", "failed")
+
+
+# $1 delivery ids uuid[], $2 subscription ids uuid[], $3 event id, $4 topic, $5 payload,
+# $6 event time, $7 trace context
+INSERT_DELIVERIES: Final = """
+INSERT INTO ripple_webhook_deliveries
+    (id, subscription_id, event_id, topic, payload, event_time, trace)
+SELECT d.id, d.sub, $3, $4, $5, $6, $7
+FROM unnest($1::uuid[], $2::uuid[]) AS d(id, sub)
+ON CONFLICT (event_id, subscription_id) DO NOTHING
+"""
+
+# $1 batch size, $2 subscription ids to skip (their endpoints are saturated)
+# Locks due deliveries of active subscriptions; the caller updates the ones it takes.
+SELECT_DUE: Final = """
+SELECT d.id, d.subscription_id
+FROM ripple_webhook_deliveries d
+JOIN ripple_subscriptions s ON s.id = d.subscription_id AND s.status = 'active'
+WHERE d.status = 'pending' AND d.next_attempt_at <= now()
+  AND NOT (d.subscription_id = ANY($2::uuid[]))
+ORDER BY d.next_attempt_at
+LIMIT $1
+FOR UPDATE OF d SKIP LOCKED
+"""
+
+# $1 delivery ids uuid[], $2 claim token, $3 default timeout seconds, $4 lease margin seconds
+# Counts the attempt at claim time (a dispatcher that keeps dying still uses up the budget) and
+# pushes next_attempt_at to the lease expiry, so a dead dispatcher's delivery becomes due again.
+CLAIM: Final = """
+UPDATE ripple_webhook_deliveries d
+SET attempts = d.attempts + 1,
+    claim_token = $2,
+    next_attempt_at = now() + make_interval(
+        secs => COALESCE((s.target->>'timeout')::float8, $3) + $4),
+    updated_at = now()
+FROM ripple_subscriptions s
+WHERE d.id = ANY($1::uuid[]) AND s.id = d.subscription_id
+RETURNING d.id, d.subscription_id, d.event_id, d.topic, d.payload, d.event_time, d.attempts,
+          d.claim_token, d.trace, s.target, d.created_at
+"""
+
+# $1 id, $2 claim token, $3 status code
+MARK_DELIVERED: Final = """
+UPDATE ripple_webhook_deliveries
+SET status = 'delivered', claim_token = NULL, last_status_code = $3, last_error = NULL,
+    delivered_at = now(), updated_at = now()
+WHERE id = $1 AND claim_token = $2 AND status = 'pending'
+RETURNING id
+"""
+
+# $1 id, $2 claim token, $3 delay seconds, $4 status code, $5 error
+MARK_RETRY: Final = """
+UPDATE ripple_webhook_deliveries
+SET claim_token = NULL, next_attempt_at = now() + make_interval(secs => $3),
+    last_status_code = $4, last_error = $5, updated_at = now()
+WHERE id = $1 AND claim_token = $2 AND status = 'pending'
+RETURNING id
+"""
+
+# $1 id, $2 claim token, $3 status code, $4 error
+MARK_FAILED: Final = """
+UPDATE ripple_webhook_deliveries
+SET status = 'failed', claim_token = NULL, last_status_code = $3, last_error = $4,
+    updated_at = now()
+WHERE id = $1 AND claim_token = $2 AND status = 'pending'
+RETURNING id
+"""
+
+# $1 delivery id, $2 attempt, $3 started at, $4 latency ms, $5 outcome, $6 status code,
+# $7 error, $8 response body head
+INSERT_ATTEMPT: Final = """
+INSERT INTO ripple_webhook_attempts
+    (delivery_id, attempt, started_at, latency_ms, outcome, status_code, error, response_body)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+"""
+
+# $1 subscription id
+HEALTH_SUCCESS: Final = """
+INSERT INTO ripple_webhook_health (subscription_id, failing_since, last_success_at)
+VALUES ($1, NULL, now())
+ON CONFLICT (subscription_id)
+DO UPDATE SET failing_since = NULL, last_success_at = now()
+"""
+
+# $1 subscription id, $2 disable-after seconds
+# Returns whether the subscription has now been failing continuously for that long.
+HEALTH_FAILURE: Final = """
+INSERT INTO ripple_webhook_health AS h (subscription_id, failing_since, last_failure_at)
+VALUES ($1, now(), now())
+ON CONFLICT (subscription_id)
+DO UPDATE SET failing_since = COALESCE(h.failing_since, now()), last_failure_at = now()
+RETURNING h.failing_since, now() - h.failing_since >= make_interval(secs => $2) AS exhausted
+"""
+
+# $1 subscription id, $2 reason
+DISABLE_SUBSCRIPTION: Final = """
+UPDATE ripple_subscriptions
+SET status = 'disabled', status_reason = $2, updated_at = now()
+WHERE id = $1 AND status <> 'disabled'
+RETURNING id
+"""
+
+# $1 batch size. Dead-letters pending deliveries whose subscription no longer exists.
+FAIL_ORPHANS: Final = """
+UPDATE ripple_webhook_deliveries
+SET status = 'failed', claim_token = NULL, updated_at = now(),
+    last_error = 'subscription was deleted'
+WHERE id IN (
+    SELECT d.id FROM ripple_webhook_deliveries d
+    WHERE d.status = 'pending'
+      AND NOT EXISTS (SELECT 1 FROM ripple_subscriptions s WHERE s.id = d.subscription_id)
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+"""
+
+_COLUMNS: Final = """id, subscription_id, event_id, topic, status, attempts, next_attempt_at,
+    last_status_code, last_error, created_at, updated_at, delivered_at"""
+
+# $1 status or NULL, $2 subscription id or NULL, $3 cursor (last id seen) or NULL, $4 limit
+LIST_DELIVERIES: Final = f"""
+SELECT {_COLUMNS}
+FROM ripple_webhook_deliveries
+WHERE ($1::text IS NULL OR status = $1)
+  AND ($2::uuid IS NULL OR subscription_id = $2)
+  AND ($3::uuid IS NULL OR id < $3)
+ORDER BY id DESC
+LIMIT $4
+"""  # noqa: S608 - _COLUMNS is a constant, not input
+
+# $1 id
+GET_DELIVERY: Final = f"SELECT {_COLUMNS} FROM ripple_webhook_deliveries WHERE id = $1"  # noqa: S608
+
+# $1 delivery id
+LIST_ATTEMPTS: Final = """
+SELECT attempt, started_at, latency_ms, outcome, status_code, error, response_body
+FROM ripple_webhook_attempts WHERE delivery_id = $1 ORDER BY id
+"""
+
+# $1 subscription id. Locks a webhook subscription's target for a secret rotation.
+SELECT_TARGET_FOR_UPDATE: Final = """
+SELECT target FROM ripple_subscriptions WHERE id = $1 AND kind = 'webhook' FOR UPDATE
+"""
+
+# $1 subscription id, $2 target
+UPDATE_TARGET: Final = """
+UPDATE ripple_subscriptions SET target = $2, updated_at = now() WHERE id = $1
+"""
+
+# $1 id. Back to pending with a fresh attempt budget, due now.
+REDRIVE: Final = """
+UPDATE ripple_webhook_deliveries
+SET status = 'pending', attempts = 0, next_attempt_at = now(), claim_token = NULL,
+    updated_at = now()
+WHERE id = $1 AND status = 'failed'
+RETURNING id
+"""
+
+# $1 subscription id or NULL, $2 failed-since time or NULL
+REDRIVE_FAILED: Final = """
+UPDATE ripple_webhook_deliveries
+SET status = 'pending', attempts = 0, next_attempt_at = now(), claim_token = NULL,
+    updated_at = now()
+WHERE status = 'failed'
+  AND ($1::uuid IS NULL OR subscription_id = $1)
+  AND ($2::timestamptz IS NULL OR updated_at >= $2)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A webhook delivery as operators list it."""
+
+    id: str
+    subscription_id: str
+    event_id: str
+    topic: str
+    status: str
+    attempts: int
+    next_attempt_at: datetime | None
+    last_status_code: int | None
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+    delivered_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> Delivery:
+        status = row["status"]
+        return cls(
+            id=str(row["id"]),
+            subscription_id=str(row["subscription_id"]),
+            event_id=str(row["event_id"]),
+            topic=row["topic"],
+            status=status,
+            attempts=row["attempts"],
+            next_attempt_at=row["next_attempt_at"] if status == DeliveryStatus.PENDING else None,
+            last_status_code=row["last_status_code"],
+            last_error=row["last_error"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            delivered_at=row["delivered_at"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryPage:
+    """A page of deliveries, newest first; pass `next_cursor` for the next page."""
+
+    items: list[Delivery]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One recorded attempt of a delivery."""
+
+    attempt: int
+    started_at: datetime
+    latency_ms: float
+    outcome: str
+    status_code: int | None
+    error: str | None
+    response_body: str | None
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> Attempt:
+        return cls(
+            attempt=row["attempt"],
+            started_at=row["started_at"],
+            latency_ms=row["latency_ms"],
+            outcome=row["outcome"],
+            status_code=row["status_code"],
+            error=row["error"],
+            response_body=row["response_body"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedDelivery:
+    """A delivery claimed for one attempt, with its subscription's current target."""
+
+    id: str
+    subscription_id: str
+    event_id: str
+    topic: str
+    payload: Any
+    event_time: datetime
+    #: this attempt's number (1-based)
+    attempt: int
+    claim_token: uuid.UUID
+    trace: dict[str, str] | None
+    target: dict[str, Any]
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> ClaimedDelivery:
+        return cls(
+            id=str(row["id"]),
+            subscription_id=str(row["subscription_id"]),
+            event_id=str(row["event_id"]),
+            topic=row["topic"],
+            payload=row["payload"],
+            event_time=row["event_time"],
+            attempt=row["attempts"],
+            claim_token=row["claim_token"],
+            trace=row["trace"],
+            target=row["target"],
+        )
+
+
+def parse_uuid(value: str) -> uuid.UUID | None:
+    """`value` as a UUID, or None when it is not one."""
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
+
+
+async def insert_deliveries(
+    conn: Connection,
+    ids: Sequence[str],
+    subscription_ids: Sequence[str],
+    *,
+    event_id: str,
+    topic: str,
+    payload: Any,
+    event_time: datetime,
+    trace: dict[str, str] | None,
+) -> int:
+    """Insert one pending delivery per subscription (skipping existing pairs); return how many."""
+    status = await conn.execute(
+        INSERT_DELIVERIES,
+        list(ids),
+        list(subscription_ids),
+        event_id,
+        topic,
+        payload,
+        event_time,
+        trace,
+    )
+    return int(status.rsplit(" ", 1)[-1])
+
+
+async def claim_due(
+    conn: Connection,
+    *,
+    limit: int,
+    endpoint_limit: int,
+    in_flight: Mapping[str, int],
+    default_timeout: float,
+    lease_margin: float,
+) -> list[ClaimedDelivery]:
+    """Claim up to `limit` due deliveries in the caller's transaction.
+
+    A subscription (one endpoint) gets at most `endpoint_limit` deliveries in flight, counting
+    `in_flight`; deliveries beyond that stay unclaimed (their row locks end with the
+    transaction), and saturated subscriptions are skipped by the query itself.
+    """
+    saturated = [uuid.UUID(s) for s, n in in_flight.items() if n >= endpoint_limit]
+    rows = await conn.fetch(SELECT_DUE, limit, saturated)
+    taken: list[uuid.UUID] = []
+    budget: dict[str, int] = {}
+    for row in rows:
+        sub = str(row["subscription_id"])
+        left = budget.get(sub, endpoint_limit - in_flight.get(sub, 0))
+        if left <= 0:
+            continue
+        budget[sub] = left - 1
+        taken.append(row["id"])
+    if not taken:
+        return []
+    claimed = await conn.fetch(CLAIM, taken, uuid.uuid4(), default_timeout, lease_margin)
+    return [ClaimedDelivery.from_row(row) for row in claimed]
+
+
+async def record_attempt(
+    conn: Connection,
+    delivery_id: str,
+    attempt: int,
+    *,
+    started_at: datetime,
+    latency_ms: float,
+    outcome: str,
+    status_code: int | None,
+    error: str | None,
+    response_body: str | None,
+) -> None:
+    """Record one attempt."""
+    await conn.execute(
+        INSERT_ATTEMPT,
+        delivery_id,
+        attempt,
+        started_at,
+        latency_ms,
+        outcome,
+        status_code,
+        error,
+        response_body,
+    )
+
+
+async def mark_delivered(
+    conn: Connection, delivery_id: str, token: uuid.UUID, status_code: int
+) -> bool:
+    """Delivered; False if the claim was lost (another dispatcher owns the delivery now)."""
+    return await conn.fetchval(MARK_DELIVERED, delivery_id, token, status_code) is not None
+
+
+async def mark_retry(
+    conn: Connection,
+    delivery_id: str,
+    token: uuid.UUID,
+    *,
+    delay: float,
+    status_code: int | None,
+    error: str,
+) -> bool:
+    """Due again after `delay` seconds; False if the claim was lost."""
+    row = await conn.fetchval(MARK_RETRY, delivery_id, token, delay, status_code, error)
+    return row is not None
+
+
+async def mark_failed(
+    conn: Connection, delivery_id: str, token: uuid.UUID, *, status_code: int | None, error: str
+) -> bool:
+    """Dead letter; False if the claim was lost."""
+    return await conn.fetchval(MARK_FAILED, delivery_id, token, status_code, error) is not None
+
+
+async def record_success(conn: Connection, subscription_id: str) -> None:
+    """The subscription's endpoint is healthy again."""
+    await conn.execute(HEALTH_SUCCESS, subscription_id)
+
+
+async def record_failure(conn: Connection, subscription_id: str, disable_after: float) -> bool:
+    """Note a failure; True once the endpoint has failed continuously for `disable_after` s."""
+    row = await conn.fetchrow(HEALTH_FAILURE, subscription_id, disable_after)
+    return bool(row is not None and row["exhausted"])
+
+
+async def disable_subscription(conn: Connection, subscription_id: str, reason: str) -> bool:
+    """Disable a webhook subscription; False if it was already disabled or is gone."""
+    return await conn.fetchval(DISABLE_SUBSCRIPTION, subscription_id, reason) is not None
+
+
+async def fail_orphans(conn: Connection, limit: int = 1000) -> int:
+    """Dead-letter pending deliveries whose subscription was deleted; return how many."""
+    status = await conn.execute(FAIL_ORPHANS, limit)
+    return int(status.rsplit(" ", 1)[-1])
+
+
+async def list_deliveries(
+    conn: Connection,
+    *,
+    status: str | None,
+    subscription_id: uuid.UUID | None,
+    cursor: uuid.UUID | None,
+    limit: int,
+) -> DeliveryPage:
+    """A page of deliveries, newest first."""
+    rows = await conn.fetch(LIST_DELIVERIES, status, subscription_id, cursor, limit + 1)
+    items = [Delivery.from_row(row) for row in rows[:limit]]
+    next_cursor = items[-1].id if len(rows) > limit and items else None
+    return DeliveryPage(items=items, next_cursor=next_cursor)
+
+
+async def get_delivery(conn: Connection, delivery_id: uuid.UUID) -> Delivery | None:
+    """One delivery, or None."""
+    row = await conn.fetchrow(GET_DELIVERY, delivery_id)
+    return None if row is None else Delivery.from_row(row)
+
+
+async def list_attempts(conn: Connection, delivery_id: uuid.UUID) -> list[Attempt]:
+    """Every attempt of a delivery, oldest first."""
+    return [Attempt.from_row(row) for row in await conn.fetch(LIST_ATTEMPTS, delivery_id)]
+
+
+async def redrive(conn: Connection, delivery_id: uuid.UUID) -> bool:
+    """Failed delivery back to pending with a fresh budget; False if it is not failed."""
+    return await conn.fetchval(REDRIVE, delivery_id) is not None
+
+
+async def redrive_failed(
+    conn: Connection, *, subscription_id: uuid.UUID | None, since: datetime | None
+) -> int:
+    """Every failed delivery matching the filter back to pending; return how many."""
+    status = await conn.execute(REDRIVE_FAILED, subscription_id, since)
+    return int(status.rsplit(" ", 1)[-1])
+
+
+async def webhook_target_for_update(
+    conn: Connection, subscription_id: uuid.UUID
+) -> dict[str, Any] | None:
+    """A webhook subscription's target, row-locked until the transaction ends; None if absent."""
+    target: dict[str, Any] | None = await conn.fetchval(SELECT_TARGET_FOR_UPDATE, subscription_id)
+    return target
+
+
+async def update_target(
+    conn: Connection, subscription_id: uuid.UUID, target: dict[str, Any]
+) -> None:
+    """Store a subscription's new target."""
+    await conn.execute(UPDATE_TARGET, subscription_id, target)

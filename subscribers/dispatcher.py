@@ -1,0 +1,437 @@
+"""`WebhookDispatcher`: claims due webhook deliveries and POSTs them, one attempt each.
+
+Owns the delivery loop: claim with `FOR UPDATE SKIP LOCKED` under a lease (the claim pushes
+`next_attempt_at` to the lease expiry, so a dispatcher that dies mid-attempt loses the delivery
+to the next claimer: at-least-once), send with Standard Webhooks headers through the pinned
+transport, and record the attempt and its outcome in one transaction. Concurrency is bounded
+overall (`webhook_concurrency`) and per subscription endpoint (`webhook_endpoint_concurrency`):
+a saturated endpoint's deliveries are not even claimed, so a slow endpoint never takes the slots
+of others. The outcome rules live in `outcomes.py`, signing in `signing.py`, SSRF in `ssrf.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import httpx
+import structlog
+
+from ripple.platform.config import Settings
+from ripple.platform.db import Pool, transaction
+from ripple.platform.errors import RippleError
+from ripple.platform.metrics import DELIVERIES, WEBHOOK_ENDPOINT_FAILING
+from ripple.platform.tracing import span
+from ripple.platform.wake import CH_DELIVERIES, SubscriptionsChanged, Waker
+from ripple.subscribers import delivery_store as store
+from ripple.subscribers.outcomes import Decision, decide, schedule_for
+from ripple.subscribers.signing import signature_header
+from ripple.subscribers.ssrf import AddressPolicy, Resolver, SystemResolver, check_url
+from ripple.subscribers.transport import PinnedTransport
+
+__all__ = ["WebhookDispatcher", "message_body", "signing_secrets"]
+
+log = structlog.get_logger("ripple.webhooks")
+
+#: Bytes of a response body kept with the attempt.
+RESPONSE_HEAD: Final = 2048
+#: Most bytes of a response body ever read (the rest is not downloaded).
+RESPONSE_READ_CAP: Final = 64 * 1024
+#: Seconds a claim outlives the attempt's timeout before another dispatcher may take over.
+LEASE_MARGIN: Final = 10.0
+#: Seconds between sweeps of deliveries whose subscription was deleted.
+ORPHAN_SWEEP_EVERY: Final = 60.0
+USER_AGENT: Final = "Ripple-Webhooks/0.1"
+
+
+def message_body(topic: str, event_time: datetime, payload: Any) -> bytes:
+    """The POSTed JSON: `{"type": topic, "timestamp": ISO-8601, "data": payload}`."""
+    doc = {"type": topic, "timestamp": event_time.astimezone(UTC).isoformat(), "data": payload}
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def signing_secrets(target: Mapping[str, Any], now: datetime) -> list[str]:
+    """The secrets to sign with: the current one, plus the previous one during its overlap."""
+    secrets = [str(target["secret"])]
+    previous, until = target.get("previousSecret"), target.get("previousSecretExpiresAt")
+    if previous and until:
+        with contextlib.suppress(ValueError, TypeError):
+            if datetime.fromisoformat(str(until)) > now:
+                secrets.append(str(previous))
+    return secrets
+
+
+def _error_text(exc: BaseException) -> str:
+    detail = str(exc) or type(exc).__doc__ or ""
+    return f"{type(exc).__name__}: {detail.strip().splitlines()[0] if detail.strip() else ''}"[:500]
+
+
+async def _read_head(response: httpx.Response) -> str:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size >= RESPONSE_READ_CAP:
+            break
+    head = b"".join(chunks)[:RESPONSE_HEAD]
+    return head.decode("utf-8", errors="replace").replace("\x00", "")
+
+
+class WebhookDispatcher:
+    """Delivers due webhook deliveries; a `BackgroundService` (run by workers).
+
+    Args:
+        pool: the Postgres pool.
+        waker: wakes the loop on `DeliveriesReady`; without hints it polls.
+        settings: timeouts, concurrency limits, allowed networks, poll interval.
+        transport: the HTTP transport; default pins connections to SSRF-checked addresses.
+        resolver: DNS seam for the SSRF check (default: the system resolver).
+        rng: randomness for retry jitter (tests pass a seeded one).
+    """
+
+    name = "webhook-dispatcher"
+
+    def __init__(
+        self,
+        pool: Pool,
+        waker: Waker,
+        settings: Settings,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        resolver: Resolver | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._pool = pool
+        self._waker = waker
+        self._settings = settings
+        self._policy = AddressPolicy.from_cidrs(settings.webhook_allowed_networks)
+        self._resolver: Resolver = resolver or SystemResolver()
+        self._transport = transport or PinnedTransport(
+            self._policy,
+            self._resolver,
+            max_connections=settings.webhook_concurrency,
+            max_keepalive_connections=min(settings.webhook_concurrency, 100),
+        )
+        self._http: httpx.AsyncClient | None = None
+        self._rng = rng or random.Random()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._in_flight: dict[str, int] = {}
+        self._stopping = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._last_orphan_sweep = 0.0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop claiming; `run()` lets in-flight attempts finish (up to shutdown_grace)."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        """Claim and deliver until `stop()`; then drain in-flight attempts and return."""
+        log.info("webhook_dispatcher_started")
+        try:
+            async with self._waker.listen(CH_DELIVERIES) as listener:
+                while not self._stopping.is_set():
+                    claimed = await self._claim_round()
+                    await self._maybe_sweep_orphans()
+                    if claimed:
+                        continue
+                    await self._idle(listener.wait())
+        finally:
+            await self._drain()
+            log.info("webhook_dispatcher_stopped")
+
+    async def run_until_idle(self) -> int:
+        """Deliver until nothing is due and nothing is in flight; return attempts made."""
+        made = 0
+        try:
+            while True:
+                claimed = await self._claim_round()
+                made += claimed
+                if not claimed and not self._tasks:
+                    return made
+                if not claimed:
+                    await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (its keep-alive connections)."""
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def _idle(self, hint: Any) -> None:
+        """Wait for a hint, a freed slot, stop, or the poll interval, whichever comes first."""
+        self._slot_freed.clear()
+        waiters = {
+            asyncio.ensure_future(hint),
+            asyncio.ensure_future(self._slot_freed.wait()),
+            asyncio.ensure_future(self._stopping.wait()),
+        }
+        try:
+            await asyncio.wait(
+                waiters, timeout=self._settings.poll_interval, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+
+    async def _drain(self) -> None:
+        if self._tasks:
+            _done, pending = await asyncio.wait(
+                set(self._tasks), timeout=self._settings.shutdown_grace
+            )
+            for task in pending:
+                task.cancel()  # its claim expires with the lease; another dispatcher retries
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+        await self.aclose()
+
+    # -- claiming ----------------------------------------------------------------------------
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient(
+                transport=self._transport,
+                follow_redirects=False,
+                timeout=self._settings.webhook_timeout,
+                headers={"user-agent": USER_AGENT},
+            )
+        return self._http
+
+    async def _claim_round(self) -> int:
+        free = self._settings.webhook_concurrency - len(self._tasks)
+        if free <= 0:
+            return 0
+        try:
+            async with transaction(self._pool) as conn:
+                claimed = await store.claim_due(
+                    conn,
+                    limit=free,
+                    endpoint_limit=self._settings.webhook_endpoint_concurrency,
+                    in_flight=self._in_flight,
+                    default_timeout=self._settings.webhook_timeout,
+                    lease_margin=LEASE_MARGIN,
+                )
+        except RippleError as exc:
+            log.warning("webhook_claim_failed", error=str(exc))
+            await asyncio.sleep(self._settings.poll_interval)
+            return 0
+        for delivery in claimed:
+            sub = delivery.subscription_id
+            self._in_flight[sub] = self._in_flight.get(sub, 0) + 1
+            task = asyncio.create_task(self._attempt(delivery), name=f"webhook-{delivery.id}")
+            self._tasks.add(task)
+            task.add_done_callback(self._finished(sub))
+        return len(claimed)
+
+    def _finished(self, sub: str) -> Any:
+        def done(task: asyncio.Task[None]) -> None:
+            self._tasks.discard(task)
+            left = self._in_flight.get(sub, 1) - 1
+            if left <= 0:
+                self._in_flight.pop(sub, None)
+            else:
+                self._in_flight[sub] = left
+            self._slot_freed.set()
+            if not task.cancelled() and task.exception() is not None:
+                log.error("webhook_attempt_crashed", error=repr(task.exception()))
+
+        return done
+
+    async def _maybe_sweep_orphans(self) -> None:
+        now = time.monotonic()
+        if now - self._last_orphan_sweep < ORPHAN_SWEEP_EVERY:
+            return
+        self._last_orphan_sweep = now
+        try:
+            async with transaction(self._pool) as conn:
+                count = await store.fail_orphans(conn)
+        except RippleError as exc:
+            log.warning("webhook_orphan_sweep_failed", error=str(exc))
+            return
+        if count:
+            log.info("webhook_orphans_failed", count=count)
+
+    # -- one attempt -------------------------------------------------------------------------
+
+    async def _attempt(self, delivery: store.ClaimedDelivery) -> None:
+        with (
+            structlog.contextvars.bound_contextvars(
+                event_id=delivery.event_id,
+                subscription_id=delivery.subscription_id,
+                delivery_id=delivery.id,
+                attempt=delivery.attempt,
+            ),
+            span(
+                "webhook.deliver",
+                parent=delivery.trace,
+                event_id=delivery.event_id,
+                subscription_id=delivery.subscription_id,
+                delivery_id=delivery.id,
+                attempt=delivery.attempt,
+            ),
+        ):
+            await self._attempt_inner(delivery)
+
+    async def _attempt_inner(self, delivery: store.ClaimedDelivery) -> None:
+        target = delivery.target
+        started_at = datetime.now(UTC)
+        t0 = time.perf_counter()
+        status_code: int | None = None
+        error: str | None = None
+        retry_after: str | None = None
+        head: str | None = None
+        timeout = float(target.get("timeout") or self._settings.webhook_timeout)
+        try:
+            async with asyncio.timeout(timeout):
+                url = str(target["url"])
+                await check_url(url, self._policy, self._resolver)
+                body = message_body(delivery.topic, delivery.event_time, delivery.payload)
+                stamp = int(time.time())
+                msg_id = "msg_" + delivery.id.replace("-", "")
+                headers = {
+                    "content-type": "application/json",
+                    "webhook-id": msg_id,
+                    "webhook-timestamp": str(stamp),
+                    "webhook-signature": signature_header(
+                        msg_id, stamp, body, signing_secrets(target, started_at)
+                    ),
+                }
+                request = self._client().build_request(
+                    "POST", url, content=body, headers=headers, timeout=timeout
+                )
+                response = await self._client().send(request, stream=True)
+                try:
+                    status_code = response.status_code
+                    retry_after = response.headers.get("retry-after")
+                    head = await _read_head(response)
+                finally:
+                    await response.aclose()
+        except Exception as exc:  # any failure of this attempt is recorded and retried
+            error = _error_text(exc)
+            if status_code is not None:
+                error = None  # the response head timed out; the status still counts
+        latency_ms = (time.perf_counter() - t0) * 1000.0
+        decision = decide(
+            attempt=delivery.attempt,
+            status_code=status_code,
+            error=error,
+            retry_after=retry_after,
+            schedule=schedule_for(target),
+            now=datetime.now(UTC),
+            rng=self._rng,
+        )
+        await self._record(delivery, decision, started_at, latency_ms, status_code, error, head)
+
+    async def _record(
+        self,
+        delivery: store.ClaimedDelivery,
+        decision: Decision,
+        started_at: datetime,
+        latency_ms: float,
+        status_code: int | None,
+        error: str | None,
+        head: str | None,
+    ) -> None:
+        sub = delivery.subscription_id
+        disabled_reason: str | None = None
+        try:
+            async with transaction(self._pool) as conn:
+                reason = decision.reason or ""
+                if decision.action == "delivered":
+                    owned = await store.mark_delivered(
+                        conn, delivery.id, delivery.claim_token, status_code or 0
+                    )
+                elif decision.action == "retry":
+                    owned = await store.mark_retry(
+                        conn,
+                        delivery.id,
+                        delivery.claim_token,
+                        delay=decision.delay,
+                        status_code=status_code,
+                        error=reason,
+                    )
+                else:
+                    owned = await store.mark_failed(
+                        conn,
+                        delivery.id,
+                        delivery.claim_token,
+                        status_code=status_code,
+                        error=reason,
+                    )
+                if not owned:
+                    raise _ClaimLost
+                await store.record_attempt(
+                    conn,
+                    delivery.id,
+                    delivery.attempt,
+                    started_at=started_at,
+                    latency_ms=latency_ms,
+                    outcome=decision.action,
+                    status_code=status_code,
+                    error=error,
+                    response_body=head,
+                )
+                if decision.action == "delivered":
+                    await store.record_success(conn, sub)
+                elif decision.action == "disable":
+                    disabled_reason = reason
+                elif await store.record_failure(conn, sub, self._settings.webhook_disable_after):
+                    disabled_reason = (
+                        "endpoint failed continuously for "
+                        f"{self._settings.webhook_disable_after:.0f}s: subscription disabled"
+                    )
+                if disabled_reason is not None and not await store.disable_subscription(
+                    conn, sub, disabled_reason
+                ):
+                    disabled_reason = None
+        except _ClaimLost:
+            log.warning("webhook_claim_lost", outcome=decision.action)
+            return
+        except RippleError as exc:
+            # Not recorded: the claim expires with its lease and the delivery is attempted again.
+            log.warning("webhook_record_failed", error=str(exc), outcome=decision.action)
+            return
+        self._observe(delivery, decision, status_code, latency_ms, disabled_reason)
+
+    def _observe(
+        self,
+        delivery: store.ClaimedDelivery,
+        decision: Decision,
+        status_code: int | None,
+        latency_ms: float,
+        disabled_reason: str | None,
+    ) -> None:
+        sub = delivery.subscription_id
+        DELIVERIES.labels(kind="webhook", outcome=decision.action).inc()
+        WEBHOOK_ENDPOINT_FAILING.labels(subscription=sub).set(
+            0 if decision.action == "delivered" else 1
+        )
+        fields = {"status_code": status_code, "latency_ms": round(latency_ms, 1)}
+        if decision.action == "delivered":
+            log.info("webhook_delivered", **fields)
+        elif decision.action == "retry":
+            log.info(
+                "webhook_retry_scheduled", delay=decision.delay, reason=decision.reason, **fields
+            )
+        else:
+            log.warning("webhook_delivery_failed", reason=decision.reason, **fields)
+        if disabled_reason is not None:
+            log.warning("webhook_endpoint_failing", reason=disabled_reason, disabled=True)
+            self._waker.notify(SubscriptionsChanged())
+
+
+class _ClaimLost(Exception):
+    """The delivery's claim was taken over (lease expired); this attempt's result is dropped."""

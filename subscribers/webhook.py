@@ -1,0 +1,316 @@
+"""Webhook subscriptions: the fan-out kind, operator functions on deliveries, secret rotation.
+
+Owns what happens to a webhook target outside the delivery loop: validating it when a
+subscription is created (URL scheme, SSRF check, secret, timeout, retry policy), writing one
+delivery row per (event, subscription) inside the publish transaction, and listing, redriving and
+rotating for the API and CLI. The loop itself is `WebhookDispatcher` (`dispatcher.py`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ripple.platform.config import Settings
+from ripple.platform.db import Connection, Pool, transaction
+from ripple.platform.errors import Conflict, InvalidInput, NotFound
+from ripple.platform.fanout import PublishedEvent, SubscriptionRow
+from ripple.platform.ids import new_id
+from ripple.platform.wake import DeliveriesReady, SubscriptionsChanged, Waker
+from ripple.subscribers import delivery_store as store
+from ripple.subscribers.delivery_store import Attempt, Delivery, DeliveryPage, DeliveryStatus
+from ripple.subscribers.dispatcher import WebhookDispatcher
+from ripple.subscribers.signing import decode_secret, generate_secret
+from ripple.subscribers.ssrf import AddressPolicy, Resolver, SystemResolver, check_url
+from ripple.workflows.retry import RetryPolicy, seconds
+
+__all__ = [
+    "Attempt",
+    "Deliveries",
+    "Delivery",
+    "DeliveryPage",
+    "DeliveryStatus",
+    "WebhookDispatcher",
+    "WebhookKind",
+    "get_delivery",
+    "list_attempts",
+    "list_deliveries",
+    "redrive",
+    "redrive_failed",
+    "rotate_secret",
+]
+
+#: Longest per-attempt timeout a target may ask for, in seconds.
+MAX_TIMEOUT = 300.0
+
+
+class WebhookKind:
+    """The `webhook` subscription kind (a `ripple.platform.fanout.TargetKind`)."""
+
+    kind = "webhook"
+
+    def __init__(
+        self, settings: Settings, waker: Waker | None = None, *, resolver: Resolver | None = None
+    ) -> None:
+        self._settings = settings
+        self._waker = waker
+        self._policy = AddressPolicy.from_cidrs(settings.webhook_allowed_networks)
+        self._resolver: Resolver = resolver or SystemResolver()
+
+    async def validate(self, target: dict[str, Any]) -> dict[str, Any]:
+        """Check a webhook target; return it normalised. Raises `InvalidInput`."""
+        url = target.get("url")
+        if not isinstance(url, str) or not url:
+            raise InvalidInput("webhook target needs a `url` (http:// or https://)", field="url")
+        try:
+            await check_url(url, self._policy, self._resolver)
+        except ValueError as exc:
+            raise InvalidInput(str(exc), field="url") from exc
+        out = dict(target)
+        secret = target.get("secret")
+        if secret is None:
+            out["secret"] = generate_secret()
+        else:
+            try:
+                decode_secret(str(secret))
+            except ValueError as exc:
+                raise InvalidInput(str(exc), field="secret") from exc
+        timeout = target.get("timeout")
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+                raise InvalidInput("webhook `timeout` must be a number of seconds", field="timeout")
+            if not 0 < float(timeout) <= MAX_TIMEOUT:
+                raise InvalidInput(
+                    f"webhook `timeout` must be between 0 and {MAX_TIMEOUT:.0f} seconds",
+                    field="timeout",
+                )
+        retry = target.get("retry")
+        if retry is not None:
+            try:
+                if not isinstance(retry, dict):
+                    raise TypeError("not an object")
+                out["retry"] = RetryPolicy.from_json(retry).to_json()
+            except (TypeError, ValueError) as exc:
+                raise InvalidInput(
+                    f"webhook `retry` is not a retry policy: {exc}", field="retry"
+                ) from exc
+        out["type"] = self.kind
+        return out
+
+    async def fan_out(
+        self, conn: Connection, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]
+    ) -> int:
+        """One pending delivery per subscription, due now; idempotent per (event, sub)."""
+        if not subscriptions:
+            return 0
+        return await store.insert_deliveries(
+            conn,
+            [new_id() for _ in subscriptions],
+            [sub.id for sub in subscriptions],
+            event_id=event.event_id,
+            topic=event.topic,
+            payload=event.payload,
+            event_time=event.created_at,
+            trace=event.trace,
+        )
+
+    def after_commit(self, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]) -> None:
+        """Wake dispatchers. Never raises."""
+        if subscriptions and self._waker is not None:
+            self._waker.notify(DeliveriesReady())
+
+
+def _uuid(value: str | uuid.UUID, what: str) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    parsed = store.parse_uuid(value)
+    if parsed is None:
+        raise NotFound(f"no {what} {value!r}: ids are UUIDs")
+    return parsed
+
+
+async def list_deliveries(
+    pool: Pool,
+    *,
+    status: str | None = None,
+    subscription_id: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+    max_limit: int = 500,
+) -> DeliveryPage:
+    """A page of webhook deliveries, newest first, optionally by status and subscription."""
+    if status is not None and status not in DeliveryStatus.ALL:
+        raise InvalidInput(
+            f"status must be one of {', '.join(DeliveryStatus.ALL)} (got {status!r})",
+            field="status",
+        )
+    if not 1 <= limit <= max_limit:
+        raise InvalidInput(f"limit must be between 1 and {max_limit}", field="limit")
+    sub = None
+    if subscription_id is not None:
+        sub = store.parse_uuid(subscription_id)
+        if sub is None:
+            raise InvalidInput(
+                "subscription must be a subscription id (UUID)", field="subscription"
+            )
+    after = None
+    if cursor is not None:
+        after = store.parse_uuid(cursor)
+        if after is None:
+            raise InvalidInput("cursor is not one this API returned", field="cursor")
+    async with transaction(pool) as conn:
+        return await store.list_deliveries(
+            conn, status=status, subscription_id=sub, cursor=after, limit=limit
+        )
+
+
+async def get_delivery(pool: Pool, delivery_id: str) -> Delivery | None:
+    """One delivery, or None."""
+    parsed = store.parse_uuid(delivery_id)
+    if parsed is None:
+        return None
+    async with transaction(pool) as conn:
+        return await store.get_delivery(conn, parsed)
+
+
+async def list_attempts(pool: Pool, delivery_id: str) -> list[Attempt]:
+    """Every attempt of a delivery, oldest first (NotFound if there is no such delivery)."""
+    parsed = _uuid(delivery_id, "delivery")
+    async with transaction(pool) as conn:
+        if await store.get_delivery(conn, parsed) is None:
+            raise NotFound(f"no delivery {delivery_id}")
+        return await store.list_attempts(conn, parsed)
+
+
+async def redrive(pool: Pool, delivery_id: str, *, waker: Waker | None = None) -> Delivery:
+    """Send a failed (dead-lettered) delivery again, with a fresh attempt budget.
+
+    Raises `NotFound` if there is no such delivery, `Conflict` if it is not failed.
+    """
+    parsed = _uuid(delivery_id, "delivery")
+    async with transaction(pool) as conn:
+        if not await store.redrive(conn, parsed):
+            current = await store.get_delivery(conn, parsed)
+            if current is None:
+                raise NotFound(f"no delivery {delivery_id}")
+            raise Conflict(
+                f"delivery {delivery_id} is {current.status}; only failed deliveries can be "
+                "redriven"
+            )
+        delivery = await store.get_delivery(conn, parsed)
+    if waker is not None:
+        waker.notify(DeliveriesReady())
+    assert delivery is not None
+    return delivery
+
+
+async def redrive_failed(
+    pool: Pool,
+    *,
+    subscription_id: str | None = None,
+    since: datetime | None = None,
+    waker: Waker | None = None,
+) -> int:
+    """Redrive every failed delivery (of one subscription, failed since `since`); how many."""
+    sub = None if subscription_id is None else _uuid(subscription_id, "subscription")
+    async with transaction(pool) as conn:
+        count = await store.redrive_failed(conn, subscription_id=sub, since=since)
+    if count and waker is not None:
+        waker.notify(DeliveriesReady())
+    return count
+
+
+async def rotate_secret(
+    pool: Pool,
+    subscription_id: str,
+    new_secret: str | None = None,
+    *,
+    overlap: timedelta | float = timedelta(hours=24),
+    waker: Waker | None = None,
+) -> str:
+    """Replace a webhook subscription's secret; the old one keeps signing for `overlap`.
+
+    During the overlap every message carries two signatures (new and old), so receivers can
+    switch secrets at their own pace. Returns the new secret (generated when not given).
+    """
+    secret = new_secret or generate_secret()
+    try:
+        decode_secret(secret)
+    except ValueError as exc:
+        raise InvalidInput(str(exc), field="secret") from exc
+    sub = _uuid(subscription_id, "subscription")
+    async with transaction(pool) as conn:
+        target = await store.webhook_target_for_update(conn, sub)
+        if target is None:
+            raise NotFound(f"no webhook subscription {subscription_id}")
+        until = datetime.now(UTC) + timedelta(seconds=seconds(overlap))
+        rotated = dict(target)
+        rotated["previousSecret"] = target.get("secret")
+        rotated["previousSecretExpiresAt"] = until.isoformat()
+        rotated["secret"] = secret
+        await store.update_target(conn, sub, rotated)
+    if waker is not None:
+        waker.notify(SubscriptionsChanged())
+    return secret
+
+
+class Deliveries:
+    """Operator view of webhook deliveries, bound to a pool and waker (`Client.deliveries`)."""
+
+    def __init__(self, pool: Pool, waker: Waker, settings: Settings) -> None:
+        self._pool = pool
+        self._waker = waker
+        self._settings = settings
+
+    async def list(
+        self,
+        *,
+        status: str | None = None,
+        subscription_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> DeliveryPage:
+        """A page of deliveries, newest first."""
+        return await list_deliveries(
+            self._pool,
+            status=status,
+            subscription_id=subscription_id,
+            limit=limit,
+            cursor=cursor,
+            max_limit=self._settings.max_page_size,
+        )
+
+    async def get(self, delivery_id: str) -> Delivery | None:
+        """One delivery, or None."""
+        return await get_delivery(self._pool, delivery_id)
+
+    async def attempts(self, delivery_id: str) -> builtins.list[Attempt]:
+        """A delivery's attempts, oldest first."""
+        return await list_attempts(self._pool, delivery_id)
+
+    async def redrive(self, delivery_id: str) -> Delivery:
+        """Send a failed delivery again."""
+        return await redrive(self._pool, delivery_id, waker=self._waker)
+
+    async def redrive_failed(
+        self, *, subscription_id: str | None = None, since: datetime | None = None
+    ) -> int:
+        """Redrive failed deliveries in bulk; return how many."""
+        return await redrive_failed(
+            self._pool, subscription_id=subscription_id, since=since, waker=self._waker
+        )
+
+    async def rotate_secret(
+        self,
+        subscription_id: str,
+        new_secret: str | None = None,
+        *,
+        overlap: timedelta | float = timedelta(hours=24),
+    ) -> str:
+        """Rotate a webhook subscription's secret (old one valid for `overlap`)."""
+        return await rotate_secret(
+            self._pool, subscription_id, new_secret, overlap=overlap, waker=self._waker
+        )
