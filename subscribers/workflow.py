@@ -1,0 +1,60 @@
+"""`WorkflowKind`: fan-out to workflows (one run per event and subscription).
+
+The run's input is the event payload; its idempotency key `event:{event_id}:{subscription_id}`
+makes the fan-out idempotent per (event, subscription). Runs are created in the publish
+transaction through the workflow client, which wakes workers after the commit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, Final
+
+from ripple.platform.db import Connection
+from ripple.platform.errors import InvalidInput
+from ripple.platform.fanout import PublishedEvent, SubscriptionRow
+from ripple.subscribers.targets import WorkflowTarget
+from ripple.workflows.client import RunRequest, WorkflowClient
+
+__all__ = ["WorkflowKind"]
+
+_WORKFLOW_NAME: Final = re.compile(r"[a-z0-9_-]{1,64}")
+
+
+class WorkflowKind:
+    """Workflow targets: `{"type": "workflow", "workflow": name}`."""
+
+    kind = "workflow"
+
+    def __init__(self, workflow_client: WorkflowClient) -> None:
+        self._client = workflow_client
+
+    async def validate(self, target: dict[str, Any]) -> dict[str, Any]:
+        try:
+            parsed = WorkflowTarget.model_validate(target)
+        except ValueError as exc:
+            raise InvalidInput(f"invalid workflow target: {exc}", field="target") from None
+        if not _WORKFLOW_NAME.fullmatch(parsed.workflow):
+            raise InvalidInput(
+                f"workflow name {parsed.workflow!r} is invalid: use 1-64 of [a-z0-9_-]",
+                field="target.workflow",
+            )
+        return parsed.to_row()
+
+    async def fan_out(
+        self, conn: Connection, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]
+    ) -> int:
+        requests = [
+            RunRequest(
+                workflow=str(sub.target["workflow"]),
+                input=event.payload,
+                idempotency_key=f"event:{event.event_id}:{sub.id}",
+                trace=event.trace,
+            )
+            for sub in subscriptions
+        ]
+        return await self._client.create_runs(conn, requests)
+
+    def after_commit(self, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]) -> None:
+        self._client.notify_runs_ready()
