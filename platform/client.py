@@ -24,7 +24,7 @@ from ripple.platform.subscriptions import Subscription, Subscriptions
 from ripple.platform.wake import NullWaker, create_waker
 from ripple.subscribers import QueueTarget, Target, WebhookTarget, WorkflowTarget
 from ripple.subscribers.queue import QueueKind
-from ripple.subscribers.webhook import WebhookKind
+from ripple.subscribers.webhook import Deliveries, WebhookDispatcher, WebhookKind
 from ripple.subscribers.workflow import WorkflowKind
 from ripple.workflows.client import Page, Run, RunHandle, SignalResult, StepRecord, WorkflowClient
 from ripple.workflows.definition import WorkflowDefinition
@@ -89,7 +89,7 @@ class Client:
         self.workflows = WorkflowClient(pool, waker, self.settings)
         self._kinds = {
             "queue": QueueKind(waker),
-            "webhook": WebhookKind(self.settings),
+            "webhook": WebhookKind(self.settings, waker),
             "workflow": WorkflowKind(self.workflows),
         }
         self.subscriptions = Subscriptions(pool, waker, self.settings, self._kinds)
@@ -97,6 +97,7 @@ class Client:
             pool, waker, self.settings, self.subscriptions, self._kinds, self.workflows
         )
         self.queues = Queues(pool, waker, self.settings)
+        self.deliveries = Deliveries(pool, waker, self.settings)
         return self
 
     async def close(self) -> None:
@@ -135,6 +136,8 @@ class Client:
     def background_services(self, *, webhooks: bool, sweeper: bool) -> list[BackgroundService]:
         """The loops a worker process runs beside workflows (webhook dispatcher, sweeper)."""
         services: list[BackgroundService] = []
+        if webhooks:
+            services.append(WebhookDispatcher(self.pool, self.waker, self.settings))
         return services
 
     # -- workflows ---------------------------------------------------------------------------

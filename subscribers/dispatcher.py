@@ -23,6 +23,7 @@ from typing import Any, Final
 import httpx
 import structlog
 
+from ripple.platform import subscription_store
 from ripple.platform.config import Settings
 from ripple.platform.db import Pool, transaction
 from ripple.platform.errors import RippleError
@@ -393,10 +394,11 @@ class WebhookDispatcher:
                         "endpoint failed continuously for "
                         f"{self._settings.webhook_disable_after:.0f}s: subscription disabled"
                     )
-                if disabled_reason is not None and not await store.disable_subscription(
-                    conn, sub, disabled_reason
-                ):
-                    disabled_reason = None
+                if disabled_reason is not None:
+                    if await store.disable_subscription(conn, sub, disabled_reason):
+                        await subscription_store.bump_version(conn)
+                    else:
+                        disabled_reason = None
         except _ClaimLost:
             log.warning("webhook_claim_lost", outcome=decision.action)
             return

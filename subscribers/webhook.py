@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ripple.platform import subscription_store
 from ripple.platform.config import Settings
 from ripple.platform.db import Connection, Pool, transaction
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
@@ -252,6 +253,7 @@ async def rotate_secret(
         rotated["previousSecretExpiresAt"] = until.isoformat()
         rotated["secret"] = secret
         await store.update_target(conn, sub, rotated)
+        await subscription_store.bump_version(conn)
     if waker is not None:
         waker.notify(SubscriptionsChanged())
     return secret
@@ -291,9 +293,10 @@ class Deliveries:
         """A delivery's attempts, oldest first."""
         return await list_attempts(self._pool, delivery_id)
 
-    async def redrive(self, delivery_id: str) -> Delivery:
-        """Send a failed delivery again."""
-        return await redrive(self._pool, delivery_id, waker=self._waker)
+    async def redrive(self, delivery_id: str) -> bool:
+        """Send a failed delivery again (True; NotFound / Conflict otherwise)."""
+        await redrive(self._pool, delivery_id, waker=self._waker)
+        return True
 
     async def redrive_failed(
         self, *, subscription_id: str | None = None, since: datetime | None = None
