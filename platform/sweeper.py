@@ -1,0 +1,123 @@
+"""The retention sweeper: deletes what retention allows, in bounded batches, never active runs.
+
+What goes, each sweep (settings in parentheses):
+- terminal runs (completed, failed, canceled) whose `completed_at` is older than the retention
+  snapshotted at start (`retention_seconds`), clamped by `max_run_retention_days` (also the
+  retention of runs without a snapshot), with their journal, waits and unconsumed signals;
+  a run with `hold` set is kept whatever its age;
+- events older than `event_retention_days` (their idempotency keys become reusable);
+- delivered and failed webhook deliveries last changed before that cutoff, with their attempt
+  log, and attempt log rows older than it of deliveries still retrying.
+
+Each batch (`sweep_batch_size` rows, `FOR UPDATE SKIP LOCKED`) is its own short transaction;
+a kind is swept until a batch comes back short. Several workers may sweep at once: locked rows
+are skipped, not waited for. Counts go to `sweeper_deleted_total{kind}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from ripple.platform import db, metrics, sweeper_store
+from ripple.platform.config import Settings
+from ripple.platform.db import Connection, Pool
+
+__all__ = ["KINDS", "Sweeper"]
+
+log = structlog.get_logger("ripple.sweeper")
+
+_DAY = 86_400.0
+
+#: The `kind` values of `sweeper_deleted_total` and of `sweep_once()`'s result.
+KINDS = (
+    "runs",
+    "steps",
+    "waits",
+    "signals",
+    "events",
+    "webhook_deliveries",
+    "webhook_attempts",
+)
+
+_Batch = Callable[[Connection], Awaitable[dict[str, int]]]
+
+
+class Sweeper:
+    """Background service deleting expired runs, events and delivery logs.
+
+    Args:
+        pool: the database.
+        settings: retention (`max_run_retention_days`, `event_retention_days`), the period of
+            `run()` (`sweep_interval`) and the batch size (`sweep_batch_size`).
+    """
+
+    name = "sweeper"
+
+    def __init__(self, pool: Pool, settings: Settings) -> None:
+        self._pool = pool
+        self._settings = settings
+        self._stopping = asyncio.Event()
+
+    async def sweep_once(self) -> dict[str, int]:
+        """Sweep every kind until nothing expired is left; return rows deleted per kind."""
+        batch = self._settings.sweep_batch_size
+        max_run = self._settings.max_run_retention_days * _DAY
+        events = self._settings.event_retention_days * _DAY
+        totals = dict.fromkeys(KINDS, 0)
+
+        async def runs(conn: Connection) -> dict[str, int]:
+            counts = await sweeper_store.delete_expired_runs(conn, max_run, batch)
+            return counts | {"_batch": counts["runs"]}
+
+        async def old_events(conn: Connection) -> dict[str, int]:
+            deleted = await sweeper_store.delete_old_events(conn, events, batch)
+            return {"events": deleted, "_batch": deleted}
+
+        async def deliveries(conn: Connection) -> dict[str, int]:
+            counts = await sweeper_store.delete_old_webhook_deliveries(conn, events, batch)
+            return counts | {"_batch": counts["webhook_deliveries"]}
+
+        async def attempts(conn: Connection) -> dict[str, int]:
+            deleted = await sweeper_store.delete_old_webhook_attempts(conn, events, batch)
+            return {"webhook_attempts": deleted, "_batch": deleted}
+
+        for step in (runs, old_events, deliveries, attempts):
+            await self._drain(step, batch, totals)
+        if any(totals.values()):
+            log.info("sweep_finished", **totals)
+        return totals
+
+    async def _drain(self, step: _Batch, batch: int, totals: dict[str, int]) -> None:
+        """Run `step` in its own transaction until a batch deletes fewer than `batch` rows."""
+        while True:
+            async with db.transaction(self._pool) as conn:
+                counts = await step(conn)
+            size = counts.pop("_batch")
+            for kind, deleted in counts.items():
+                if deleted:
+                    totals[kind] += deleted
+                    metrics.SWEEPER_DELETED.labels(kind).inc(deleted)
+            if size < batch or self._stopping.is_set():
+                return
+
+    async def run(self) -> None:
+        """Sweep every `settings.sweep_interval` seconds until `stop()`; errors are logged."""
+        while not self._stopping.is_set():
+            try:
+                await self.sweep_once()
+            except Exception:  # a failed sweep must not stop the worker; the next one retries
+                log.exception("sweep_failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._settings.sweep_interval)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def hold(self, run_id: str, hold: bool = True) -> bool:
+        """Exempt a run from retention (or clear that); False if there is no such run."""
+        async with db.transaction(self._pool) as conn:
+            return await sweeper_store.set_hold(conn, run_id, hold)

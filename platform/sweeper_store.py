@@ -1,0 +1,130 @@
+"""SQL of the retention sweeper: bounded, `SKIP LOCKED` batch deletes, and the run `hold` flag.
+
+Each statement deletes at most one batch and reports what it deleted; the sweeper loops. Only
+terminal runs are ever deleted (the status test is re-checked under the row lock), never one
+with `hold` set.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ripple.platform.db import Connection
+
+__all__ = [
+    "delete_expired_runs",
+    "delete_old_events",
+    "delete_old_webhook_attempts",
+    "delete_old_webhook_deliveries",
+    "set_hold",
+]
+
+# $1 server maximum retention in seconds (clamps each run's snapshot; NULL snapshot = maximum),
+# $2 batch size.
+# doomed: the oldest terminal, unheld runs past their retention, locked (busy rows skipped);
+# then their journal, waits and unconsumed signals, and the runs themselves, in one statement.
+DELETE_EXPIRED_RUNS: Final = """
+WITH doomed AS (
+    SELECT run_id FROM ripple_runs
+    WHERE status IN ('completed', 'failed', 'canceled')
+      AND NOT hold
+      AND completed_at < now() - make_interval(secs => least(coalesce(retention_seconds, $1), $1))
+    ORDER BY completed_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), steps AS (
+    DELETE FROM ripple_steps s USING doomed d WHERE s.run_id = d.run_id RETURNING 1
+), waits AS (
+    DELETE FROM ripple_waits w USING doomed d WHERE w.run_id = d.run_id RETURNING 1
+), signals AS (
+    DELETE FROM ripple_signals g USING doomed d WHERE g.run_id = d.run_id RETURNING 1
+), runs AS (
+    DELETE FROM ripple_runs r USING doomed d WHERE r.run_id = d.run_id RETURNING 1
+)
+SELECT (SELECT count(*) FROM runs) AS runs,
+       (SELECT count(*) FROM steps) AS steps,
+       (SELECT count(*) FROM waits) AS waits,
+       (SELECT count(*) FROM signals) AS signals
+"""
+
+# $1 event retention in seconds, $2 batch size. Oldest events first.
+DELETE_OLD_EVENTS: Final = """
+WITH doomed AS (
+    SELECT id FROM ripple_events
+    WHERE created_at < now() - make_interval(secs => $1)
+    ORDER BY created_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM ripple_events e USING doomed d WHERE e.id = d.id
+"""
+
+# $1 retention in seconds, $2 batch size.
+# doomed: delivered or failed (dead-lettered) deliveries last changed before the cutoff; their
+# attempt log goes with them (deleted explicitly, so it is counted).
+DELETE_OLD_WEBHOOK_DELIVERIES: Final = """
+WITH doomed AS (
+    SELECT id FROM ripple_webhook_deliveries
+    WHERE status IN ('delivered', 'failed')
+      AND updated_at < now() - make_interval(secs => $1)
+    ORDER BY updated_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), attempts AS (
+    DELETE FROM ripple_webhook_attempts a USING doomed d WHERE a.delivery_id = d.id RETURNING 1
+), deliveries AS (
+    DELETE FROM ripple_webhook_deliveries w USING doomed d WHERE w.id = d.id RETURNING 1
+)
+SELECT (SELECT count(*) FROM deliveries) AS deliveries,
+       (SELECT count(*) FROM attempts) AS attempts
+"""
+
+# $1 retention in seconds, $2 batch size. Attempt log rows older than the cutoff, also of
+# deliveries still pending (a delivery retried for longer than the retention keeps its recent
+# attempts only).
+DELETE_OLD_WEBHOOK_ATTEMPTS: Final = """
+WITH doomed AS (
+    SELECT id FROM ripple_webhook_attempts
+    WHERE started_at < now() - make_interval(secs => $1)
+    ORDER BY started_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM ripple_webhook_attempts a USING doomed d WHERE a.id = d.id
+"""
+
+# $1 run id, $2 hold (true exempts the run from retention).
+SET_HOLD: Final = "UPDATE ripple_runs SET hold = $2 WHERE run_id = $1"
+
+
+def _count(status: str) -> int:
+    """Rows affected, from a command tag such as `DELETE 500`."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+async def delete_expired_runs(conn: Connection, max_retention: float, batch: int) -> dict[str, int]:
+    """Delete one batch of expired runs with their steps, waits and signals; counts per kind."""
+    row = await conn.fetchrow(DELETE_EXPIRED_RUNS, max_retention, batch)
+    assert row is not None
+    return {kind: int(row[kind]) for kind in ("runs", "steps", "waits", "signals")}
+
+
+async def delete_old_events(conn: Connection, retention: float, batch: int) -> int:
+    return _count(await conn.execute(DELETE_OLD_EVENTS, retention, batch))
+
+
+async def delete_old_webhook_deliveries(
+    conn: Connection, retention: float, batch: int
+) -> dict[str, int]:
+    row = await conn.fetchrow(DELETE_OLD_WEBHOOK_DELIVERIES, retention, batch)
+    assert row is not None
+    return {"webhook_deliveries": int(row["deliveries"]), "webhook_attempts": int(row["attempts"])}
+
+
+async def delete_old_webhook_attempts(conn: Connection, retention: float, batch: int) -> int:
+    return _count(await conn.execute(DELETE_OLD_WEBHOOK_ATTEMPTS, retention, batch))
+
+
+async def set_hold(conn: Connection, run_id: str, hold: bool) -> bool:
+    """Set or clear a run's hold; False if there is no such run."""
+    return _count(await conn.execute(SET_HOLD, run_id, hold)) == 1

@@ -1,0 +1,305 @@
+"""Retention sweeper against real Postgres: time moves by rewriting timestamps in SQL."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import asyncpg
+from prometheus_client import REGISTRY
+
+from ripple.platform import sweeper_store
+from ripple.platform.config import Settings
+from ripple.platform.db import Pool
+from ripple.platform.sweeper import Sweeper
+from tests.helpers import assert_eventually
+
+DAY = 86_400.0
+ACTIVE = ("pending", "running", "sleeping", "waiting")
+
+
+async def make_run(
+    pool: Pool,
+    *,
+    status: str,
+    age_days: float,
+    retention_days: float | None = 30.0,
+    hold: bool = False,
+    steps: int = 2,
+) -> str:
+    """A run whose timestamps lie `age_days` in the past, with a journal, a wait and a signal."""
+    run_id = f"run-{uuid.uuid4().hex}"
+    terminal = status not in ACTIVE
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(
+            """
+            INSERT INTO ripple_runs (run_id, workflow, version, status, retention_seconds,
+                                     hold, created_at, started_at, completed_at, updated_at)
+            VALUES ($1, 'wf', 1, $2, $3, $4,
+                    now() - make_interval(secs => $5), now() - make_interval(secs => $5),
+                    CASE WHEN $6 THEN now() - make_interval(secs => $5) END,
+                    now() - make_interval(secs => $5))
+            """,
+            run_id,
+            status,
+            None if retention_days is None else retention_days * DAY,
+            hold,
+            age_days * DAY,
+            terminal,
+        )
+        for seq in range(steps):
+            await conn.execute(
+                "INSERT INTO ripple_steps (run_id, key, seq, kind, status) "
+                "VALUES ($1, $2, $3, 'run', 'completed')",
+                run_id,
+                f"step-{seq}",
+                seq,
+            )
+        await conn.execute(
+            "INSERT INTO ripple_waits (run_id, step_key, step_seq, name) VALUES ($1, 'w', 9, 'w')",
+            run_id,
+        )
+        await conn.execute(
+            "INSERT INTO ripple_signals (run_id, name, payload) VALUES ($1, 'late', $2)",
+            run_id,
+            {"x": 1},
+        )
+    return run_id
+
+
+async def count(pool: Pool, table: str, run_id: str) -> int:
+    value = await pool.fetchval(f"SELECT count(*) FROM {table} WHERE run_id = $1", run_id)
+    return int(value)
+
+
+async def exists(pool: Pool, run_id: str) -> bool:
+    return await count(pool, "ripple_runs", run_id) == 1
+
+
+def deleted_total(kind: str) -> float:
+    value = REGISTRY.get_sample_value("sweeper_deleted_total", {"kind": kind})
+    return value or 0.0
+
+
+async def test_sweeper__deletes_expired_terminal_runs_with_their_journal(
+    pool: Pool, settings: Settings
+) -> None:
+    expired = [
+        await make_run(pool, status="completed", age_days=31),
+        await make_run(pool, status="failed", age_days=2, retention_days=1),
+        await make_run(pool, status="canceled", age_days=40, retention_days=35),
+    ]
+    kept = [
+        await make_run(pool, status="completed", age_days=10),
+        await make_run(pool, status="failed", age_days=0.5, retention_days=1),
+    ]
+    sweeper = Sweeper(pool, settings)
+
+    result = await sweeper.sweep_once()
+
+    assert result["runs"] == 3
+    assert result["steps"] == 6
+    assert result["waits"] == 3
+    assert result["signals"] == 3
+    for run_id in expired:
+        assert not await exists(pool, run_id)
+        for table in ("ripple_steps", "ripple_waits", "ripple_signals"):
+            assert await count(pool, table, run_id) == 0
+    for run_id in kept:
+        assert await exists(pool, run_id)
+        assert await count(pool, "ripple_steps", run_id) == 2
+    assert (await sweeper.sweep_once())["runs"] == 0
+
+
+async def test_sweeper__active_and_held_runs_survive(pool: Pool, settings: Settings) -> None:
+    active = [await make_run(pool, status=status, age_days=400) for status in ACTIVE]
+    held = await make_run(pool, status="completed", age_days=400, hold=True)
+    released = await make_run(pool, status="failed", age_days=400)
+    sweeper = Sweeper(pool, settings)
+    assert await sweeper.hold(released) is True
+    assert await sweeper.hold("run-that-does-not-exist") is False
+
+    result = await sweeper.sweep_once()
+
+    assert result["runs"] == 0
+    for run_id in [*active, held, released]:
+        assert await exists(pool, run_id)
+        assert await count(pool, "ripple_steps", run_id) == 2
+        assert await count(pool, "ripple_signals", run_id) == 1
+
+    assert await sweeper.hold(released, hold=False) is True
+    assert (await sweeper.sweep_once())["runs"] == 1
+    assert not await exists(pool, released)
+    assert await exists(pool, held)
+
+
+async def test_sweeper__server_maximum_clamps_each_runs_retention(
+    pool: Pool, settings: Settings
+) -> None:
+    clamped = settings.model_copy(update={"max_run_retention_days": 60.0})
+    too_long = await make_run(pool, status="completed", age_days=61, retention_days=365)
+    unset = await make_run(pool, status="completed", age_days=61, retention_days=None)
+    young_unset = await make_run(pool, status="completed", age_days=59, retention_days=None)
+
+    result = await Sweeper(pool, clamped).sweep_once()
+
+    assert result["runs"] == 2
+    assert not await exists(pool, too_long)
+    assert not await exists(pool, unset)
+    assert await exists(pool, young_unset)
+
+
+async def test_sweeper__batches_are_bounded_and_drained(pool: Pool, settings: Settings) -> None:
+    for _ in range(7):
+        await make_run(pool, status="completed", age_days=31, steps=1)
+    async with pool.acquire() as conn, conn.transaction():
+        one_batch = await sweeper_store.delete_expired_runs(conn, 90 * DAY, 3)
+    assert one_batch == {"runs": 3, "steps": 3, "waits": 3, "signals": 3}
+
+    small = settings.model_copy(update={"sweep_batch_size": 3})
+    result = await Sweeper(pool, small).sweep_once()
+
+    assert result["runs"] == 4
+    assert await pool.fetchval("SELECT count(*) FROM ripple_runs") == 0
+
+
+async def test_sweeper__skips_rows_locked_by_others(
+    pool: Pool, settings: Settings, database_url: str
+) -> None:
+    busy = await make_run(pool, status="completed", age_days=31)
+    free = await make_run(pool, status="completed", age_days=31)
+    other = await asyncpg.connect(database_url)
+    try:
+        tx = other.transaction()
+        await tx.start()
+        await other.execute("SELECT 1 FROM ripple_runs WHERE run_id = $1 FOR UPDATE", busy)
+
+        result = await asyncio.wait_for(Sweeper(pool, settings).sweep_once(), 10)
+
+        assert result["runs"] == 1
+        assert not await exists(pool, free)
+        assert await exists(pool, busy)
+        await tx.rollback()
+    finally:
+        await other.close()
+    assert (await Sweeper(pool, settings).sweep_once())["runs"] == 1
+
+
+async def insert_event(pool: Pool, age_days: float) -> str:
+    event_id = str(uuid.uuid4())
+    await pool.execute(
+        "INSERT INTO ripple_events (id, topic, payload, idempotency_key, created_at) "
+        "VALUES ($1, 'user.signup', $2, $3, now() - make_interval(secs => $4))",
+        event_id,
+        {"n": 1},
+        f"key-{event_id}",
+        age_days * DAY,
+    )
+    return event_id
+
+
+async def insert_delivery(pool: Pool, *, status: str, age_days: float, attempts: int = 2) -> str:
+    delivery_id = str(uuid.uuid4())
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(
+            """
+            INSERT INTO ripple_webhook_deliveries (id, subscription_id, event_id, topic, payload,
+                                                   event_time, status, attempts, created_at,
+                                                   updated_at)
+            VALUES ($1, $2, $3, 't', '{}', now(), $4, $5,
+                    now() - make_interval(secs => $6), now() - make_interval(secs => $6))
+            """,
+            delivery_id,
+            str(uuid.uuid4()),
+            str(uuid.uuid4()),
+            status,
+            attempts,
+            age_days * DAY,
+        )
+        for attempt in range(1, attempts + 1):
+            await conn.execute(
+                "INSERT INTO ripple_webhook_attempts (delivery_id, attempt, started_at, "
+                "latency_ms, outcome) VALUES ($1, $2, now() - make_interval(secs => $3), 1, 'x')",
+                delivery_id,
+                attempt,
+                age_days * DAY,
+            )
+    return delivery_id
+
+
+async def rows(pool: Pool, sql: str, *args: Any) -> int:
+    return int(await pool.fetchval(sql, *args))
+
+
+async def test_sweeper__deletes_old_events_and_delivery_logs(
+    pool: Pool, settings: Settings
+) -> None:
+    old_events = [await insert_event(pool, 8) for _ in range(3)]
+    new_event = await insert_event(pool, 6)
+    old_delivered = await insert_delivery(pool, status="delivered", age_days=8)
+    old_failed = await insert_delivery(pool, status="failed", age_days=9, attempts=3)
+    new_delivered = await insert_delivery(pool, status="delivered", age_days=1)
+    # still retrying after more than the retention: keeps the delivery, loses the old attempts
+    old_pending = await insert_delivery(pool, status="pending", age_days=8)
+    await pool.execute(
+        "INSERT INTO ripple_webhook_attempts (delivery_id, attempt, started_at, latency_ms, "
+        "outcome) VALUES ($1, 3, now(), 1, 'retry')",
+        old_pending,
+    )
+    before = deleted_total("events")
+
+    result = await Sweeper(pool, settings).sweep_once()
+
+    assert result["events"] == 3
+    assert result["webhook_deliveries"] == 2
+    assert result["webhook_attempts"] == 2 + 3 + 2
+    assert deleted_total("events") - before == 3
+    remaining = await pool.fetch("SELECT id::text FROM ripple_events")
+    assert [r["id"] for r in remaining] == [new_event]
+    assert not set(old_events) & {r["id"] for r in remaining}
+    deliveries = await pool.fetch("SELECT id::text FROM ripple_webhook_deliveries ORDER BY id")
+    assert {r["id"] for r in deliveries} == {new_delivered, old_pending}
+    assert old_delivered not in {r["id"] for r in deliveries}
+    assert old_failed not in {r["id"] for r in deliveries}
+    sql = "SELECT count(*) FROM ripple_webhook_attempts WHERE delivery_id = $1"
+    assert await rows(pool, sql, new_delivered) == 2
+    assert await rows(pool, sql, old_pending) == 1
+
+
+async def test_sweeper__counts_deleted_rows_in_metrics(pool: Pool, settings: Settings) -> None:
+    await make_run(pool, status="completed", age_days=31, steps=3)
+    before = {kind: deleted_total(kind) for kind in ("runs", "steps", "waits", "signals")}
+
+    await Sweeper(pool, settings).sweep_once()
+
+    after = {kind: deleted_total(kind) for kind in before}
+    assert {k: after[k] - before[k] for k in before} == {
+        "runs": 1,
+        "steps": 3,
+        "waits": 1,
+        "signals": 1,
+    }
+
+
+async def test_sweeper__background_loop_sweeps_until_stopped(
+    pool: Pool, settings: Settings
+) -> None:
+    sweeper = Sweeper(pool, settings.model_copy(update={"sweep_interval": 0.05}))
+    task = asyncio.create_task(sweeper.run())
+    try:
+        run_id = await make_run(pool, status="completed", age_days=31)
+
+        async def gone() -> bool:
+            return not await exists(pool, run_id)
+
+        await assert_eventually(gone)
+    finally:
+        sweeper.stop()
+        await asyncio.wait_for(task, 5)
+
+
+async def test_sweeper__stop_before_run_is_not_lost(pool: Pool, settings: Settings) -> None:
+    sweeper = Sweeper(pool, settings.model_copy(update={"sweep_interval": 3600}))
+    sweeper.stop()
+    await asyncio.wait_for(sweeper.run(), 5)
