@@ -1,0 +1,115 @@
+"""Workflows the resilience tests run in real worker processes.
+
+Step bodies count their side effects OUTSIDE the journal: each inserts a row into the
+test-created `effects` table over the process's own asyncpg pool, so the tests can tell how often
+a body really ran (and in which process). `gated` steps block until the test opens a gate (a row
+in `gates`), which lets a test crash, stop or terminate a worker while a step is in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from typing import Any
+
+import asyncpg
+
+from ripple.workflows import RetryPolicy, WorkflowContext, workflow
+
+#: Schema the tests create in their database before starting workers.
+SCHEMA = """
+CREATE TABLE effects (
+    run_id text NOT NULL,
+    step   text NOT NULL,
+    pid    integer NOT NULL,
+    at     timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE TABLE gates (name text PRIMARY KEY);
+"""
+
+_pool: asyncpg.Pool | None = None
+_pool_lock = asyncio.Lock()
+
+
+async def _effects_pool() -> asyncpg.Pool:
+    """This process's pool for effect rows (the same database the worker uses)."""
+    global _pool
+    async with _pool_lock:
+        if _pool is None:
+            _pool = await asyncpg.create_pool(
+                os.environ["RIPPLE_DATABASE_URL"], min_size=1, max_size=4
+            )
+    return _pool
+
+
+async def record_effect(run_id: str, step: str) -> int:
+    """Insert one effect row for (run, step) from this process; return the pid."""
+    pool = await _effects_pool()
+    await pool.execute(
+        "INSERT INTO effects (run_id, step, pid) VALUES ($1, $2, $3)", run_id, step, os.getpid()
+    )
+    return os.getpid()
+
+
+async def gated_effect(run_id: str, step: str, gate: str) -> dict[str, Any]:
+    """Record `step.started`, block until `gate` is open, record `step.done`; return the pid."""
+    await record_effect(run_id, f"{step}.started")
+    pool = await _effects_pool()
+    while not await pool.fetchval("SELECT true FROM gates WHERE name = $1", gate):  # noqa: ASYNC110
+        await asyncio.sleep(0.05)  # polls another process's write: no in-process event exists
+    await record_effect(run_id, f"{step}.done")
+    return {"pid": os.getpid()}
+
+
+async def kill_self(run_id: str, step: str) -> None:
+    """Record `step.started`, then SIGKILL this very worker process (a poison step)."""
+    await record_effect(run_id, f"{step}.started")
+    os.kill(os.getpid(), signal.SIGKILL)
+    await asyncio.sleep(60)  # never reached: the process is gone
+
+
+@workflow(name="three-steps")
+async def three_steps(ctx: WorkflowContext) -> list[int]:
+    """Three recorded steps, each one effect row; returns the pids that ran them."""
+    return [await ctx.step.run(step, record_effect, ctx.run_id, step) for step in ("a", "b", "c")]
+
+
+@workflow(name="gated")
+async def gated(ctx: WorkflowContext, inp: dict[str, Any]) -> dict[str, Any]:
+    """`first`, then `slow` (blocks on the gate named by the input), then `last`."""
+    first = await ctx.step.run("first", record_effect, ctx.run_id, "first")
+    slow = await ctx.step.run("slow", gated_effect, ctx.run_id, "slow", inp["gate"])
+    last = await ctx.step.run("last", record_effect, ctx.run_id, "last")
+    return {"first": first, "slow": slow["pid"], "last": last}
+
+
+@workflow(name="poison")
+async def poison(ctx: WorkflowContext) -> str:
+    """`ok`, then a step that kills its worker on every attempt (3 attempts allowed)."""
+    await ctx.step.run("ok", record_effect, ctx.run_id, "ok")
+    await ctx.step.run(
+        "poison",
+        kill_self,
+        ctx.run_id,
+        "poison",
+        retry=RetryPolicy(max_attempts=3, initial_interval=0.1, jitter=0.0),
+    )
+    return "unreachable"
+
+
+@workflow(name="approval")
+async def approval(ctx: WorkflowContext) -> dict[str, Any]:
+    """`before`, a durable wait for signal `approve`, then `after`; returns the payload."""
+    await ctx.step.run("before", record_effect, ctx.run_id, "before")
+    payload = await ctx.step.wait_for_event("approve")
+    after = await ctx.step.run("after", record_effect, ctx.run_id, "after")
+    return {"payload": payload, "after": after}
+
+
+@workflow(name="napper")
+async def napper(ctx: WorkflowContext) -> int:
+    """`a`, a durable 0.3 s sleep, then `b` (timers must fire without Redis)."""
+    await ctx.step.run("a", record_effect, ctx.run_id, "a")
+    await ctx.step.sleep("nap", 0.3)
+    return await ctx.step.run("b", record_effect, ctx.run_id, "b")

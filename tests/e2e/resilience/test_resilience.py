@@ -1,0 +1,235 @@
+"""Workflow engine resilience with real worker processes, real Postgres and real Redis.
+
+Workers are `python -m tests.e2e.resilience.worker_main` subprocesses with a 2 s lease; they are
+killed (SIGKILL), frozen (SIGSTOP/SIGCONT), terminated (SIGTERM) or cut off from Redis while a
+step is in flight. Step bodies count their side effects in the test-created `effects` table
+(outside the journal), so every assertion about "ran once" is about real executions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+from typing import Any
+
+import pytest
+
+from ripple.platform.client import Client
+from ripple.platform.config import Settings
+from tests.e2e.resilience import app
+from tests.e2e.resilience.conftest import Effects
+from tests.e2e.resilience.procs import Workers
+from tests.helpers import assert_eventually
+
+pytestmark = pytest.mark.slow
+
+TERMINAL = {"completed", "failed", "canceled"}
+
+
+async def _status(client: Client, run_id: str) -> str | None:
+    run = await client.get_run(run_id)
+    return None if run is None else str(run.status)
+
+
+def _journal(steps: list[Any]) -> list[tuple[Any, ...]]:
+    """The comparable content of a journal (what a stale writer must never change)."""
+    return [
+        (s.key, s.kind, s.status, s.attempts, s.output, s.error, s.started_at, s.completed_at)
+        for s in steps
+    ]
+
+
+async def test_worker_sigkill__mid_step_resumes_on_another_worker(
+    client: Client, effects: Effects, workers: Workers
+) -> None:
+    w1 = await workers.start()
+    handle = await client.start(app.gated, {"gate": "g"})
+    run_id = handle.run_id
+    await assert_eventually(lambda: effects.count(run_id, "slow.started", w1.pid))
+
+    w1.send(signal.SIGKILL)
+    assert await w1.wait_exit() == -signal.SIGKILL
+    w2 = await workers.start()
+    # the lease of the dead worker expires and the second worker re-runs the unrecorded step
+    await assert_eventually(lambda: effects.count(run_id, "slow.started", w2.pid), timeout=20)
+    await effects.open_gate("g")
+
+    out = await handle.result(timeout=30)
+    assert out == {"first": w1.pid, "slow": w2.pid, "last": w2.pid}
+    assert await effects.counts(run_id) == {
+        "first": 1,  # recorded before the kill: never again
+        "slow.started": 2,  # the killed step ran at most twice
+        "slow.done": 1,
+        "last": 1,
+    }
+    steps = {s.key: s for s in await client.list_steps(run_id)}
+    assert steps["slow"].status == "completed"
+    assert steps["slow"].output == {"pid": w2.pid}
+
+
+async def test_worker_sigstop__past_lease_is_fenced_after_sigcont(
+    client: Client, effects: Effects, workers: Workers
+) -> None:
+    w1 = await workers.start()
+    handle = await client.start(app.gated, {"gate": "g"})
+    run_id = handle.run_id
+    await assert_eventually(lambda: effects.count(run_id, "slow.started", w1.pid))
+
+    w1.send(signal.SIGSTOP)  # frozen mid-step: no heartbeat, the lease runs out
+    w2 = await workers.start()
+    await assert_eventually(lambda: effects.count(run_id, "slow.started", w2.pid), timeout=20)
+    await effects.open_gate("g")
+    out = await handle.result(timeout=30)
+    assert out == {"first": w1.pid, "slow": w2.pid, "last": w2.pid}
+    run_before = await client.get_run(run_id)
+    journal_before = _journal(await client.list_steps(run_id))
+
+    # the frozen worker wakes up, finishes its step body and tries to record it: refused
+    w1.send(signal.SIGCONT)
+    await assert_eventually(lambda: effects.count(run_id, "slow.done", w1.pid), timeout=20)
+    w1.send(signal.SIGTERM)  # graceful: it settles its in-flight work before it exits
+    assert await w1.wait_exit() == 0
+
+    run_after = await client.get_run(run_id)
+    assert run_before is not None
+    assert run_after is not None
+    assert run_after.status == "completed"
+    assert run_after.output == {"first": w1.pid, "slow": w2.pid, "last": w2.pid}
+    assert run_after.completed_at == run_before.completed_at
+    assert _journal(await client.list_steps(run_id)) == journal_before
+    assert await effects.counts(run_id) == {
+        "first": 1,
+        "slow.started": 2,
+        "slow.done": 2,  # both bodies finished; only the second worker's result is recorded
+        "last": 1,  # the stale worker did not go on to run later steps
+    }
+
+
+async def test_two_workers__500_runs_run_each_step_body_once(
+    client: Client, effects: Effects, workers: Workers
+) -> None:
+    w1, w2 = await asyncio.gather(workers.start(concurrency=50), workers.start(concurrency=50))
+    for _ in range(10):
+        await asyncio.gather(*(client.start(app.three_steps) for _ in range(50)))
+
+    async def completed() -> bool:
+        page = await client.list_runs(workflow="three-steps", status="completed", limit=500)
+        return len(page.items) == 500
+
+    await assert_eventually(completed, timeout=45, interval=0.25)
+    rows = await effects.pool.fetch(
+        "SELECT run_id, step, count(*) AS n, min(pid) AS pid FROM effects GROUP BY run_id, step"
+    )
+    assert len(rows) == 500 * 3
+    assert [(r["run_id"], r["step"], r["n"]) for r in rows if r["n"] != 1] == []
+    assert {r["pid"] for r in rows} <= {w1.pid, w2.pid}
+
+
+async def test_worker_sigterm__in_flight_step_finishes_and_is_recorded(
+    client: Client, effects: Effects, workers: Workers
+) -> None:
+    w1 = await workers.start()
+    handle = await client.start(app.gated, {"gate": "g"})
+    run_id = handle.run_id
+    await assert_eventually(lambda: effects.count(run_id, "slow.started", w1.pid))
+
+    w1.send(signal.SIGTERM)
+    await w1.wait_stdout("stopping")  # the worker is shutting down with the step in flight
+    await effects.open_gate("g")
+    assert await w1.wait_exit() == 0
+
+    steps = {s.key: s for s in await client.list_steps(run_id)}
+    assert steps["slow"].status == "completed"
+    assert steps["slow"].output == {"pid": w1.pid}
+    assert "last" not in steps  # a stopping worker finishes its step but starts no other
+
+    w2 = await workers.start()
+    out = await handle.result(timeout=30)
+    assert out == {"first": w1.pid, "slow": w1.pid, "last": w2.pid}
+    assert await effects.counts(run_id) == {
+        "first": 1,
+        "slow.started": 1,  # recorded during the grace period: not re-executed
+        "slow.done": 1,
+        "last": 1,
+    }
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_redis_unreachable__runs_complete(
+    settings: Settings, effects: Effects, workers: Workers
+) -> None:
+    dead_redis = f"redis://127.0.0.1:{_closed_port()}/0"
+    await workers.start(RIPPLE_REDIS_URL=dead_redis)
+    async with Client(settings=settings.model_copy(update={"redis_url": dead_redis})) as client:
+        steps = [await client.start(app.three_steps) for _ in range(5)]
+        nappers = [await client.start(app.napper) for _ in range(2)]
+        waiting = await client.start(app.approval)
+        await assert_eventually(
+            lambda: effects.count(waiting.run_id, "before"), timeout=20, interval=0.1
+        )
+        await client.signal(waiting.run_id, "approve", {"ok": True})
+
+        for handle in [*steps, *nappers]:
+            await handle.result(timeout=30)
+        out = await waiting.result(timeout=30)
+        assert out["payload"] == {"ok": True}
+        for handle in steps:
+            assert await effects.counts(handle.run_id) == {"a": 1, "b": 1, "c": 1}
+        for handle in nappers:
+            assert await effects.counts(handle.run_id) == {"a": 1, "b": 1}
+
+
+async def test_poison_step__fails_run_after_its_attempt_budget(
+    client: Client, effects: Effects, workers: Workers
+) -> None:
+    handle = await client.start(app.poison)
+    run_id = handle.run_id
+    restarts = 0
+    while await _status(client, run_id) not in TERMINAL:
+        assert restarts < 6, "the poison step keeps killing workers: crash loop not bounded"
+        worker = await workers.start(wait_ready=False)
+        restarts += 1
+
+        async def worker_died_or_run_ended(w: Any = worker) -> bool:
+            return w.proc.returncode is not None or await _status(client, run_id) in TERMINAL
+
+        await assert_eventually(worker_died_or_run_ended, timeout=20, interval=0.05)
+
+    run = await client.get_run(run_id)
+    assert run is not None
+    assert run.status == "failed"
+    assert run.error is not None
+    assert "poison" in str(run.error)
+    counts = await effects.counts(run_id)
+    assert counts["ok"] == 1
+    assert 1 <= counts["poison.started"] <= 3  # bounded by RetryPolicy(max_attempts=3)
+    assert restarts <= 4
+
+
+async def test_waiting_run__survives_worker_sigkill(
+    client: Client, effects: Effects, workers: Workers
+) -> None:
+    w1 = await workers.start()
+    handle = await client.start(app.approval)
+    run_id = handle.run_id
+    await assert_eventually(lambda: _is(client, run_id, "waiting"), timeout=20)
+
+    w1.send(signal.SIGKILL)
+    await w1.wait_exit()
+    w2 = await workers.start()
+    result = await client.signal(run_id, "approve", {"by": "ann"})
+    assert result.delivered
+
+    out = await handle.result(timeout=30)
+    assert out == {"payload": {"by": "ann"}, "after": w2.pid}
+    assert await effects.counts(run_id) == {"before": 1, "after": 1}
+
+
+async def _is(client: Client, run_id: str, status: str) -> bool:
+    return await _status(client, run_id) == status

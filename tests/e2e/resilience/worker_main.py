@@ -1,0 +1,58 @@
+"""A worker process for the resilience tests.
+
+`python -m tests.e2e.resilience.worker_main --app <module> --concurrency N` connects a `Client`
+from the RIPPLE_* environment, runs a `Worker` for every workflow definition found in the module
+(no webhook dispatcher, no sweeper), prints `ready` on stdout once running, and on SIGTERM prints
+`stopping` and stops gracefully (in-flight steps get the configured grace), exiting 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import signal
+from typing import Any
+
+from ripple.platform.client import Client
+from ripple.platform.config import load_settings
+from ripple.platform.logs import configure_logging
+from ripple.workflows import Worker
+from ripple.workflows.definition import WorkflowDefinition
+
+
+def definitions(module_name: str) -> list[WorkflowDefinition[Any, Any]]:
+    """Every workflow definition a module defines at its top level."""
+    module = importlib.import_module(module_name)
+    found = [v for v in vars(module).values() if isinstance(v, WorkflowDefinition)]
+    if not found:
+        raise SystemExit(f"no @workflow definitions in {module_name}")
+    return found
+
+
+async def main(app: str, concurrency: int) -> None:
+    workflows = definitions(app)
+    settings = load_settings()
+    configure_logging(console=settings.log_console, level=settings.log_level)
+    async with Client(settings=settings) as client:
+        worker = Worker(client, workflows, concurrency=concurrency, webhooks=False, sweeper=False)
+
+        def on_sigterm() -> None:
+            print("stopping", flush=True)
+            worker.stop()
+
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        task = asyncio.create_task(worker.run())
+        await asyncio.sleep(0)  # let the worker start before announcing it
+        print("ready", flush=True)
+        await task
+        print("stopped", flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--app", required=True, help="module defining the workflows")
+    parser.add_argument("--concurrency", type=int, default=10)
+    args = parser.parse_args()
+    asyncio.run(main(args.app, args.concurrency))
