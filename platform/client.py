@@ -17,10 +17,12 @@ from ripple.platform.config import Settings, load_settings
 from ripple.platform.db import Connection, Pool, create_pool
 from ripple.platform.embedded import discover_dev_urls
 from ripple.platform.errors import RippleError
+from ripple.platform.observability import GaugeCollector
 from ripple.platform.publish import Explanation, PublishResult, Publisher
 from ripple.platform.queues import Queues
 from ripple.platform.services import BackgroundService
 from ripple.platform.subscriptions import Subscription, Subscriptions
+from ripple.platform.sweeper import Sweeper
 from ripple.platform.wake import NullWaker, create_waker
 from ripple.subscribers import QueueTarget, Target, WebhookTarget, WorkflowTarget
 from ripple.subscribers.queue import QueueKind
@@ -98,6 +100,8 @@ class Client:
         )
         self.queues = Queues(pool, waker, self.settings)
         self.deliveries = Deliveries(pool, waker, self.settings)
+        #: Refreshes the gauges computed from Postgres (call before exposing `/metrics`).
+        self.gauges = GaugeCollector(pool, self.settings)
         return self
 
     async def close(self) -> None:
@@ -138,7 +142,13 @@ class Client:
         services: list[BackgroundService] = []
         if webhooks:
             services.append(WebhookDispatcher(self.pool, self.waker, self.settings))
+        if sweeper:
+            services.append(Sweeper(self.pool, self.settings))
         return services
+
+    async def hold(self, run_id: str, hold: bool = True) -> bool:
+        """Exempt a run from retention (`hold=False` clears it); False if there is no such run."""
+        return await Sweeper(self.pool, self.settings).hold(run_id, hold)
 
     # -- workflows ---------------------------------------------------------------------------
 
