@@ -141,8 +141,10 @@ class Publisher:
         self._validate(topic, payload, idempotency_key)
         targets = _deliverable(await self._subscriptions.matching(topic), payload)
         event_id = new_id()
-        trace = tracing.current_context()
         with tracing.span("event.publish", topic=topic, event_id=event_id):
+            # Captured inside the span: what targets store is this publish's own context, so
+            # their spans (workflow.run, webhook.deliver) join the publisher's trace under it.
+            trace = tracing.current_context()
             async with db.transaction(self._pool, conn) as tx:
                 created = await event_store.insert_event(
                     tx, event_id, topic, payload, idempotency_key, trace
