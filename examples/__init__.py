@@ -1,0 +1,1 @@
+"""Example Ripple apps (`ripple dev --app examples.onboarding`)."""

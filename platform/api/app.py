@@ -1,0 +1,106 @@
+"""The ASGI application: `create_app(client_or_settings)` wires routes, auth, limits, problems.
+
+Given `Settings`, the app owns a `Client` (connected at startup, closed at shutdown). Given a
+`Client`, the caller owns it (the app connects it if needed and never closes it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from ripple.platform.api import deliveries, ops, runs, signals, subscriptions, topics
+from ripple.platform.api import queues as queue_routes
+from ripple.platform.api.deps import require_token
+from ripple.platform.api.limits import RequestLimits
+from ripple.platform.api.problems import PROBLEM_JSON, install_problem_handlers
+from ripple.platform.client import Client
+from ripple.platform.config import Settings
+
+__all__ = ["create_app"]
+
+_DESCRIPTION = """
+Ripple: publish events to topics, fan them out to queues, webhooks and durable workflows.
+
+All `/v1` routes take `Authorization: Bearer <token>` (tokens from `RIPPLE_API_TOKENS`).
+Errors are RFC 9457 `application/problem+json`. Bodies are limited to `RIPPLE_MAX_BODY_BYTES`
+(413 above it) and JSON nesting to `RIPPLE_MAX_JSON_DEPTH` (422). Lists take `limit` and `cursor`.
+"""
+
+
+def create_app(client_or_settings: Client | Settings) -> FastAPI:
+    """The Ripple HTTP API as an ASGI app."""
+    if isinstance(client_or_settings, Client):
+        client, owned = client_or_settings, False
+    else:
+        client, owned = Client(settings=client_or_settings), True
+    settings = client.settings
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await client.connect()
+        try:
+            yield
+        finally:
+            if owned:
+                await client.close()
+
+    app = FastAPI(
+        title="Ripple",
+        version="1",
+        description=_DESCRIPTION,
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.client = client
+    app.state.settings = settings
+
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_token)])
+    for module in (runs, signals, topics, subscriptions, queue_routes, deliveries):
+        v1.include_router(module.router)
+    app.include_router(v1)
+    app.include_router(ops.router)
+    install_problem_handlers(app)
+    app.add_middleware(
+        RequestLimits, max_body_bytes=settings.max_body_bytes, max_depth=settings.max_json_depth
+    )
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+            )
+            _problem_everywhere(schema)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+def _problem_everywhere(schema: dict[str, Any]) -> None:
+    """Document the problem responses every /v1 route can give (401, 413, 422, 5xx)."""
+    ref = {"$ref": "#/components/schemas/Problem"}
+    common = {
+        "400": "Malformed JSON",
+        "401": "Missing or invalid bearer token",
+        "413": "Request body too large",
+        "422": "Invalid input",
+        "503": "Database unavailable; retry",
+    }
+    for path, item in schema.get("paths", {}).items():
+        if not path.startswith("/v1"):
+            continue
+        for operation in item.values():
+            responses = operation.setdefault("responses", {})
+            for status, description in common.items():
+                entry = responses.setdefault(status, {"description": description})
+                entry["content"] = {PROBLEM_JSON: {"schema": ref}}

@@ -1,0 +1,111 @@
+"""Routes for webhook deliveries: list, attempts, redrive (one or all failed)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+from pydantic import Field
+
+from ripple.platform.api.deps import ClientDep, Limit
+from ripple.platform.api.models import ApiModel, OutModel, jsonable
+from ripple.platform.api.problems import ProblemError, problem_responses
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["deliveries"])
+
+_UUID = r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$"
+DeliveryId = Annotated[str, Path(pattern=_UUID, description="UUID")]
+DELIVERY_STATUSES = ("pending", "delivered", "failed")
+
+
+class DeliveryOut(OutModel):
+    id: str
+    subscription_id: str
+    event_id: str
+    topic: str
+    status: str = Field(examples=["failed"], description="pending, delivered or failed.")
+    attempts: int
+    next_attempt_at: datetime | None = None
+    last_status_code: int | None = None
+    last_error: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    delivered_at: datetime | None = None
+
+
+class DeliveryPage(OutModel):
+    items: list[DeliveryOut]
+    next_cursor: str | None = None
+
+
+class AttemptOut(OutModel):
+    attempt: int
+    started_at: datetime
+    latency_ms: float
+    outcome: str
+    status_code: int | None = None
+    error: str | None = None
+    response_body: str | None = Field(default=None, description="First 2 KiB of the response.")
+
+
+class Redriven(OutModel):
+    redriven: int
+
+
+class RedriveFailedIn(ApiModel):
+    subscription_id: str | None = Field(default=None, pattern=_UUID)
+    since: datetime | None = None
+
+
+@router.get("/deliveries", response_model=DeliveryPage, responses=problem_responses(422))
+async def list_deliveries(
+    client: ClientDep,
+    limit: Limit,
+    status: Annotated[str | None, Query(pattern="^(" + "|".join(DELIVERY_STATUSES) + ")$")] = None,
+    subscription_id: Annotated[str | None, Query(alias="subscriptionId", pattern=_UUID)] = None,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+) -> DeliveryPage:
+    """Webhook deliveries, newest first, with their last outcome."""
+    page = await client.deliveries.list(
+        status=status, subscription_id=subscription_id, limit=limit, cursor=cursor
+    )
+    return DeliveryPage.model_validate(jsonable(page))
+
+
+@router.get(
+    "/deliveries/{delivery_id}/attempts",
+    response_model=list[AttemptOut],
+    responses=problem_responses(404),
+)
+async def list_attempts(delivery_id: DeliveryId, client: ClientDep) -> list[AttemptOut]:
+    """Every attempt of a delivery, oldest first: status code, latency, error, response start."""
+    if await client.deliveries.get(delivery_id) is None:
+        raise ProblemError(404, f"no delivery {delivery_id}")
+    return [
+        AttemptOut.model_validate(jsonable(a))
+        for a in await client.deliveries.attempts(delivery_id)
+    ]
+
+
+@router.post(
+    "/deliveries/{delivery_id}/redrive",
+    response_model=Redriven,
+    responses=problem_responses(404, 409),
+)
+async def redrive(delivery_id: DeliveryId, client: ClientDep) -> Redriven:
+    """Deliver a failed delivery again, from a fresh attempt budget."""
+    await client.deliveries.redrive(delivery_id)
+    return Redriven(redriven=1)
+
+
+@router.post("/deliveries/redrive", response_model=Redriven, responses=problem_responses(422))
+async def redrive_failed(client: ClientDep, body: RedriveFailedIn | None = None) -> Redriven:
+    """Deliver every failed delivery again (optionally of one subscription, or since a time)."""
+    body = body or RedriveFailedIn()
+    count = await client.deliveries.redrive_failed(
+        subscription_id=body.subscription_id, since=body.since
+    )
+    return Redriven(redriven=int(count))

@@ -1,0 +1,305 @@
+"""Operator actions for the CLI, over the database (a `Client`) or over HTTP (an API).
+
+Both backends return the same JSON shapes the REST API answers with (camelCase dicts), so the
+CLI renders and `--json`-prints one format whichever way it talks to Ripple. Failures raise
+`OperatorError` with a message fit for a terminal.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+import httpx
+
+from ripple.platform.api.models import jsonable
+from ripple.platform.api.runs import run_out, step_out
+from ripple.platform.api.subscriptions import subscription_out
+from ripple.platform.client import Client
+from ripple.platform.errors import NotFound, RippleError
+
+__all__ = ["LocalOperator", "Operator", "OperatorError", "RemoteOperator"]
+
+Json = Any
+
+
+class OperatorError(Exception):
+    """An operator command failed; the message says why."""
+
+
+class Operator(Protocol):
+    """What the CLI's operator commands need, whichever way they reach Ripple."""
+
+    async def __aenter__(self) -> Self: ...
+    async def __aexit__(self, *exc: object) -> None: ...
+    async def publish(self, topic: str, payload: Json, idempotency_key: str | None) -> Json: ...
+    async def explain(self, topic: str, payload: Json) -> Json: ...
+    async def subscribe(self, pattern: str, target: Json, filter: Json) -> Json: ...
+    async def unsubscribe(self, subscription_id: str) -> bool: ...
+    async def subscriptions(self) -> Json: ...
+    async def start(self, workflow: str, input: Json, idempotency_key: str | None) -> Json: ...
+    async def list_runs(
+        self, workflow: str | None, status: str | None, limit: int, cursor: str | None
+    ) -> Json: ...
+    async def get_run(self, run_id: str) -> Json: ...
+    async def steps(self, run_id: str) -> Json: ...
+    async def cancel(self, run_id: str) -> bool: ...
+    async def signal(self, run_id: str, name: str, payload: Json) -> Json: ...
+    async def signal_matching(self, event: str, payload: Json) -> Json: ...
+    async def queue_send(
+        self, queue: str, body: Json, group_id: str | None, delay: float | None
+    ) -> Json: ...
+    async def queue_receive(
+        self, queue: str, max_messages: int, visibility_timeout: float, wait: float, ack: bool
+    ) -> Json: ...
+    async def queue_stats(self, queue: str) -> Json: ...
+    async def queue_dead_letters(self, queue: str, limit: int) -> Json: ...
+    async def queue_redrive(self, queue: str) -> Json: ...
+    async def deliveries(self, status: str | None, limit: int, cursor: str | None) -> Json: ...
+    async def delivery_redrive(self, delivery_id: str | None) -> Json: ...
+
+
+class LocalOperator:
+    """Talks to Postgres directly through a `Client` (the default)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self.client.connect()
+        except RippleError as exc:
+            raise OperatorError(exc.message) from exc
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.client.close()
+        if isinstance(exc, RippleError):
+            raise OperatorError(exc.message) from exc
+
+    async def publish(self, topic: str, payload: Json, idempotency_key: str | None) -> Json:
+        result = await self.client.publish(topic, payload, idempotency_key)
+        return {"eventId": str(result.event_id), "deliveries": result.deliveries}
+
+    async def explain(self, topic: str, payload: Json) -> Json:
+        return jsonable(await self.client.explain(topic, payload))
+
+    async def subscribe(self, pattern: str, target: Json, filter: Json) -> Json:
+        from pydantic import TypeAdapter, ValidationError
+
+        from ripple.subscribers import Target
+
+        try:
+            parsed = TypeAdapter(Target).validate_python(target)
+        except ValidationError as exc:
+            raise OperatorError(f"invalid target: {exc}") from exc
+        sub = await self.client.subscribe(pattern, parsed, filter)
+        return subscription_out(sub, mask=False).model_dump(mode="json", by_alias=True)
+
+    async def unsubscribe(self, subscription_id: str) -> bool:
+        return await self.client.unsubscribe(subscription_id)
+
+    async def subscriptions(self) -> Json:
+        subs = await self.client.list_subscriptions()
+        return [subscription_out(s).model_dump(mode="json", by_alias=True) for s in subs]
+
+    async def start(self, workflow: str, input: Json, idempotency_key: str | None) -> Json:
+        handle = await self.client.start(workflow, input, idempotency_key=idempotency_key)
+        run = await self.client.get_run(handle.run_id)
+        return {"runId": handle.run_id, "status": run.status if run else "pending"}
+
+    async def list_runs(
+        self, workflow: str | None, status: str | None, limit: int, cursor: str | None
+    ) -> Json:
+        page = await self.client.list_runs(workflow, status, limit=limit, cursor=cursor)
+        return {
+            "items": [run_out(r).model_dump(mode="json", by_alias=True) for r in page.items],
+            "nextCursor": page.next_cursor,
+        }
+
+    async def get_run(self, run_id: str) -> Json:
+        run = await self.client.get_run(run_id)
+        if run is None:
+            raise OperatorError(f"no run {run_id}")
+        return run_out(run).model_dump(mode="json", by_alias=True)
+
+    async def steps(self, run_id: str) -> Json:
+        steps = await self.client.list_steps(run_id)
+        return [step_out(s).model_dump(mode="json", by_alias=True) for s in steps]
+
+    async def cancel(self, run_id: str) -> bool:
+        if await self.client.get_run(run_id) is None:
+            raise OperatorError(f"no run {run_id}")
+        return await self.client.cancel(run_id)
+
+    async def signal(self, run_id: str, name: str, payload: Json) -> Json:
+        result = await self.client.signal(run_id, name, payload)
+        return {"delivered": result.delivered, "buffered": result.buffered}
+
+    async def signal_matching(self, event: str, payload: Json) -> Json:
+        return {"resumed": await self.client.signal_matching(event, payload)}
+
+    async def queue_send(
+        self, queue: str, body: Json, group_id: str | None, delay: float | None
+    ) -> Json:
+        sent = jsonable(await self.client.queues.send(queue, body, group_id=group_id, delay=delay))
+        return {"id": sent.get("id") if isinstance(sent, dict) else sent}
+
+    async def queue_receive(
+        self, queue: str, max_messages: int, visibility_timeout: float, wait: float, ack: bool
+    ) -> Json:
+        messages = await self.client.queues.receive(
+            queue, max_messages=max_messages, visibility_timeout=visibility_timeout, wait=wait
+        )
+        if ack:
+            for message in messages:
+                await self.client.queues.ack(queue, message.receipt)
+        return jsonable(messages)
+
+    async def queue_stats(self, queue: str) -> Json:
+        return jsonable(await self.client.queues.stats(queue))
+
+    async def queue_dead_letters(self, queue: str, limit: int) -> Json:
+        return jsonable(await self.client.queues.dead_letters(queue, limit))
+
+    async def queue_redrive(self, queue: str) -> Json:
+        return {"redriven": await self.client.queues.redrive(queue)}
+
+    async def deliveries(self, status: str | None, limit: int, cursor: str | None) -> Json:
+        page = await self.client.deliveries.list(status=status, limit=limit, cursor=cursor)
+        return {"items": jsonable(page.items), "nextCursor": page.next_cursor}
+
+    async def delivery_redrive(self, delivery_id: str | None) -> Json:
+        if delivery_id is None:
+            return {"redriven": await self.client.deliveries.redrive_failed()}
+        try:
+            await self.client.deliveries.redrive(delivery_id)
+        except NotFound as exc:
+            raise OperatorError(exc.message) from exc
+        return {"redriven": 1}
+
+
+class RemoteOperator:
+    """Talks to a Ripple API over HTTP (`--api URL --token T`)."""
+
+    def __init__(self, base_url: str, token: str | None, *, timeout: float = 60.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._http.aclose()
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> Json:
+        try:
+            response = await self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise OperatorError(f"cannot reach the API at {self._http.base_url}: {exc}") from exc
+        if response.status_code >= 400:
+            try:
+                problem = response.json()
+                message = problem.get("detail") or problem.get("title")
+            except ValueError:
+                message = response.text[:200]
+            raise OperatorError(f"{response.status_code}: {message}")
+        if response.status_code == 204 or not response.content:
+            return None
+        return response.json()
+
+    async def publish(self, topic: str, payload: Json, idempotency_key: str | None) -> Json:
+        body = {"payload": payload, "idempotencyKey": idempotency_key}
+        return await self._call("POST", f"/v1/topics/{topic}/events", json=body)
+
+    async def explain(self, topic: str, payload: Json) -> Json:
+        import json
+
+        params = {"payload": json.dumps(payload)}
+        return await self._call("GET", f"/v1/topics/{topic}/explain", params=params)
+
+    async def subscribe(self, pattern: str, target: Json, filter: Json) -> Json:
+        body = {"pattern": pattern, "target": target, "filter": filter}
+        return await self._call("POST", "/v1/subscriptions", json=body)
+
+    async def unsubscribe(self, subscription_id: str) -> bool:
+        try:
+            await self._call("DELETE", f"/v1/subscriptions/{subscription_id}")
+        except OperatorError as exc:
+            if str(exc).startswith("404"):
+                return False
+            raise
+        return True
+
+    async def subscriptions(self) -> Json:
+        return await self._call("GET", "/v1/subscriptions")
+
+    async def start(self, workflow: str, input: Json, idempotency_key: str | None) -> Json:
+        body = {"input": input, "idempotencyKey": idempotency_key}
+        return await self._call("POST", f"/v1/workflows/{workflow}/runs", json=body)
+
+    async def list_runs(
+        self, workflow: str | None, status: str | None, limit: int, cursor: str | None
+    ) -> Json:
+        params = {"workflow": workflow, "status": status, "limit": limit, "cursor": cursor}
+        clean = {k: v for k, v in params.items() if v is not None}
+        return await self._call("GET", "/v1/runs", params=clean)
+
+    async def get_run(self, run_id: str) -> Json:
+        return await self._call("GET", f"/v1/runs/{run_id}")
+
+    async def steps(self, run_id: str) -> Json:
+        return await self._call("GET", f"/v1/runs/{run_id}/steps")
+
+    async def cancel(self, run_id: str) -> bool:
+        result = await self._call("DELETE", f"/v1/runs/{run_id}")
+        return bool(result["canceled"])
+
+    async def signal(self, run_id: str, name: str, payload: Json) -> Json:
+        return await self._call("POST", f"/v1/runs/{run_id}/signals/{name}", json=payload)
+
+    async def signal_matching(self, event: str, payload: Json) -> Json:
+        return await self._call("POST", "/v1/signals", json={"event": event, "payload": payload})
+
+    async def queue_send(
+        self, queue: str, body: Json, group_id: str | None, delay: float | None
+    ) -> Json:
+        data = {"body": body, "groupId": group_id, "delay": delay}
+        return await self._call("POST", f"/v1/queues/{queue}/messages", json=data)
+
+    async def queue_receive(
+        self, queue: str, max_messages: int, visibility_timeout: float, wait: float, ack: bool
+    ) -> Json:
+        data = {"maxMessages": max_messages, "visibilityTimeout": visibility_timeout, "wait": wait}
+        result = await self._call("POST", f"/v1/queues/{queue}/messages/receive", json=data)
+        messages = result["messages"]
+        if ack:
+            for message in messages:
+                await self._call("DELETE", f"/v1/queues/{queue}/messages/{message['receipt']}")
+        return messages
+
+    async def queue_stats(self, queue: str) -> Json:
+        return await self._call("GET", f"/v1/queues/{queue}/stats")
+
+    async def queue_dead_letters(self, queue: str, limit: int) -> Json:
+        return await self._call("GET", f"/v1/queues/{queue}/dead-letters", params={"limit": limit})
+
+    async def queue_redrive(self, queue: str) -> Json:
+        return await self._call("POST", f"/v1/queues/{queue}/dead-letters/redrive")
+
+    async def deliveries(self, status: str | None, limit: int, cursor: str | None) -> Json:
+        params = {"status": status, "limit": limit, "cursor": cursor}
+        clean = {k: v for k, v in params.items() if v is not None}
+        return await self._call("GET", "/v1/deliveries", params=clean)
+
+    async def delivery_redrive(self, delivery_id: str | None) -> Json:
+        if delivery_id is None:
+            return await self._call("POST", "/v1/deliveries/redrive")
+        return await self._call("POST", f"/v1/deliveries/{delivery_id}/redrive")

@@ -1,0 +1,240 @@
+"""RFC 9457 problem details: the one place errors become HTTP responses.
+
+Maps the `ripple.platform.errors` tree, the workflow errors, request validation, malformed JSON,
+unknown routes and wrong methods to `application/problem+json` bodies with `type`, `title`,
+`status`, `detail` and `instance` (plus `errors` for validation). It must not know any resource.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ripple.platform.errors import (
+    ConfigError,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    RippleError,
+    StorageError,
+    Unavailable,
+)
+from ripple.workflows.errors import (
+    NonDeterminismError,
+    WorkflowCanceled,
+    WorkflowError,
+    WorkflowFailed,
+)
+
+__all__ = [
+    "PROBLEM_JSON",
+    "Problem",
+    "ProblemError",
+    "install_problem_handlers",
+    "problem_response",
+    "problem_responses",
+]
+
+log = structlog.get_logger("ripple.api")
+
+PROBLEM_JSON: Final = "application/problem+json"
+_TYPE_PREFIX: Final = "urn:ripple:problem:"
+
+#: status -> (slug, title) for problems raised without a more specific kind.
+_BY_STATUS: Final[dict[int, tuple[str, str]]] = {
+    400: ("bad-request", "Bad request"),
+    401: ("unauthorized", "Missing or invalid bearer token"),
+    403: ("forbidden", "Forbidden"),
+    404: ("not-found", "Not found"),
+    405: ("method-not-allowed", "Method not allowed"),
+    406: ("not-acceptable", "Not acceptable"),
+    409: ("conflict", "Conflict"),
+    413: ("payload-too-large", "Request body too large"),
+    415: ("unsupported-media-type", "Unsupported media type"),
+    422: ("invalid-input", "Invalid input"),
+    500: ("internal", "Internal server error"),
+    503: ("unavailable", "Service unavailable"),
+    504: ("timeout", "Timed out"),
+}
+
+
+class ValidationItem(BaseModel):
+    """One validation failure: where (`loc`), what (`type`) and a human message."""
+
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem document."""
+
+    type: str = Field(examples=["urn:ripple:problem:not-found"])
+    title: str = Field(examples=["Not found"])
+    status: int = Field(examples=[404])
+    detail: str | None = Field(default=None, examples=["no run 0193... of workflow onboard-user"])
+    instance: str | None = Field(default=None, examples=["/v1/workflows/onboard-user/runs/0193"])
+    errors: list[ValidationItem] | None = None
+
+
+class ProblemError(Exception):
+    """Raise inside a route to answer with a problem of this status (and optional slug)."""
+
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        *,
+        slug: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.slug = slug
+        self.headers = headers
+
+
+def problem_response(
+    status: int,
+    detail: str | None,
+    *,
+    instance: str | None = None,
+    slug: str | None = None,
+    title: str | None = None,
+    errors: list[dict[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    """A `application/problem+json` response."""
+    default_slug, default_title = _BY_STATUS.get(status, ("error", "Error"))
+    body: dict[str, Any] = {
+        "type": _TYPE_PREFIX + (slug or default_slug),
+        "title": title or default_title,
+        "status": status,
+        "detail": detail,
+        "instance": instance,
+    }
+    if errors is not None:
+        body["errors"] = errors
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` entries documenting problem+json answers."""
+    return {
+        status: {
+            "model": Problem,
+            "content": {PROBLEM_JSON: {}},
+            "description": _BY_STATUS.get(status, ("error", "Error"))[1],
+        }
+        for status in statuses
+    }
+
+
+def _loc(parts: Any) -> list[str | int]:
+    return [p if isinstance(p, int) else str(p) for p in parts]
+
+
+def _validation_items(errors: Any) -> list[dict[str, Any]]:
+    return [
+        {"loc": _loc(err.get("loc", ())), "msg": str(err.get("msg", "")), "type": err.get("type")}
+        for err in errors
+    ]
+
+
+def _status_for(exc: RippleError) -> tuple[int, str | None]:
+    if isinstance(exc, InvalidInput):
+        return 422, "invalid-input"
+    if isinstance(exc, NotFound):
+        return 404, "not-found"
+    if isinstance(exc, Conflict):
+        return 409, "conflict"
+    if isinstance(exc, Unavailable):
+        return 503, "unavailable"
+    if isinstance(exc, ConfigError | StorageError):
+        return 500, "internal"
+    return 400, "bad-request"
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Answer every error raised by routes, validation and routing with problem+json."""
+
+    async def on_problem(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ProblemError)
+        return problem_response(
+            exc.status, exc.detail, instance=request.url.path, slug=exc.slug, headers=exc.headers
+        )
+
+    async def on_ripple(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RippleError)
+        status, slug = _status_for(exc)
+        if status >= 500:
+            log.error("api_error", path=request.url.path, error=type(exc).__name__, exc_info=exc)
+        detail = exc.message if status < 500 or status == 503 else "the server failed; see logs"
+        headers = {"Retry-After": "1"} if status == 503 else None
+        errors = None
+        field = getattr(exc, "field", None)
+        if status == 422 and field:
+            errors = [{"loc": ["body", field], "msg": exc.message, "type": "invalid_input"}]
+        return problem_response(
+            status, detail, instance=request.url.path, slug=slug, errors=errors, headers=headers
+        )
+
+    async def on_workflow(request: Request, exc: Exception) -> JSONResponse:
+        slug = "conflict"
+        if isinstance(exc, NonDeterminismError):
+            slug = "non-determinism"
+        elif isinstance(exc, WorkflowFailed):
+            slug = "workflow-failed"
+        elif isinstance(exc, WorkflowCanceled):
+            slug = "workflow-canceled"
+        return problem_response(409, str(exc), instance=request.url.path, slug=slug)
+
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        errors = list(exc.errors())
+        if any(err.get("type") == "json_invalid" for err in errors):
+            first = next(err for err in errors if err.get("type") == "json_invalid")
+            reason = (first.get("ctx") or {}).get("error", "malformed JSON")
+            return problem_response(
+                400,
+                f"request body is not valid JSON: {reason}",
+                instance=request.url.path,
+                slug="malformed-json",
+                title="Malformed JSON",
+            )
+        return problem_response(
+            422,
+            "request validation failed: see `errors`",
+            instance=request.url.path,
+            errors=_validation_items(errors),
+        )
+
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        status = exc.status_code
+        detail = exc.detail if isinstance(exc.detail, str) else None
+        if status == 404 and detail in (None, "Not Found"):
+            detail = f"no route {request.method} {request.url.path}; see /openapi.json"
+        elif status == 405 and detail in (None, "Method Not Allowed"):
+            detail = f"{request.method} is not allowed on {request.url.path}"
+        return problem_response(
+            status, detail, instance=request.url.path, headers=dict(exc.headers or {}) or None
+        )
+
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("api_unhandled_error", path=request.url.path, exc_info=exc)
+        return problem_response(500, "the server failed; see logs", instance=request.url.path)
+
+    app.add_exception_handler(ProblemError, on_problem)
+    app.add_exception_handler(RippleError, on_ripple)
+    app.add_exception_handler(WorkflowError, on_workflow)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(Exception, on_unexpected)

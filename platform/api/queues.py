@@ -1,0 +1,181 @@
+"""Routes for durable queues: send, receive (long-poll), ack, nack, stats, dead letters, redrive."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Response
+from pydantic import Field
+
+from ripple.platform.api.deps import ClientDep, Limit
+from ripple.platform.api.models import ApiModel, OutModel, jsonable
+from ripple.platform.api.problems import problem_responses
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["queues"])
+
+Queue = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=255,
+        description="Queue name: segments of `[a-z0-9_-]` separated by dots.",
+        examples=["audit"],
+    ),
+]
+Receipt = Annotated[str, Path(min_length=1, max_length=512)]
+
+
+class SendIn(ApiModel):
+    body: Any = Field(default=None, examples=[{"x": 1}])
+    headers: dict[str, str] | None = Field(default=None, examples=[{"source": "billing"}])
+    group_id: str | None = Field(
+        default=None, min_length=1, max_length=255, description="FIFO group (single-flight)."
+    )
+    delay: float | None = Field(default=None, ge=0, le=365 * 86400, description="Seconds.")
+    deduplication_id: str | None = Field(default=None, min_length=1, max_length=255)
+
+
+class Sent(OutModel):
+    id: str = Field(description="Message id (the first one's for a repeated deduplicationId).")
+
+
+class Stats(OutModel):
+    visible: int
+    in_flight: int
+    delayed: int
+    dead_letters: int
+    oldest_age: float = Field(description="Seconds since the oldest visible message was sent.")
+    depth: int = Field(description="visible + in flight + delayed.")
+
+
+class DeadLetterOut(OutModel):
+    id: str
+    body: Any = None
+    headers: dict[str, Any] | None = None
+    group_id: str | None = None
+    receive_count: int
+    dead_at: datetime
+    created_at: datetime
+
+
+class ReceiveIn(ApiModel):
+    max_messages: int = Field(default=10, ge=1, le=1000)
+    visibility_timeout: float = Field(default=30.0, gt=0, le=12 * 3600, description="Seconds.")
+    wait: float = Field(default=0.0, ge=0, le=20, description="Long-poll seconds (≤ 20).")
+
+
+class MessageOut(OutModel):
+    id: str
+    body: Any = None
+    headers: dict[str, Any] | None = None
+    group_id: str | None = None
+    receive_count: int | None = None
+    receipt: str
+
+
+class Received(OutModel):
+    messages: list[MessageOut]
+
+
+class NackIn(ApiModel):
+    delay: float = Field(default=0.0, ge=0, le=12 * 3600, description="Seconds until visible.")
+
+
+class RedriveIn(ApiModel):
+    limit: int | None = Field(default=None, ge=1, le=100_000)
+
+
+class Redriven(OutModel):
+    redriven: int
+
+
+@router.post(
+    "/queues/{queue}/messages",
+    status_code=201,
+    response_model=Sent,
+    responses=problem_responses(422),
+)
+async def send(queue: Queue, body: SendIn, client: ClientDep) -> Sent:
+    """Send one message."""
+    sent = await client.queues.send(
+        queue,
+        body.body,
+        headers=body.headers,
+        group_id=body.group_id,
+        delay=body.delay,
+        deduplication_id=body.deduplication_id,
+    )
+    return Sent(id=str(sent))
+
+
+@router.post(
+    "/queues/{queue}/messages/receive",
+    response_model=Received,
+    responses=problem_responses(422),
+)
+async def receive(queue: Queue, body: ReceiveIn, client: ClientDep) -> Received:
+    """Receive up to `maxMessages`, waiting up to `wait` seconds for the first one.
+
+    Each message stays invisible for `visibilityTimeout` seconds; ack it with its `receipt`.
+    """
+    messages = await client.queues.receive(
+        queue,
+        max_messages=body.max_messages,
+        visibility_timeout=body.visibility_timeout,
+        wait=body.wait,
+    )
+    return Received(messages=[MessageOut.model_validate(jsonable(m)) for m in messages])
+
+
+@router.delete(
+    "/queues/{queue}/messages/{receipt}",
+    status_code=204,
+    responses=problem_responses(404, 409, 422),
+)
+async def ack(queue: Queue, receipt: Receipt, client: ClientDep) -> Response:
+    """Acknowledge (delete) a received message by its receipt."""
+    await client.queues.ack(queue, receipt)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/queues/{queue}/messages/{receipt}/nack",
+    status_code=204,
+    responses=problem_responses(404, 409, 422),
+)
+async def nack(queue: Queue, receipt: Receipt, body: NackIn, client: ClientDep) -> Response:
+    """Give a received message back; it becomes visible again after `delay` seconds."""
+    await client.queues.nack(queue, receipt, delay=body.delay)
+    return Response(status_code=204)
+
+
+@router.get("/queues/{queue}/stats", response_model=Stats, responses=problem_responses(422))
+async def stats(queue: Queue, client: ClientDep) -> Stats:
+    """Depth, in-flight count, oldest message age and dead letters of a queue."""
+    found = await client.queues.stats(queue)
+    return Stats.model_validate({**jsonable(found), "depth": found.depth})
+
+
+@router.get(
+    "/queues/{queue}/dead-letters",
+    response_model=list[DeadLetterOut],
+    responses=problem_responses(422),
+)
+async def dead_letters(queue: Queue, client: ClientDep, limit: Limit) -> list[DeadLetterOut]:
+    """Messages that exceeded the queue's receive limit, oldest first."""
+    found = await client.queues.dead_letters(queue, limit)
+    return [DeadLetterOut.model_validate(jsonable(m)) for m in found]
+
+
+@router.post(
+    "/queues/{queue}/dead-letters/redrive",
+    response_model=Redriven,
+    responses=problem_responses(422),
+)
+async def redrive(queue: Queue, client: ClientDep, body: RedriveIn | None = None) -> Redriven:
+    """Move dead letters (up to `limit`, default 1000) back to the queue with fresh counts."""
+    limit = body.limit if body is not None and body.limit is not None else 1000
+    return Redriven(redriven=await client.queues.redrive(queue, limit=limit))

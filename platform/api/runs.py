@@ -1,0 +1,288 @@
+"""Routes for workflows and their runs: start, list, get, cancel, signal, steps."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Path, Query
+from pydantic import Field
+
+from ripple.platform.api.deps import ClientDep, Limit
+from ripple.platform.api.models import ApiModel, OutModel, jsonable
+from ripple.platform.api.problems import ProblemError, problem_responses
+from ripple.platform.errors import InvalidInput
+
+__all__ = ["RunOut", "RunPage", "StepOut", "router", "run_out", "step_out"]
+
+router = APIRouter(tags=["workflows"])
+
+WorkflowName = Annotated[
+    str,
+    Path(
+        pattern=r"^[a-z0-9_-]{1,64}$",
+        description="Workflow name: `[a-z0-9_-]{1,64}`.",
+        examples=["onboard-user"],
+    ),
+]
+RunIdPath = Annotated[str, Path(min_length=1, max_length=64, examples=["0193c2a4-..."])]
+RUN_STATUSES = ("pending", "running", "sleeping", "waiting", "completed", "failed", "canceled")
+
+
+class StartRun(ApiModel):
+    """Start a run: the input is validated against the workflow's input type."""
+
+    input: Any = Field(default=None, examples=[{"userId": 42, "email": "ann@example.com"}])
+    version: int | None = Field(default=None, ge=1, le=2_147_483_647)
+    idempotency_key: str | None = Field(
+        default=None, min_length=1, max_length=255, examples=["signup-42"]
+    )
+    deadline: datetime | float | None = Field(
+        default=None,
+        description="When the run fails if not finished: ISO-8601 time or seconds from now.",
+        examples=[3600],
+    )
+
+
+class Started(OutModel):
+    run_id: str
+    status: str
+
+
+class RunOut(OutModel):
+    run_id: str
+    workflow: str
+    version: int | None = None
+    status: str
+    input: Any = None
+    output: Any = None
+    error: Any = None
+    attempt: int | None = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    parent_run_id: str | None = None
+
+
+class RunPage(OutModel):
+    items: list[RunOut]
+    next_cursor: str | None = None
+
+
+class StepOut(OutModel):
+    key: str
+    kind: str
+    status: str
+    attempts: int | None = None
+    output: Any = None
+    error: Any = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    due_at: datetime | None = Field(default=None, description="When a sleep or wait ends.")
+    duration_ms: float | None = None
+
+
+class SignalOut(OutModel):
+    delivered: bool
+    buffered: bool
+
+
+class Canceled(OutModel):
+    run_id: str
+    canceled: bool = Field(description="True if the run was still active.")
+
+
+class WorkflowSummary(OutModel):
+    name: str
+    runs: dict[str, int] = Field(description="Run counts by status.")
+
+
+def run_out(run: Any) -> RunOut:
+    return RunOut.model_validate(jsonable(run))
+
+
+def step_out(step: Any) -> StepOut:
+    data = jsonable(step)
+    started, completed = getattr(step, "started_at", None), getattr(step, "completed_at", None)
+    if started is not None and completed is not None:
+        data["durationMs"] = round((completed - started).total_seconds() * 1000, 3)
+    return StepOut.model_validate(data)
+
+
+async def _run_of(client: ClientDep, name: str | None, run_id: str) -> Any:
+    run = await client.get_run(run_id)
+    if run is None or (name is not None and run.workflow != name):
+        of = f" of workflow {name}" if name is not None else ""
+        raise ProblemError(404, f"no run {run_id}{of}")
+    return run
+
+
+StatusQuery = Annotated[str | None, Query(pattern="^(" + "|".join(RUN_STATUSES) + ")$")]
+SinceQuery = Annotated[datetime | None, Query(description="Created at or after (ISO-8601).")]
+UntilQuery = Annotated[datetime | None, Query(description="Created before (ISO-8601).")]
+CursorQuery = Annotated[str | None, Query(max_length=512)]
+SignalPath = Annotated[str, Path(min_length=1, max_length=255, examples=["approved"])]
+PayloadBody = Annotated[Any, Body(examples=[{"by": "ann"}])]
+
+
+async def _page(client: ClientDep, **query: Any) -> RunPage:
+    try:
+        page = await client.list_runs(**query)
+    except InvalidInput as exc:
+        raise ProblemError(422, exc.message, slug="invalid-input") from exc
+    return RunPage(items=[run_out(run) for run in page.items], next_cursor=page.next_cursor)
+
+
+@router.get("/workflows", response_model=list[WorkflowSummary])
+async def list_workflows(client: ClientDep) -> list[WorkflowSummary]:
+    """Workflow names that have runs, with run counts by status."""
+    counts = await client.workflows.workflow_counts()
+    return [WorkflowSummary(name=name, runs=runs) for name, runs in sorted(counts.items())]
+
+
+@router.post(
+    "/workflows/{name}/runs",
+    status_code=201,
+    response_model=Started,
+    responses=problem_responses(404, 409, 422),
+)
+async def start_run(name: WorkflowName, body: StartRun, client: ClientDep) -> Started:
+    """Start a run by name with raw JSON input.
+
+    A repeat with the same `idempotencyKey` returns the first run's id (also `201`).
+    """
+    handle = await client.start(
+        name,
+        body.input,
+        idempotency_key=body.idempotency_key,
+        deadline=body.deadline,
+        version=body.version,
+    )
+    run = await client.get_run(handle.run_id)
+    return Started(run_id=handle.run_id, status=run.status if run is not None else "pending")
+
+
+@router.get("/workflows/{name}/runs", response_model=RunPage, responses=problem_responses(422))
+async def list_runs(
+    name: WorkflowName,
+    client: ClientDep,
+    limit: Limit,
+    status: StatusQuery = None,
+    since: SinceQuery = None,
+    until: UntilQuery = None,
+    cursor: CursorQuery = None,
+) -> RunPage:
+    """Runs of a workflow, newest first; pass `nextCursor` back as `cursor` for the next page."""
+    return await _page(
+        client, workflow=name, status=status, since=since, until=until, limit=limit, cursor=cursor
+    )
+
+
+@router.get(
+    "/workflows/{name}/runs/{run_id}", response_model=RunOut, responses=problem_responses(404)
+)
+async def get_run(name: WorkflowName, run_id: RunIdPath, client: ClientDep) -> RunOut:
+    """One run with its input, output or error."""
+    return run_out(await _run_of(client, name, run_id))
+
+
+@router.delete(
+    "/workflows/{name}/runs/{run_id}", response_model=Canceled, responses=problem_responses(404)
+)
+async def cancel_run(name: WorkflowName, run_id: RunIdPath, client: ClientDep) -> Canceled:
+    """Cancel a run (and its active children). `canceled` is false if it had already ended."""
+    await _run_of(client, name, run_id)
+    return Canceled(run_id=run_id, canceled=await client.cancel(run_id))
+
+
+@router.post(
+    "/workflows/{name}/runs/{run_id}/signals/{signal}",
+    status_code=202,
+    response_model=SignalOut,
+    responses=problem_responses(404, 409, 422),
+)
+async def signal_run(
+    name: WorkflowName,
+    run_id: RunIdPath,
+    signal: SignalPath,
+    client: ClientDep,
+    payload: PayloadBody = None,
+) -> SignalOut:
+    """Deliver a signal to the run's wait of that name; the body is the payload.
+
+    If no such wait exists yet, the signal is kept and consumed by the first matching wait.
+    """
+    await _run_of(client, name, run_id)
+    result = await client.signal(run_id, signal, payload)
+    return SignalOut(delivered=result.delivered, buffered=result.buffered)
+
+
+@router.get(
+    "/workflows/{name}/runs/{run_id}/steps",
+    response_model=list[StepOut],
+    responses=problem_responses(404),
+)
+async def list_steps(name: WorkflowName, run_id: RunIdPath, client: ClientDep) -> list[StepOut]:
+    """The run's journal in execution order, with timings."""
+    await _run_of(client, name, run_id)
+    return [step_out(step) for step in await client.list_steps(run_id)]
+
+
+# -- the same, addressed by run id alone (what the CLI uses with --api) ----------------------
+
+
+@router.get("/runs", response_model=RunPage, responses=problem_responses(422))
+async def list_all_runs(
+    client: ClientDep,
+    limit: Limit,
+    workflow: Annotated[str | None, Query(pattern=r"^[a-z0-9_-]{1,64}$")] = None,
+    status: StatusQuery = None,
+    since: SinceQuery = None,
+    until: UntilQuery = None,
+    cursor: CursorQuery = None,
+) -> RunPage:
+    """Runs of every workflow (or one), newest first."""
+    return await _page(
+        client,
+        workflow=workflow,
+        status=status,
+        since=since,
+        until=until,
+        limit=limit,
+        cursor=cursor,
+    )
+
+
+@router.get("/runs/{run_id}", response_model=RunOut, responses=problem_responses(404))
+async def get_run_by_id(run_id: RunIdPath, client: ClientDep) -> RunOut:
+    """One run, by id."""
+    return run_out(await _run_of(client, None, run_id))
+
+
+@router.get("/runs/{run_id}/steps", response_model=list[StepOut], responses=problem_responses(404))
+async def list_steps_by_id(run_id: RunIdPath, client: ClientDep) -> list[StepOut]:
+    """A run's journal, by run id."""
+    await _run_of(client, None, run_id)
+    return [step_out(step) for step in await client.list_steps(run_id)]
+
+
+@router.delete("/runs/{run_id}", response_model=Canceled, responses=problem_responses(404))
+async def cancel_run_by_id(run_id: RunIdPath, client: ClientDep) -> Canceled:
+    """Cancel a run, by id."""
+    await _run_of(client, None, run_id)
+    return Canceled(run_id=run_id, canceled=await client.cancel(run_id))
+
+
+@router.post(
+    "/runs/{run_id}/signals/{signal}",
+    status_code=202,
+    response_model=SignalOut,
+    responses=problem_responses(404, 409, 422),
+)
+async def signal_run_by_id(
+    run_id: RunIdPath, signal: SignalPath, client: ClientDep, payload: PayloadBody = None
+) -> SignalOut:
+    """Signal a run, by id; the body is the payload."""
+    await _run_of(client, None, run_id)
+    result = await client.signal(run_id, signal, payload)
+    return SignalOut(delivered=result.delivered, buffered=result.buffered)

@@ -1,0 +1,153 @@
+"""Running Ripple processes: the API server, a worker for an app module, or both at once.
+
+Owns process concerns only: loading the user's app module (its `WorkflowDefinition`s and optional
+`async def setup(client)`), uvicorn without its own signal handling, and a graceful stop on
+SIGINT/SIGTERM (stop accepting, let the worker finish or release in-flight work, then return).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import inspect
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import structlog
+import uvicorn
+
+from ripple.platform.api.app import create_app
+from ripple.platform.client import Client
+from ripple.platform.errors import ConfigError
+from ripple.workflows.definition import WorkflowDefinition
+
+__all__ = ["AppModule", "Services", "load_app", "run_services"]
+
+log = structlog.get_logger("ripple.process")
+
+
+@dataclass
+class AppModule:
+    """A user's app module: its workflows and its optional `setup(client)`."""
+
+    module: ModuleType
+    workflows: list[WorkflowDefinition[Any, Any]]
+    setup: Callable[[Client], Awaitable[Any]] | None
+
+
+def load_app(path: str) -> AppModule:
+    """Import `pkg.module` (the current directory is importable) and find its workflows."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(path)
+    except ImportError as exc:
+        raise ConfigError(
+            f"cannot import app module {path!r}: {exc}; run from the directory that contains it "
+            "or add it to PYTHONPATH"
+        ) from exc
+    workflows: list[WorkflowDefinition[Any, Any]] = []
+    seen: set[int] = set()
+    for value in vars(module).values():
+        if isinstance(value, WorkflowDefinition) and id(value) not in seen:
+            seen.add(id(value))
+            workflows.append(value)
+    setup = getattr(module, "setup", None)
+    if setup is not None and not inspect.iscoroutinefunction(setup):
+        raise ConfigError(f"{path}.setup must be `async def setup(client)`")
+    return AppModule(module, workflows, setup)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its signal capture: `run_services` owns SIGINT/SIGTERM."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@dataclass
+class Services:
+    """What `run_services` runs in this process."""
+
+    api: tuple[str, int] | None = None
+    app: AppModule | None = None
+    worker: bool = False
+    concurrency: int = 100
+    webhooks: bool = True
+    sweeper: bool = True
+    on_ready: Callable[[], None] | None = None
+    extra_stop: list[Callable[[], None]] = field(default_factory=list)
+
+
+async def run_services(client: Client, services: Services) -> None:
+    """Run the API and/or a worker until SIGINT/SIGTERM, then stop them gracefully."""
+    from ripple.workflows.worker import Worker
+
+    await client.connect()
+    if services.app is not None and services.app.setup is not None:
+        await services.app.setup(client)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    tasks: list[asyncio.Task[Any]] = []
+    server: _Server | None = None
+    worker: Worker | None = None
+    try:
+        if services.api is not None:
+            host, port = services.api
+            config = uvicorn.Config(
+                create_app(client),
+                host=host,
+                port=port,
+                log_config=None,
+                access_log=False,
+                lifespan="on",
+                timeout_graceful_shutdown=5,
+            )
+            server = _Server(config)
+            tasks.append(asyncio.create_task(server.serve(), name="ripple-api"))
+        if services.worker:
+            workflows = services.app.workflows if services.app is not None else []
+            worker = Worker(
+                client,
+                workflows,
+                concurrency=services.concurrency,
+                webhooks=services.webhooks,
+                sweeper=services.sweeper,
+            )
+            tasks.append(asyncio.create_task(worker.run(), name="ripple-worker"))
+        ready = asyncio.create_task(_announce(server, services.on_ready))
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        log.info("process_stopping")
+        if server is not None:
+            server.should_exit = True
+        if worker is not None:
+            worker.stop()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        stopped.cancel()
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+                raise result
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await client.close()
+        log.info("process_stopped")
+
+
+async def _announce(server: _Server | None, on_ready: Callable[[], None] | None) -> None:
+    if server is not None:
+        while not server.started:
+            await asyncio.sleep(0.02)
+    if on_ready is not None:
+        on_ready()

@@ -1,0 +1,31 @@
+"""Route for signals matched by payload: resume every run waiting on an event name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import Field
+
+from ripple.platform.api.deps import ClientDep
+from ripple.platform.api.models import ApiModel, OutModel
+from ripple.platform.api.problems import problem_responses
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["signals"])
+
+
+class SignalMatching(ApiModel):
+    event: str = Field(min_length=1, max_length=255, examples=["user.verified"])
+    payload: Any = Field(default=None, examples=[{"userId": 42}])
+
+
+class Resumed(OutModel):
+    resumed: int = Field(description="How many waiting runs the payload resumed.")
+
+
+@router.post("/signals", response_model=Resumed, responses=problem_responses(422))
+async def signal_matching(body: SignalMatching, client: ClientDep) -> Resumed:
+    """Resume every run waiting on `event` whose `match` the payload contains."""
+    return Resumed(resumed=await client.signal_matching(body.event, body.payload))

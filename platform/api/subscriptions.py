@@ -1,0 +1,133 @@
+"""Routes for subscriptions: create, list, get, pause, resume, delete."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Response
+from pydantic import Field
+
+from ripple.platform.api.deps import ClientDep
+from ripple.platform.api.models import ApiModel, OutModel, jsonable
+from ripple.platform.api.problems import ProblemError, problem_responses
+from ripple.subscribers import Target
+
+__all__ = ["SubscriptionOut", "router", "subscription_out"]
+
+router = APIRouter(tags=["subscriptions"])
+
+SubscriptionId = Annotated[
+    str, Path(pattern=r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$", description="UUID")
+]
+
+_TARGET_EXAMPLES = [
+    {"type": "workflow", "workflow": "onboard-user"},
+    {"type": "queue", "queue": "audit"},
+    {"type": "webhook", "url": "https://example.com/hooks/ripple", "timeout": 10.0},
+]
+
+
+class SubscribeIn(ApiModel):
+    pattern: str = Field(
+        min_length=1,
+        max_length=255,
+        description="Topic pattern: `*` matches one segment, `#` zero or more.",
+        examples=["user.*"],
+    )
+    target: Target = Field(
+        description="`{type: queue, queue}` | `{type: webhook, url, secret?, retry?, timeout?}` "
+        "| `{type: workflow, workflow}`; a webhook without `secret` gets a generated one.",
+        examples=_TARGET_EXAMPLES,
+    )
+    filter: dict[str, Any] | None = Field(
+        default=None,
+        description="Deliver only events whose payload contains this JSON.",
+        examples=[{"plan": "pro"}],
+    )
+
+
+class SubscriptionOut(OutModel):
+    id: str
+    pattern: str
+    target: dict[str, Any]
+    filter: dict[str, Any] | None = None
+    status: str | None = None
+    status_reason: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+def subscription_out(sub: Any, *, mask: bool = True) -> SubscriptionOut:
+    """The API form of a subscription; `mask` hides a webhook's secret."""
+    data = jsonable(sub)
+    target = data.get("target")
+    if mask and isinstance(target, dict) and "secret" in target:
+        # Secrets are shown once, at creation; later reads mask them.
+        data["target"] = {**target, "secret": "whsec_…"}
+    return SubscriptionOut.model_validate(data)
+
+
+async def _get(client: ClientDep, subscription_id: str) -> Any:
+    sub = await client.subscriptions.get(subscription_id)
+    if sub is None:
+        raise ProblemError(404, f"no subscription {subscription_id}")
+    return sub
+
+
+@router.post(
+    "/subscriptions",
+    status_code=201,
+    response_model=SubscriptionOut,
+    responses=problem_responses(422),
+)
+async def subscribe(body: SubscribeIn, client: ClientDep) -> SubscriptionOut:
+    """Subscribe a target to topics matching `pattern`. The response shows a webhook's secret."""
+    sub = await client.subscribe(body.pattern, body.target, body.filter)
+    return subscription_out(sub, mask=False)
+
+
+@router.get("/subscriptions", response_model=list[SubscriptionOut])
+async def list_subscriptions(client: ClientDep) -> list[SubscriptionOut]:
+    """Every subscription, oldest first (webhook secrets masked)."""
+    return [subscription_out(sub) for sub in await client.list_subscriptions()]
+
+
+@router.get(
+    "/subscriptions/{subscription_id}",
+    response_model=SubscriptionOut,
+    responses=problem_responses(404),
+)
+async def get_subscription(subscription_id: SubscriptionId, client: ClientDep) -> SubscriptionOut:
+    """One subscription (webhook secret masked)."""
+    return subscription_out(await _get(client, subscription_id))
+
+
+@router.post(
+    "/subscriptions/{subscription_id}/pause",
+    response_model=SubscriptionOut,
+    responses=problem_responses(404),
+)
+async def pause(subscription_id: SubscriptionId, client: ClientDep) -> SubscriptionOut:
+    """Stop delivering to this subscription until it is resumed."""
+    return subscription_out(await client.subscriptions.pause(subscription_id))
+
+
+@router.post(
+    "/subscriptions/{subscription_id}/resume",
+    response_model=SubscriptionOut,
+    responses=problem_responses(404),
+)
+async def resume(subscription_id: SubscriptionId, client: ClientDep) -> SubscriptionOut:
+    """Deliver to a paused or disabled subscription again."""
+    return subscription_out(await client.subscriptions.resume(subscription_id))
+
+
+@router.delete(
+    "/subscriptions/{subscription_id}", status_code=204, responses=problem_responses(404)
+)
+async def unsubscribe(subscription_id: SubscriptionId, client: ClientDep) -> Response:
+    """Delete a subscription."""
+    if not await client.unsubscribe(subscription_id):
+        raise ProblemError(404, f"no subscription {subscription_id}")
+    return Response(status_code=204)

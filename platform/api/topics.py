@@ -1,0 +1,99 @@
+"""Routes for topics: publish an event, and explain where an event would go."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+from pydantic import Field
+
+from ripple.platform.api.deps import ClientDep
+from ripple.platform.api.models import ApiModel, OutModel, jsonable
+from ripple.platform.api.problems import ProblemError, problem_responses
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["topics"])
+
+Topic = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=255,
+        description="Dot-separated segments of `[a-z0-9_-]`.",
+        examples=["user.signup"],
+    ),
+]
+
+
+class PublishIn(ApiModel):
+    payload: Any = Field(default=None, examples=[{"userId": 42, "email": "ann@example.com"}])
+    idempotency_key: str | None = Field(
+        default=None, min_length=1, max_length=255, examples=["signup-42"]
+    )
+
+
+class Published(OutModel):
+    event_id: str
+    deliveries: int = Field(description="Deliveries written (0 for an idempotent repeat).")
+
+
+@router.post(
+    "/topics/{topic}/events",
+    status_code=202,
+    response_model=Published,
+    responses=problem_responses(422),
+)
+async def publish(topic: Topic, body: PublishIn, client: ClientDep) -> Published:
+    """Publish an event; it is committed with all its deliveries before this returns.
+
+    A repeat with the same `idempotencyKey` returns the first event's id and delivers nothing.
+    """
+    result = await client.publish(topic, body.payload, body.idempotency_key)
+    return Published(event_id=str(result.event_id), deliveries=result.deliveries)
+
+
+class Verdict(OutModel):
+    subscription_id: str
+    pattern: str
+    kind: str
+    target: dict[str, Any]
+    status: str
+    matched: bool
+    reason: str | None = Field(
+        default=None, examples=["filter mismatch at 'plan'"], description="Why not, if not."
+    )
+
+
+class ExplanationOut(OutModel):
+    topic: str
+    subscriptions: list[Verdict]
+    waits: int | None = Field(default=None, description="Workflow waits that would resolve.")
+    wait_run_ids: list[str] = []
+
+
+@router.get(
+    "/topics/{topic}/explain",
+    response_model=ExplanationOut,
+    responses=problem_responses(400, 422),
+)
+async def explain(
+    topic: Topic,
+    client: ClientDep,
+    payload: Annotated[
+        str, Query(max_length=65_536, description="The event payload as JSON text.")
+    ] = "null",
+) -> ExplanationOut:
+    """Dry run: which subscriptions and waits an event would reach, and why others would not."""
+    try:
+        value = json.loads(payload)
+    except (ValueError, RecursionError) as exc:
+        raise ProblemError(
+            400, f"`payload` is not valid JSON: {exc}", slug="malformed-json"
+        ) from exc
+    data = jsonable(await client.explain(topic, value))
+    for verdict in data.get("subscriptions", []):
+        if isinstance(verdict.get("target"), dict) and "secret" in verdict["target"]:
+            verdict["target"]["secret"] = "whsec_…"
+    return ExplanationOut.model_validate(data)

@@ -1,0 +1,656 @@
+"""The `ripple` command: processes (`dev`, `serve`, `worker`, `migrate`) and operator commands.
+
+Operator commands talk to the database through a `Client` by default, or to an API with
+`--api URL --token T`; both print the REST API's JSON shapes with `--json`. Rendering lives here;
+the actions live in `ripple.platform.api.operator`, processes in `ripple.platform.api.server`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ripple.platform.api.operator import LocalOperator, Operator, OperatorError, RemoteOperator
+from ripple.platform.config import Settings, load_settings
+from ripple.platform.errors import ConfigError, RippleError
+from ripple.platform.logs import configure_logging
+
+__all__ = ["app", "main"]
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="ripple",
+    help="Ripple: topics, subscriptions, queues, webhooks and durable workflows on Postgres.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+runs_app = typer.Typer(help="Inspect and control workflow runs.", no_args_is_help=True)
+queues_app = typer.Typer(help="Send, receive and inspect durable queues.", no_args_is_help=True)
+deliveries_app = typer.Typer(help="Inspect and redrive webhook deliveries.", no_args_is_help=True)
+app.add_typer(runs_app, name="runs")
+app.add_typer(queues_app, name="queues")
+app.add_typer(deliveries_app, name="deliveries")
+
+out = Console()
+err = Console(stderr=True)
+
+# -- shared options ------------------------------------------------------------------------
+
+ApiOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--api",
+        envvar="RIPPLE_API_URL",
+        help="Talk to this Ripple API (e.g. http://127.0.0.1:8080) instead of the database.",
+    ),
+]
+TokenOpt = Annotated[
+    str | None, typer.Option("--token", envvar="RIPPLE_API_TOKEN", help="Bearer token for --api.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+AppOpt = Annotated[
+    str | None,
+    typer.Option("--app", help="Python module with your workflows, e.g. `myapp.workflows`."),
+]
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _settings(**overrides: Any) -> Settings:
+    try:
+        return load_settings(**overrides)
+    except ConfigError as exc:
+        raise _fail(exc.message, 2) from None
+
+
+def _json_arg(text: str | None, what: str) -> Any:
+    """Parse a JSON argument; `-` reads stdin, `@path` reads a file, absent means null."""
+    if text is None:
+        return None
+    if text == "-":
+        text = sys.stdin.read()
+    elif text.startswith("@"):
+        text = Path(text[1:]).read_text()
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise _fail(f"{what} is not valid JSON ({exc}); quote it, e.g. '{{\"userId\": 42}}'", 2)
+
+
+def _operate(api: str | None, token: str | None, action: Callable[[Operator], Awaitable[T]]) -> T:
+    """Run `action` against the API (with --api) or the database, mapping failures to exit 1."""
+    configure_logging(level="warning")
+
+    async def go() -> T:
+        operator: Operator
+        if api:
+            operator = RemoteOperator(api, token)
+        else:
+            from ripple.platform.client import Client
+
+            operator = LocalOperator(Client(settings=_settings()))
+        async with operator:
+            return await action(operator)
+
+    try:
+        return asyncio.run(go())
+    except (OperatorError, RippleError) as exc:
+        raise _fail(str(exc)) from None
+
+
+def _print_json(value: Any) -> None:
+    out.print_json(json.dumps(value, default=str))
+
+
+def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*["" if v is None else str(v) for v in row])
+    out.print(table)
+
+
+def _short_time(value: str | None) -> str:
+    return "" if not value else value.replace("T", " ")[:23]
+
+
+def _error_text(error: Any) -> str:
+    if not error:
+        return ""
+    if isinstance(error, dict):
+        return f"{error.get('type', 'Error')}: {error.get('message', '')}"
+    return str(error)
+
+
+# -- processes --------------------------------------------------------------------------------
+
+
+def _check_bind(host: str, settings: Settings) -> None:
+    if settings.api_tokens:
+        return
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        raise _fail(
+            f"refusing to bind {host} without auth: set RIPPLE_API_TOKENS (comma-separated) "
+            "or bind 127.0.0.1",
+            2,
+        )
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
+) -> None:
+    """Run the HTTP API (tokens from RIPPLE_API_TOKENS; none = loopback only, no auth)."""
+    from ripple.platform.api.server import Services, run_services
+    from ripple.platform.client import Client
+
+    settings = _settings()
+    configure_logging(console=settings.log_console, level=settings.log_level)
+    _check_bind(host, settings)
+    if not settings.api_tokens:
+        err.print("[yellow]auth is off[/yellow]: no RIPPLE_API_TOKENS; serving on loopback only")
+
+    def ready() -> None:
+        err.print(f"ripple API listening on http://{host}:{port} (OpenAPI at /openapi.json)")
+
+    services = Services(api=(host, port), on_ready=ready)
+    try:
+        asyncio.run(run_services(Client(settings=settings), services))
+    except RippleError as exc:
+        raise _fail(exc.message) from None
+
+
+@app.command()
+def worker(
+    app_path: Annotated[str, typer.Option("--app", help="Module with your workflows.")],
+    concurrency: Annotated[int, typer.Option(min=1, help="Runs executed at once.")] = 100,
+    webhooks: Annotated[
+        bool, typer.Option("--webhooks/--no-webhooks", help="Run the webhook dispatcher.")
+    ] = True,
+    sweeper: Annotated[
+        bool, typer.Option("--sweeper/--no-sweeper", help="Run the retention sweeper.")
+    ] = True,
+) -> None:
+    """Run workflows of an app module (plus webhook dispatcher and sweeper) until SIGTERM."""
+    from ripple.platform.api.server import Services, load_app, run_services
+    from ripple.platform.client import Client
+
+    settings = _settings()
+    configure_logging(console=settings.log_console, level=settings.log_level)
+    try:
+        module = load_app(app_path)
+        services = Services(
+            app=module,
+            worker=True,
+            concurrency=concurrency,
+            webhooks=webhooks,
+            sweeper=sweeper,
+            on_ready=lambda: err.print(
+                f"ripple worker running {', '.join(w.name for w in module.workflows) or 'no'}"
+                " workflows; Ctrl-C to stop"
+            ),
+        )
+        asyncio.run(run_services(Client(settings=settings), services))
+    except RippleError as exc:
+        raise _fail(exc.message) from None
+
+
+@app.command()
+def migrate() -> None:
+    """Apply pending database migrations (every process also does this when it connects)."""
+    from ripple.platform import migrate as migrations
+    from ripple.platform.db import create_pool
+
+    settings = _settings()
+    configure_logging(level="warning")
+
+    async def go() -> int:
+        pool = await create_pool(settings)
+        try:
+            return await migrations.apply_migrations(pool)
+        finally:
+            await pool.close()
+
+    try:
+        applied = asyncio.run(go())
+    except RippleError as exc:
+        raise _fail(exc.message) from None
+    out.print(f"applied {applied} migration(s); the schema is current")
+
+
+@app.command()
+def dev(
+    app_path: Annotated[
+        str | None, typer.Option("--app", help="Module with your workflows.")
+    ] = None,
+    host: Annotated[str, typer.Option(help="Interface for the API.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port for the API.")] = 8080,
+    data_dir: Annotated[
+        Path, typer.Option(help="Where the embedded Postgres and Redis keep their data.")
+    ] = Path(".ripple"),
+    concurrency: Annotated[int, typer.Option(min=1)] = 100,
+) -> None:
+    """All in one process: API + worker (+ embedded Postgres/Redis when no RIPPLE_DATABASE_URL)."""
+    from ripple.platform.api.dev import run_dev
+
+    _check_bind(host, _settings())
+    try:
+        run_dev(app_path, host=host, port=port, data_dir=data_dir, concurrency=concurrency)
+    except RippleError as exc:
+        raise _fail(exc.message) from None
+
+
+# -- topics and subscriptions ----------------------------------------------------------------
+
+
+@app.command()
+def publish(
+    topic: Annotated[str, typer.Argument(help="Topic, e.g. user.signup.")],
+    payload: Annotated[
+        str | None, typer.Argument(help="JSON payload; `-` reads stdin, `@file` a file.")
+    ] = None,
+    idempotency_key: Annotated[
+        str | None, typer.Option("--idempotency-key", "-k", help="Dedupe repeats.")
+    ] = None,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Publish an event and fan it out to matching subscriptions."""
+    value = _json_arg(payload, "payload")
+    result = _operate(api, token, lambda op: op.publish(topic, value, idempotency_key))
+    if as_json:
+        _print_json(result)
+    else:
+        out.print(
+            f"event {result['eventId']} published to {topic}: {result['deliveries']} deliveries"
+        )
+
+
+@app.command()
+def signal(
+    event: Annotated[str, typer.Argument(help="Event name the runs wait on.")],
+    payload: Annotated[str | None, typer.Argument(help="JSON payload.")] = None,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Resume every run waiting on EVENT whose match the payload contains."""
+    value = _json_arg(payload, "payload")
+    result = _operate(api, token, lambda op: op.signal_matching(event, value))
+    if as_json:
+        _print_json(result)
+    else:
+        out.print(f"resumed {result['resumed']} run(s)")
+
+
+@app.command()
+def subscribe(
+    pattern: Annotated[str, typer.Argument(help="Topic pattern: `*` one segment, `#` any.")],
+    queue: Annotated[str | None, typer.Option(help="Deliver to this queue.")] = None,
+    workflow: Annotated[str | None, typer.Option(help="Start this workflow per event.")] = None,
+    webhook: Annotated[str | None, typer.Option(help="POST events to this URL.")] = None,
+    secret: Annotated[str | None, typer.Option(help="Webhook secret (whsec_…).")] = None,
+    filter: Annotated[
+        str | None, typer.Option("--filter", help="Only payloads containing this JSON.")
+    ] = None,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Subscribe a queue, workflow or webhook to a topic pattern (exactly one target)."""
+    targets = [t for t in (queue, workflow, webhook) if t is not None]
+    if len(targets) != 1:
+        raise _fail("give exactly one of --queue, --workflow, --webhook", 2)
+    target: dict[str, Any]
+    if queue is not None:
+        target = {"type": "queue", "queue": queue}
+    elif workflow is not None:
+        target = {"type": "workflow", "workflow": workflow}
+    else:
+        target = {"type": "webhook", "url": webhook}
+        if secret:
+            target["secret"] = secret
+    match = _json_arg(filter, "--filter")
+    result = _operate(api, token, lambda op: op.subscribe(pattern, target, match))
+    if as_json:
+        _print_json(result)
+    else:
+        out.print(f"subscription {result['id']}: {pattern} -> {_target_text(result['target'])}")
+        if result["target"].get("secret"):
+            out.print(f"webhook secret (shown once): {result['target']['secret']}")
+
+
+def _target_text(target: dict[str, Any]) -> str:
+    kind = target.get("type")
+    where = target.get({"queue": "queue", "workflow": "workflow"}.get(str(kind), "url"))
+    return f"{kind} {where}"
+
+
+@app.command()
+def unsubscribe(
+    subscription_id: Annotated[str, typer.Argument(help="Subscription id.")],
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Delete a subscription."""
+    if not _operate(api, token, lambda op: op.unsubscribe(subscription_id)):
+        raise _fail(f"no subscription {subscription_id}")
+    out.print(f"subscription {subscription_id} deleted")
+
+
+@app.command()
+def subscriptions(api: ApiOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """List subscriptions."""
+    result = _operate(api, token, lambda op: op.subscriptions())
+    if as_json:
+        _print_json(result)
+        return
+    rows = [
+        [
+            s["id"],
+            s["pattern"],
+            _target_text(s["target"]),
+            json.dumps(s.get("filter")),
+            s.get("status"),
+        ]
+        for s in result
+    ]
+    _table("subscriptions", ["id", "pattern", "target", "filter", "status"], rows)
+
+
+# -- runs -------------------------------------------------------------------------------------
+
+
+@runs_app.command("start")
+def runs_start(
+    workflow: Annotated[str, typer.Argument(help="Workflow name.")],
+    input: Annotated[str | None, typer.Argument(help="JSON input.")] = None,
+    idempotency_key: Annotated[str | None, typer.Option("--idempotency-key", "-k")] = None,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a run of WORKFLOW with a JSON input."""
+    value = _json_arg(input, "input")
+    result = _operate(api, token, lambda op: op.start(workflow, value, idempotency_key))
+    if as_json:
+        _print_json(result)
+    else:
+        out.print(f"run {result['runId']} {result['status']}")
+
+
+@runs_app.command("list")
+def runs_list(
+    workflow: Annotated[str | None, typer.Option(help="Only runs of this workflow.")] = None,
+    status: Annotated[str | None, typer.Option(help="pending, running, sleeping, …")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="Page size.")] = 20,
+    cursor: Annotated[str | None, typer.Option(help="`nextCursor` of the previous page.")] = None,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List runs, newest first."""
+    page = _operate(api, token, lambda op: op.list_runs(workflow, status, limit, cursor))
+    if as_json:
+        _print_json(page)
+        return
+    rows = [
+        [
+            r["runId"],
+            r["workflow"],
+            r["status"],
+            _short_time(r.get("createdAt")),
+            _error_text(r.get("error")),
+        ]
+        for r in page["items"]
+    ]
+    _table("runs", ["run id", "workflow", "status", "created", "error"], rows)
+    if page.get("nextCursor"):
+        out.print(f"more: --cursor {page['nextCursor']}")
+
+
+@runs_app.command("show")
+def runs_show(
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a run and its step timeline (durations, attempts, errors)."""
+
+    async def both(op: Operator) -> tuple[Any, Any]:
+        return await op.get_run(run_id), await op.steps(run_id)
+
+    run, steps = _operate(api, token, both)
+    if as_json:
+        _print_json({**run, "steps": steps})
+        return
+    out.print(
+        f"[bold]run {run['runId']}[/bold]  {run['workflow']} v{run.get('version')}  "
+        f"[bold]{run['status']}[/bold]",
+        highlight=False,
+    )
+    out.print(
+        f"created {_short_time(run.get('createdAt'))}  "
+        f"completed {_short_time(run.get('completedAt')) or '-'}",
+        highlight=False,
+    )
+    out.print(f"input  {json.dumps(run.get('input'))}", highlight=False)
+    if run.get("output") is not None:
+        out.print(f"output {json.dumps(run.get('output'))}", highlight=False)
+    if run.get("error"):
+        out.print(f"[red]error  {_error_text(run['error'])}[/red]", highlight=False)
+    rows = [
+        [
+            s["key"],
+            s["kind"],
+            s["status"],
+            s.get("attempts"),
+            _short_time(s.get("startedAt")),
+            "" if s.get("durationMs") is None else f"{s['durationMs']:.1f} ms",
+            _error_text(s.get("error")),
+        ]
+        for s in steps
+    ]
+    _table("steps", ["step", "kind", "status", "attempts", "started", "duration", "error"], rows)
+
+
+@runs_app.command("cancel")
+def runs_cancel(
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Cancel a run (and its children)."""
+    if _operate(api, token, lambda op: op.cancel(run_id)):
+        out.print(f"run {run_id} canceled")
+    else:
+        out.print(f"run {run_id} had already ended")
+
+
+@runs_app.command("signal")
+def runs_signal(
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    name: Annotated[str, typer.Argument(help="Wait name.")],
+    payload: Annotated[str | None, typer.Argument(help="JSON payload.")] = None,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Signal one run's wait NAME (buffered if the run is not waiting yet)."""
+    value = _json_arg(payload, "payload")
+    result = _operate(api, token, lambda op: op.signal(run_id, name, value))
+    if as_json:
+        _print_json(result)
+    else:
+        out.print("delivered" if result["delivered"] else "buffered until the run waits for it")
+
+
+# -- queues -----------------------------------------------------------------------------------
+
+
+@queues_app.command("send")
+def queues_send(
+    queue: Annotated[str, typer.Argument(help="Queue name.")],
+    body: Annotated[str | None, typer.Argument(help="JSON body.")] = None,
+    group_id: Annotated[str | None, typer.Option("--group-id", help="FIFO group.")] = None,
+    delay: Annotated[float | None, typer.Option(help="Seconds before visible.")] = None,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Send a message to QUEUE."""
+    value = _json_arg(body, "body")
+    result = _operate(api, token, lambda op: op.queue_send(queue, value, group_id, delay))
+    if as_json:
+        _print_json(result)
+    else:
+        out.print(f"sent {result.get('id') or ''} to {queue}")
+
+
+@queues_app.command("receive")
+def queues_receive(
+    queue: Annotated[str, typer.Argument(help="Queue name.")],
+    max_messages: Annotated[int, typer.Option("--max", min=1, max=1000)] = 10,
+    visibility_timeout: Annotated[float, typer.Option(help="Seconds invisible.")] = 30.0,
+    wait: Annotated[float, typer.Option(help="Long-poll seconds.", max=20)] = 0.0,
+    ack: Annotated[bool, typer.Option("--ack/--no-ack", help="Ack what was received.")] = False,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Receive messages from QUEUE (and ack them with --ack)."""
+    messages = _operate(
+        api,
+        token,
+        lambda op: op.queue_receive(queue, max_messages, visibility_timeout, wait, ack),
+    )
+    if as_json:
+        _print_json(messages)
+        return
+    rows = [
+        [m["id"], json.dumps(m.get("body")), m.get("receiveCount"), m["receipt"]] for m in messages
+    ]
+    _table(f"{queue}: {len(messages)} message(s)", ["id", "body", "receives", "receipt"], rows)
+
+
+@queues_app.command("stats")
+def queues_stats(
+    queue: Annotated[str, typer.Argument(help="Queue name.")],
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Depth, in-flight and dead-letter counts of QUEUE."""
+    result = _operate(api, token, lambda op: op.queue_stats(queue))
+    if as_json:
+        _print_json(result)
+        return
+    _table(queue, ["stat", "value"], [[k, v] for k, v in result.items()])
+
+
+@queues_app.command("dead-letters")
+def queues_dead_letters(
+    queue: Annotated[str, typer.Argument(help="Queue name.")],
+    limit: Annotated[int, typer.Option(min=1)] = 50,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the dead letters of QUEUE."""
+    result = _operate(api, token, lambda op: op.queue_dead_letters(queue, limit))
+    if as_json:
+        _print_json(result)
+        return
+    rows = [[m.get("id"), json.dumps(m.get("body")), m.get("receiveCount")] for m in result]
+    _table(f"{queue} dead letters", ["id", "body", "receives"], rows)
+
+
+@queues_app.command("redrive")
+def queues_redrive(
+    queue: Annotated[str, typer.Argument(help="Queue name.")],
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Move QUEUE's dead letters back onto it."""
+    result = _operate(api, token, lambda op: op.queue_redrive(queue))
+    if as_json:
+        _print_json(result)
+    else:
+        out.print(f"redrove {result['redriven']} message(s)")
+
+
+# -- deliveries -------------------------------------------------------------------------------
+
+
+@deliveries_app.command("list")
+def deliveries_list(
+    status: Annotated[str | None, typer.Option(help="pending, delivered, failed, …")] = None,
+    limit: Annotated[int, typer.Option(min=1)] = 20,
+    cursor: Annotated[str | None, typer.Option()] = None,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List webhook deliveries, newest first."""
+    page = _operate(api, token, lambda op: op.deliveries(status, limit, cursor))
+    if as_json:
+        _print_json(page)
+        return
+    rows = [
+        [
+            d.get("id"),
+            d.get("topic"),
+            d.get("status"),
+            d.get("attempts"),
+            d.get("lastStatusCode"),
+            d.get("lastError"),
+        ]
+        for d in page["items"]
+    ]
+    _table("deliveries", ["id", "topic", "status", "attempts", "last code", "last error"], rows)
+
+
+@deliveries_app.command("redrive")
+def deliveries_redrive(
+    delivery_id: Annotated[str | None, typer.Argument(help="Delivery id.")] = None,
+    all_failed: Annotated[bool, typer.Option("--all-failed", help="Every failed one.")] = False,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Deliver a failed delivery again (or every failed one with --all-failed)."""
+    if (delivery_id is None) == (not all_failed):
+        raise _fail("give a delivery id or --all-failed", 2)
+    result = _operate(api, token, lambda op: op.delivery_redrive(delivery_id))
+    if as_json:
+        _print_json(result)
+    else:
+        out.print(f"redrove {result['redriven']} delivery(ies)")
+
+
+def main() -> None:
+    """Console entry point."""
+    app()
