@@ -23,6 +23,7 @@ SECRET_PREFIX = "whsec_"
 def decode_secret(secret: str) -> bytes:
     """The HMAC key bytes of a `whsec_...` secret; ValueError if it is not base64."""
     raw = secret.removeprefix(SECRET_PREFIX)
+    raw += "=" * (-len(raw) % 4)  # unpadded base64 is accepted, as the reference library does
     try:
         key = base64.b64decode(raw, validate=True)
     except (binascii.Error, ValueError) as exc:

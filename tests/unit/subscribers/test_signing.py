@@ -1,0 +1,81 @@
+"""Standard Webhooks signatures, checked with the `standardwebhooks` reference library."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from ripple.subscribers.dispatcher import message_body, signing_secrets
+from ripple.subscribers.signing import decode_secret, generate_secret, sign, signature_header
+
+# The reference library's published test vector.
+VECTOR_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+VECTOR_ID = "msg_p5jXN8AQM9LWM0D4loKWxJek"
+VECTOR_TS = 1614265330
+VECTOR_BODY = b'{"test": 2432232314}'
+VECTOR_SIG = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+
+
+def test_sign__matches_published_test_vector() -> None:
+    assert sign(VECTOR_ID, VECTOR_TS, VECTOR_BODY, VECTOR_SECRET) == VECTOR_SIG
+
+
+def test_sign__matches_reference_library_sign() -> None:
+    ref = Webhook(VECTOR_SECRET).sign(
+        VECTOR_ID, datetime.fromtimestamp(VECTOR_TS, UTC), VECTOR_BODY.decode()
+    )
+    assert sign(VECTOR_ID, VECTOR_TS, VECTOR_BODY, VECTOR_SECRET) == ref
+
+
+def test_sign__verifies_with_reference_library() -> None:
+    secret = generate_secret()
+    body = message_body("user.signup", datetime.now(UTC), {"userId": 42, "name": "Zoë"})
+    ts = int(time.time())
+    headers = {
+        "webhook-id": "msg_abc",
+        "webhook-timestamp": str(ts),
+        "webhook-signature": signature_header("msg_abc", ts, body, [secret]),
+    }
+    assert Webhook(secret).verify(body, headers)["data"] == {"userId": 42, "name": "Zoë"}
+    with pytest.raises(WebhookVerificationError):
+        Webhook(generate_secret()).verify(body, headers)
+
+
+def test_signature_header__rotation_carries_both_signatures() -> None:
+    old, new = generate_secret(), generate_secret()
+    body = b'{"type":"a","timestamp":"2024-01-01T00:00:00+00:00","data":{}}'
+    ts = int(time.time())
+    header = signature_header("msg_1", ts, body, [new, old])
+    assert len(header.split(" ")) == 2
+    headers = {"webhook-id": "msg_1", "webhook-timestamp": str(ts), "webhook-signature": header}
+    Webhook(new).verify(body, headers)
+    Webhook(old).verify(body, headers)
+
+
+def test_signing_secrets__previous_secret_only_during_overlap() -> None:
+    now = datetime.now(UTC)
+    target = {
+        "secret": "whsec_bmV3bmV3bmV3bmV3bmV3",
+        "previousSecret": "whsec_b2xkb2xkb2xkb2xkb2xk",
+        "previousSecretExpiresAt": (now + timedelta(hours=1)).isoformat(),
+    }
+    assert signing_secrets(target, now) == [target["secret"], target["previousSecret"]]
+    assert signing_secrets(target, now + timedelta(hours=2)) == [target["secret"]]
+    assert signing_secrets({"secret": target["secret"]}, now) == [target["secret"]]
+
+
+def test_decode_secret__rejects_non_base64_and_accepts_unpadded() -> None:
+    with pytest.raises(ValueError, match="whsec_"):
+        decode_secret("whsec_not base64!!")
+    assert decode_secret("whsec_YWJj") == b"abc"
+    assert decode_secret("whsec_YWI") == b"ab"
+
+
+def test_message_body__shape_is_type_timestamp_data() -> None:
+    when = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    assert message_body("a.b", when, [1]) == (
+        b'{"type":"a.b","timestamp":"2024-05-01T12:00:00+00:00","data":[1]}'
+    )
