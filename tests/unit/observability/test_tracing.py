@@ -18,9 +18,8 @@ def test_tracing__stored_context_joins_the_trace_later(spans: InMemorySpanExport
     assert set(stored) == {"traceparent"}
 
     # later, in another process or resume: nothing is current, the stored context is the parent
-    with tracing.span("workflow.run", parent=stored, run_id="r1"):
-        with tracing.span("workflow.step", step="a"):
-            pass
+    with tracing.span("workflow.run", parent=stored, run_id="r1"), tracing.span("workflow.step"):
+        pass
 
     finished = {s.name: s for s in spans.get_finished_spans()}
     publish, run, step = (finished[n] for n in ("event.publish", "workflow.run", "workflow.step"))
