@@ -110,7 +110,9 @@ class Publisher:
     def _validate(self, topic: str, payload: Any, idempotency_key: str | None) -> None:
         validate_topic(topic)
         if payload is None:
-            raise InvalidInput("payload must be JSON, not None; publish {} for no data", "payload")
+            raise InvalidInput(
+                "payload must be JSON, not None; publish {} for no data", field="payload"
+            )
         check_json(
             payload,
             field="payload",
@@ -194,8 +196,9 @@ class Publisher:
         run_ids: list[str] = []
         explain_waits = getattr(self._resolver, "explain_event_waits", None)
         if explain_waits is not None:
-            async with self._pool.acquire() as conn, db.map_errors():
-                run_ids = list(await explain_waits(conn, topic, payload))
+            with db.map_errors():
+                async with self._pool.acquire() as conn:
+                    run_ids = list(await explain_waits(conn, topic, payload))
             waits = len(run_ids)
         return Explanation(topic, verdicts, waits, run_ids)
 

@@ -70,7 +70,9 @@ def _seconds(value: timedelta | float | int | None, name: str, upper: float) -> 
         return 0.0
     secs = value.total_seconds() if isinstance(value, timedelta) else float(value)
     if not 0 <= secs <= upper:
-        raise InvalidInput(f"{name} must be between 0 and {upper:g} seconds, got {secs:g}", name)
+        raise InvalidInput(
+            f"{name} must be between 0 and {upper:g} seconds, got {secs:g}", field=name
+        )
     return secs
 
 
@@ -131,7 +133,7 @@ class Queues:
 
     def _add(self, batch: _Batch, message: OutgoingMessage) -> None:
         if message.body is None:
-            raise InvalidInput("body must be JSON, not None; send {} for no data", "body")
+            raise InvalidInput("body must be JSON, not None; send {} for no data", field="body")
         check_json(
             message.body,
             field="body",
@@ -226,10 +228,11 @@ class Queues:
 
     async def _claim(self, queue: str, limit: int, visibility: float) -> list[Message]:
         while True:
-            async with self._pool.acquire() as conn, db.map_errors():
-                claimed = await queue_store.claim_messages(
-                    conn, queue, limit, visibility, DEFAULT_MAX_RECEIVES
-                )
+            with db.map_errors():
+                async with self._pool.acquire() as conn:
+                    claimed = await queue_store.claim_messages(
+                        conn, queue, limit, visibility, DEFAULT_MAX_RECEIVES
+                    )
             dead = [c for c in claimed if c.dead]
             for c in dead:
                 log.warning(
@@ -261,10 +264,11 @@ class Queues:
         """Delete the message of this delivery. Raises `StaleReceipt` / `MessageGone`."""
         validate_queue_name(queue)
         message_id, count = _parse_receipt(receipt)
-        async with self._pool.acquire() as conn, db.map_errors():
-            done = await queue_store.ack_messages(conn, queue, [message_id], [count])
-            if not done:
-                await self._refuse(conn, queue, receipt, message_id, count)
+        with db.map_errors():
+            async with self._pool.acquire() as conn:
+                done = await queue_store.ack_messages(conn, queue, [message_id], [count])
+                if not done:
+                    await self._refuse(conn, queue, receipt, message_id, count)
 
     async def ack_batch(self, queue: str, receipts: Sequence[str]) -> list[str]:
         """Ack many deliveries in one statement; returns the receipts that were acked.
@@ -275,10 +279,11 @@ class Queues:
         if not receipts:
             return []
         parsed = [_parse_receipt(r) for r in receipts]
-        async with self._pool.acquire() as conn, db.map_errors():
-            done = await queue_store.ack_messages(
-                conn, queue, [p[0] for p in parsed], [p[1] for p in parsed]
-            )
+        with db.map_errors():
+            async with self._pool.acquire() as conn:
+                done = await queue_store.ack_messages(
+                    conn, queue, [p[0] for p in parsed], [p[1] for p in parsed]
+                )
         return [r for r, (mid, _) in zip(receipts, parsed, strict=True) if mid in done]
 
     async def nack(self, queue: str, receipt: str, delay: timedelta | float = 0) -> None:
@@ -294,9 +299,10 @@ class Queues:
     async def _visibility(self, queue: str, receipt: str, seconds: float) -> None:
         validate_queue_name(queue)
         message_id, count = _parse_receipt(receipt)
-        async with self._pool.acquire() as conn, db.map_errors():
-            if not await queue_store.set_visibility(conn, queue, message_id, count, seconds):
-                await self._refuse(conn, queue, receipt, message_id, count)
+        with db.map_errors():
+            async with self._pool.acquire() as conn:
+                if not await queue_store.set_visibility(conn, queue, message_id, count, seconds):
+                    await self._refuse(conn, queue, receipt, message_id, count)
 
     async def _refuse(
         self, conn: db.Connection, queue: str, receipt: str, message_id: int, count: int
@@ -328,8 +334,9 @@ class Queues:
     async def stats(self, queue: str) -> QueueStats:
         """Counts now: visible, in flight, delayed, dead letters, oldest visible age."""
         validate_queue_name(queue)
-        async with self._pool.acquire() as conn, db.map_errors():
-            return await queue_store.stats(conn, queue)
+        with db.map_errors():
+            async with self._pool.acquire() as conn:
+                return await queue_store.stats(conn, queue)
 
     async def dead_letters(
         self, queue: str, limit: int = 100, *, after: str | None = None
@@ -338,8 +345,9 @@ class Queues:
         validate_queue_name(queue)
         limit = max(1, min(int(limit), self._settings.max_page_size))
         start = int(after) if after is not None and after.isdigit() else 0
-        async with self._pool.acquire() as conn, db.map_errors():
-            return await queue_store.dead_letters(conn, queue, limit, start)
+        with db.map_errors():
+            async with self._pool.acquire() as conn:
+                return await queue_store.dead_letters(conn, queue, limit, start)
 
     async def redrive(
         self, queue: str, ids: Sequence[str] | None = None, *, limit: int = 1000

@@ -10,6 +10,8 @@ are handed in as `TargetKind`s and validate their own targets.
 from __future__ import annotations
 
 import asyncio
+import builtins
+import contextlib
 import time
 import uuid
 from collections.abc import Mapping
@@ -108,6 +110,7 @@ class Subscriptions:
         self._version = -1
         self._checked_at = 0.0
         self._listener: Listener | None = None
+        self._listening: contextlib.AbstractAsyncContextManager[Listener] | None = None
         self._lock = asyncio.Lock()
 
     # -- CRUD ------------------------------------------------------------------------------
@@ -166,13 +169,15 @@ class Subscriptions:
         """The subscription, or None."""
         if not _is_uuid(subscription_id):
             return None
-        async with self._pool.acquire() as conn, db.map_errors():
-            return await subscription_store.get_subscription(conn, subscription_id)
+        with db.map_errors():
+            async with self._pool.acquire() as conn:
+                return await subscription_store.get_subscription(conn, subscription_id)
 
-    async def list(self) -> list[Subscription]:
+    async def list(self) -> builtins.list[Subscription]:
         """Every subscription, oldest first."""
-        async with self._pool.acquire() as conn, db.map_errors():
-            return await subscription_store.list_subscriptions(conn)
+        with db.map_errors():
+            async with self._pool.acquire() as conn:
+                return await subscription_store.list_subscriptions(conn)
 
     async def pause(self, subscription_id: str) -> Subscription:
         """Stop delivering to a subscription (events published meanwhile are not queued for it)."""
@@ -207,18 +212,20 @@ class Subscriptions:
 
     # -- the compiled cache ----------------------------------------------------------------
 
-    async def compiled(self) -> list[CompiledSubscription]:
+    async def compiled(self) -> builtins.list[CompiledSubscription]:
         """Every subscription compiled (from the cache when it is current)."""
         return (await self._current()).all
 
-    async def matching(self, topic: str) -> list[CompiledSubscription]:
+    async def matching(self, topic: str) -> builtins.list[CompiledSubscription]:
         """Subscriptions of any status whose pattern matches `topic` (a valid topic)."""
         return (await self._current()).matching(topic)
 
     async def _current(self) -> _CompiledSet:
         if self._listener is None:
-            # Registered for the lifetime of this object; checked without waiting below.
-            self._listener = await self._waker.listen(CH_SUBSCRIPTIONS).__aenter__()
+            # Registered for the lifetime of this object; checked without waiting below. The
+            # context manager is kept referenced: collecting it would unregister the listener.
+            self._listening = self._waker.listen(CH_SUBSCRIPTIONS)
+            self._listener = await self._listening.__aenter__()
         if await self._listener.wait(0):
             self._set = None
         now = time.monotonic()
@@ -228,15 +235,16 @@ class Subscriptions:
         async with self._lock:
             if self._set is not None and self._set is not current:
                 return self._set
-            async with self._pool.acquire() as conn, db.map_errors():
-                version = await subscription_store.read_version(conn)
-                if self._set is None or version != self._version:
-                    # Read the version first: a change racing this load bumps it again, so the
-                    # next check reloads.
-                    records = await subscription_store.list_subscriptions(conn)
-                    self._set = _CompiledSet(records)
-                    self._version = version
-                    log.debug("subscriptions_loaded", count=len(records), version=version)
+            with db.map_errors():
+                async with self._pool.acquire() as conn:
+                    version = await subscription_store.read_version(conn)
+                    if self._set is None or version != self._version:
+                        # Read the version first: a change racing this load bumps it again, so the
+                        # next check reloads.
+                        records = await subscription_store.list_subscriptions(conn)
+                        self._set = _CompiledSet(records)
+                        self._version = version
+                        log.debug("subscriptions_loaded", count=len(records), version=version)
             self._checked_at = time.monotonic()
             return self._set
 

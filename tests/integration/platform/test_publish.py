@@ -1,0 +1,217 @@
+"""Publish: pattern fan-out, filters, idempotency, outbox, explain, and the subscription cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from ripple.platform.config import Settings
+from ripple.platform.db import Pool, create_pool
+from ripple.platform.errors import InvalidInput, NotFound
+from ripple.platform.publish import Publisher
+from ripple.platform.queues import Queues
+from ripple.platform.subscriptions import Subscriptions
+from ripple.platform.wake import NullWaker
+from ripple.subscribers import QueueTarget, WorkflowTarget
+from ripple.subscribers.queue import QueueKind
+from tests.helpers import assert_eventually
+
+
+@dataclass
+class Parts:
+    pool: Pool
+    waker: NullWaker
+    subscriptions: Subscriptions
+    publisher: Publisher
+    queues: Queues
+
+
+def make_parts(pool: Pool, settings: Settings, waker: NullWaker | None = None) -> Parts:
+    waker = waker or NullWaker(settings.poll_interval)
+    kinds = {"queue": QueueKind(waker)}
+    subscriptions = Subscriptions(pool, waker, settings, kinds)
+    publisher = Publisher(pool, waker, settings, subscriptions, kinds, None)
+    return Parts(pool, waker, subscriptions, publisher, Queues(pool, waker, settings))
+
+
+@pytest.fixture
+def parts(pool: Pool, settings: Settings) -> Parts:
+    return make_parts(pool, settings)
+
+
+async def drain(queues: Queues, queue: str) -> list[dict[str, object]]:
+    got = await queues.receive(queue, max_messages=100, visibility_timeout=60)
+    await queues.ack_batch(queue, [m.receipt for m in got])
+    return [{"body": m.body, **m.headers} for m in got]
+
+
+async def test_publish__fans_out_by_pattern(parts: Parts) -> None:
+    await parts.subscriptions.subscribe("user.*", QueueTarget("users").to_row())
+    await parts.subscriptions.subscribe("#", QueueTarget("audit").to_row())
+    await parts.subscriptions.subscribe("billing.#", QueueTarget("billing").to_row())
+
+    result = await parts.publisher.publish("user.signup", {"userId": 42})
+    assert result.deliveries == 2
+    assert await drain(parts.queues, "users") == [
+        {"body": {"userId": 42}, "topic": "user.signup", "eventId": result.event_id}
+    ]
+    assert len(await drain(parts.queues, "audit")) == 1
+    assert await drain(parts.queues, "billing") == []
+
+    assert (await parts.publisher.publish("billing", {"n": 1})).deliveries == 2
+    assert (await parts.publisher.publish("user.a.b", {"n": 1})).deliveries == 1
+
+
+async def test_publish__filter_delivers_only_contained_payloads(parts: Parts) -> None:
+    await parts.subscriptions.subscribe(
+        "order.*", QueueTarget("pro").to_row(), {"plan": "pro", "tags": ["vip"]}
+    )
+    assert (await parts.publisher.publish("order.paid", {"plan": "free"})).deliveries == 0
+    assert (
+        await parts.publisher.publish("order.paid", {"plan": "pro", "tags": []})
+    ).deliveries == 0
+    hit = await parts.publisher.publish("order.paid", {"plan": "pro", "tags": ["x", "vip"], "n": 1})
+    assert hit.deliveries == 1
+    assert [m["eventId"] for m in await drain(parts.queues, "pro")] == [hit.event_id]
+
+
+async def test_publish__idempotency_key_returns_first_event(parts: Parts, pool: Pool) -> None:
+    await parts.subscriptions.subscribe("a.b", QueueTarget("q").to_row())
+    first = await parts.publisher.publish("a.b", {"x": 1}, "key-1")
+    again = await parts.publisher.publish("a.b", {"x": 2}, "key-1")
+    assert again.event_id == first.event_id
+    assert (again.deliveries, again.duplicate) == (0, True)
+    assert await pool.fetchval("SELECT count(*) FROM ripple_events") == 1
+    assert len(await drain(parts.queues, "q")) == 1
+
+
+async def test_publish__outbox_rollback_writes_nothing(parts: Parts, pool: Pool) -> None:
+    await parts.subscriptions.subscribe("#", QueueTarget("q").to_row())
+
+    class Boom(Exception):
+        pass
+
+    async def app_work() -> None:
+        async with pool.acquire() as conn, conn.transaction():
+            await conn.execute("CREATE TABLE app_orders (id int)")
+            result = await parts.publisher.publish("order.created", {"id": 1}, conn=conn)
+            assert result.deliveries == 1
+            raise Boom
+
+    with pytest.raises(Boom):
+        await app_work()
+    assert await pool.fetchval("SELECT count(*) FROM ripple_events") == 0
+    assert await pool.fetchval("SELECT count(*) FROM ripple_queue_messages") == 0
+
+    async with pool.acquire() as conn, conn.transaction():
+        await parts.publisher.publish("order.created", {"id": 2}, conn=conn)
+        # Not visible outside the caller's transaction before it commits.
+        assert await pool.fetchval("SELECT count(*) FROM ripple_events") == 0
+    assert await pool.fetchval("SELECT count(*) FROM ripple_events") == 1
+    assert [m["body"] for m in await drain(parts.queues, "q")] == [{"id": 2}]
+
+
+async def test_publish__validation_messages(parts: Parts) -> None:
+    with pytest.raises(InvalidInput, match="wildcard"):
+        await parts.publisher.publish("user.*", {})
+    deep: object = 1
+    for _ in range(40):
+        deep = [deep]
+    with pytest.raises(InvalidInput, match="nests deeper"):
+        await parts.publisher.publish("a", deep)
+    with pytest.raises(InvalidInput, match="not None"):
+        await parts.publisher.publish("a", None)
+    with pytest.raises(InvalidInput, match="unknown target type"):
+        await parts.subscriptions.subscribe("a", {"type": "carrier-pigeon"})
+    with pytest.raises(InvalidInput, match="queue name"):
+        await parts.subscriptions.subscribe("a", {"type": "queue", "queue": "bad name!"})
+    with pytest.raises(InvalidInput, match="mixes a wildcard"):
+        await parts.subscriptions.subscribe("a.b*", QueueTarget("q").to_row())
+    with pytest.raises(InvalidInput, match="filter must be a JSON object"):
+        await parts.subscriptions.subscribe("a", QueueTarget("q").to_row(), [1])  # type: ignore[arg-type]
+
+
+async def test_subscriptions__crud_pause_resume(parts: Parts) -> None:
+    sub = await parts.subscriptions.subscribe("a.*", QueueTarget("q").to_row(), {"k": 1})
+    assert (sub.status, sub.kind) == ("active", "queue")
+    assert sub.target == {"type": "queue", "queue": "q"}
+    assert [s.id for s in await parts.subscriptions.list()] == [sub.id]
+    assert (await parts.subscriptions.get(sub.id)) == sub
+
+    paused = await parts.subscriptions.pause(sub.id)
+    assert paused.status == "paused"
+    assert (await parts.publisher.publish("a.b", {"k": 1})).deliveries == 0
+    await parts.subscriptions.resume(sub.id)
+    assert (await parts.publisher.publish("a.b", {"k": 1})).deliveries == 1
+
+    assert await parts.subscriptions.unsubscribe(sub.id) is True
+    assert await parts.subscriptions.unsubscribe(sub.id) is False
+    assert await parts.subscriptions.unsubscribe("not-a-uuid") is False
+    with pytest.raises(NotFound):
+        await parts.subscriptions.pause(sub.id)
+    assert (await parts.publisher.publish("a.b", {"k": 1})).deliveries == 0
+
+
+async def test_explain__says_why(parts: Parts) -> None:
+    hit = await parts.subscriptions.subscribe("user.*", QueueTarget("a").to_row())
+    other = await parts.subscriptions.subscribe("billing.#", QueueTarget("b").to_row())
+    filtered = await parts.subscriptions.subscribe(
+        "user.signup", QueueTarget("c").to_row(), {"user": {"plan": "pro"}}
+    )
+    paused = await parts.subscriptions.subscribe("#", QueueTarget("d").to_row())
+    await parts.subscriptions.pause(paused.id)
+
+    explanation = await parts.publisher.explain("user.signup", {"user": {"plan": "free"}})
+    verdicts = {v.subscription_id: v for v in explanation.subscriptions}
+    assert (verdicts[hit.id].matched, verdicts[hit.id].reason) == (True, None)
+    assert "does not match" in (verdicts[other.id].reason or "")
+    assert verdicts[filtered.id].reason == "filter mismatch at 'user.plan'"
+    assert verdicts[paused.id].reason == "subscription is paused"
+    assert [v.subscription_id for v in explanation.matched] == [hit.id]
+    # A dry run writes nothing.
+    assert await parts.pool.fetchval("SELECT count(*) FROM ripple_events") == 0
+
+
+async def test_cache__lost_hint_is_caught_by_version_check(
+    settings: Settings, database_url: str
+) -> None:
+    # Two "processes": separate pools and NullWakers, so no hint crosses between them.
+    pool_a = await create_pool(settings, dsn=database_url)
+    pool_b = await create_pool(settings, dsn=database_url)
+    try:
+        a = make_parts(pool_a, settings)
+        b = make_parts(pool_b, settings)
+        assert (await a.publisher.publish("x.y", {})).deliveries == 0  # cache loaded, empty
+        await b.subscriptions.subscribe("x.*", QueueTarget("q").to_row())
+
+        async def delivered() -> bool:
+            return (await a.publisher.publish("x.y", {})).deliveries == 1
+
+        await assert_eventually(delivered, timeout=5 * settings.poll_interval + 5)
+    finally:
+        await pool_a.close()
+        await pool_b.close()
+
+
+async def test_cache__hint_invalidates_at_once(
+    parts: Parts, pool: Pool, settings: Settings
+) -> None:
+    # Another Subscriptions object sharing this process's waker: the hint reaches the cache.
+    other = make_parts(pool, settings, parts.waker)
+    await parts.publisher.publish("x.y", {})
+    await other.subscriptions.subscribe("x.*", QueueTarget("q").to_row())
+    assert (await parts.publisher.publish("x.y", {})).deliveries == 1
+
+
+async def test_targets__positional_construction() -> None:
+    assert QueueTarget("audit").to_row() == {"type": "queue", "queue": "audit"}
+    assert WorkflowTarget("onboard-user").to_row() == {
+        "type": "workflow",
+        "workflow": "onboard-user",
+    }
+
+    class Definition:
+        name = "from-definition"
+
+    assert WorkflowTarget(Definition()).workflow == "from-definition"
