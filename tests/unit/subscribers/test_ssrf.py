@@ -140,7 +140,7 @@ async def test_check_url__hostnames_resolving_to_private_addresses_are_refused()
 async def test_check_url__alternating_resolver_is_checked_on_every_call() -> None:
     resolver = ScriptedResolver({"rebind.example": [["93.184.216.34"], ["127.0.0.1"]]})
     await check_url("https://rebind.example/", DENY, resolver)
-    with pytest.raises(BlockedAddress, match="127.0.0.1"):
+    with pytest.raises(BlockedAddress, match=r"127\.0\.0\.1"):
         await check_url("https://rebind.example/", DENY, resolver)
 
 

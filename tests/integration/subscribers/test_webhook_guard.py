@@ -1,0 +1,197 @@
+"""Webhook delivery guards: SSRF at delivery with pinned connections, timeouts, slow endpoints,
+lost leases and concurrent dispatchers (real sockets to local sinks)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from ripple.platform.config import Settings
+from ripple.platform.db import Pool, transaction
+from ripple.platform.wake import NullWaker
+from ripple.subscribers import delivery_store as store
+from ripple.subscribers import webhook
+from ripple.subscribers.dispatcher import WebhookDispatcher
+from tests.helpers import assert_eventually
+from tests.integration.subscribers.conftest import Hooks
+from tests.integration.subscribers.webhook_sink import Received, Reply, Sink
+
+
+class ScriptedResolver:
+    """DNS seam: answers cycle through the script on each call for a host."""
+
+    def __init__(self, answers: dict[str, list[list[str]]]) -> None:
+        self.answers = answers
+        self.calls = 0
+
+    async def resolve(self, host: str, port: int) -> list[str]:
+        self.calls += 1
+        options = self.answers[host]
+        return options[(self.calls - 1) % len(options)]
+
+
+async def test_webhook_dispatcher__connects_to_checked_ip_with_original_host(
+    pool: Pool, hook_settings: Settings, hooks: Hooks
+) -> None:
+    resolver = ScriptedResolver({"hooks.example": [["127.0.0.1"]]})
+    async with Sink() as sink:
+        sub = await hooks.subscribe(sink.url(host="hooks.example"))
+        await hooks.publish([sub])
+        d = WebhookDispatcher(pool, NullWaker(), hook_settings, resolver=resolver)
+        await d.run_until_idle()
+    (row,) = await hooks.deliveries(sub)
+    assert row["status"] == "delivered"
+    assert sink.received[0].headers["host"] == f"hooks.example:{sink.port}"
+
+
+async def test_webhook_dispatcher__refuses_private_address_at_delivery(
+    pool: Pool, settings: Settings, hook_settings: Settings, hooks: Hooks
+) -> None:
+    # Subscribed while loopback was allowed; the operator then removed the allow list.
+    async with Sink() as sink:
+        sub = await hooks.subscribe(sink.url())
+        await hooks.publish([sub])
+        await WebhookDispatcher(pool, NullWaker(), settings).run_until_idle()
+    assert sink.received == []
+    (row,) = await hooks.deliveries(sub)
+    assert row["status"] == "pending"
+    assert "BlockedAddress" in row["last_error"]
+    assert "loopback" in row["last_error"]
+
+
+async def test_webhook_dispatcher__dns_rebinding_between_check_and_connect_is_refused(
+    pool: Pool, settings: Settings, hooks: Hooks
+) -> None:
+    # First answer (the pre-check) is public, the second (the connect) is loopback: the
+    # connection is made only to an address checked at connect time, so it is refused.
+    resolver = ScriptedResolver({"rebind.example": [["93.184.216.34"], ["127.0.0.1"]]})
+    async with Sink() as sink:
+        sub = await hooks.subscribe(sink.url(host="rebind.example"))
+        await hooks.publish([sub])
+        d = WebhookDispatcher(pool, NullWaker(), settings, resolver=resolver)
+        await d.run_until_idle()
+    assert resolver.calls == 2
+    assert sink.received == []
+    (row,) = await hooks.deliveries(sub)
+    assert "BlockedAddress" in row["last_error"]
+    attempts = await webhook.list_attempts(pool, str(row["id"]))
+    assert attempts[0].error is not None
+    assert attempts[0].error.startswith("BlockedAddress")
+
+
+async def test_webhook_dispatcher__attempt_times_out(
+    pool: Pool, hook_settings: Settings, hooks: Hooks
+) -> None:
+    sink = Sink()
+    sink.responder = lambda _r, _n: sink.hang()
+    async with sink:
+        sub = await hooks.subscribe(sink.url(), timeout=0.3)
+        await hooks.publish([sub])
+        await WebhookDispatcher(pool, NullWaker(), hook_settings).run_until_idle()
+    (row,) = await hooks.deliveries(sub)
+    assert row["status"] == "pending"
+    assert row["last_error"].startswith("no response: TimeoutError")
+
+
+async def test_webhook_dispatcher__slow_endpoint_does_not_block_others(
+    pool: Pool, hook_settings: Settings, hooks: Hooks
+) -> None:
+    settings = hook_settings.model_copy(
+        update={"webhook_concurrency": 4, "webhook_endpoint_concurrency": 2}
+    )
+    slow = Sink()
+    slow.responder = lambda _r, _n: slow.hang()
+    async with slow, Sink() as fast:
+        slow_sub = await hooks.subscribe(slow.url(), timeout=120)
+        fast_sub = await hooks.subscribe(fast.url())
+        for _ in range(6):
+            await hooks.publish([slow_sub])
+        for _ in range(10):
+            await hooks.publish([fast_sub])
+        d = WebhookDispatcher(pool, NullWaker(), settings)
+        task = asyncio.create_task(d.run())
+        try:
+
+            async def fast_done() -> bool:
+                rows = await hooks.deliveries(fast_sub)
+                return all(r["status"] == "delivered" for r in rows)
+
+            await assert_eventually(fast_done, timeout=20)
+            assert len(fast.received) == 10
+            # the slow endpoint holds at most its per-endpoint share of the slots
+            assert len(slow.received) <= 2
+        finally:
+            d.stop()
+            await asyncio.wait_for(task, 15)
+    slow_rows = await hooks.deliveries(slow_sub)
+    assert {r["status"] for r in slow_rows} == {"pending"}
+
+
+async def test_webhook_dispatcher__lost_lease_is_retried_and_stale_claim_fenced(
+    pool: Pool, hook_settings: Settings, hooks: Hooks
+) -> None:
+    async with Sink() as sink:
+        sub = await hooks.subscribe(sink.url())
+        await hooks.publish([sub])
+        # a dispatcher claims the delivery and dies before recording anything
+        async with transaction(pool) as conn:
+            (dead,) = await store.claim_due(
+                conn,
+                limit=10,
+                endpoint_limit=10,
+                in_flight={},
+                default_timeout=15,
+                lease_margin=10,
+            )
+        assert await WebhookDispatcher(pool, NullWaker(), hook_settings).run_until_idle() == 0
+        # move time past the lease
+        await pool.execute("UPDATE ripple_webhook_deliveries SET next_attempt_at = now()")
+        await WebhookDispatcher(pool, NullWaker(), hook_settings).run_until_idle()
+        (row,) = await hooks.deliveries(sub)
+        assert (row["status"], row["attempts"]) == ("delivered", 2)
+        # the dead dispatcher's late write is refused
+        async with transaction(pool) as conn:
+            assert not await store.mark_failed(
+                conn, dead.id, dead.claim_token, status_code=None, error="late"
+            )
+    (row,) = await hooks.deliveries(sub)
+    assert row["status"] == "delivered"
+    assert len(sink.received) == 1
+
+
+async def test_webhook_dispatcher__concurrent_dispatchers_never_share_a_delivery(
+    pool: Pool, hook_settings: Settings, hooks: Hooks
+) -> None:
+    settings = hook_settings.model_copy(
+        update={"webhook_concurrency": 5, "webhook_endpoint_concurrency": 5}
+    )
+
+    async def respond(_r: Received, _n: int) -> Reply:
+        await asyncio.sleep(0)
+        return Reply(200)
+
+    async with Sink(respond) as sink:
+        subs = [await hooks.subscribe(sink.url(f"/s{i}")) for i in range(3)]
+        for _ in range(15):
+            await hooks.publish(subs)
+        dispatchers = [WebhookDispatcher(pool, NullWaker(), settings) for _ in range(4)]
+        await asyncio.gather(*(d.run_until_idle() for d in dispatchers))
+    ids = [r.headers["webhook-id"] for r in sink.received]
+    assert len(ids) == 45
+    assert len(set(ids)) == 45
+    count = await pool.fetchval(
+        "SELECT count(*) FROM ripple_webhook_deliveries WHERE status = 'delivered'"
+    )
+    assert count == 45
+
+
+async def test_webhook_dispatcher__orphaned_deliveries_fail(
+    pool: Pool, hook_settings: Settings, hooks: Hooks
+) -> None:
+    sub = await hooks.subscribe("http://127.0.0.1:9/gone")
+    await hooks.publish([sub])
+    await pool.execute("DELETE FROM ripple_subscriptions WHERE id = $1", uuid.UUID(sub.id))
+    async with transaction(pool) as conn:
+        assert await store.fail_orphans(conn) == 1
+    (row,) = await hooks.deliveries(sub)
+    assert (row["status"], row["last_error"]) == ("failed", "subscription was deleted")
