@@ -6,13 +6,14 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import Field
 
 from ripple.platform import migrate
 from ripple.platform.api.deps import ClientDep, require_token
 from ripple.platform.api.models import OutModel
 from ripple.platform.errors import RippleError
+from ripple.platform.observability import metrics_exposition
 
 __all__ = ["router"]
 
@@ -61,6 +62,11 @@ async def readyz(client: ClientDep) -> Any:
     response_class=Response,
     responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}},
 )
-async def metrics() -> Response:
-    """Prometheus metrics of this process (bearer token required when tokens are configured)."""
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+async def metrics(client: ClientDep) -> Response:
+    """Prometheus metrics of this process (bearer token required when tokens are configured).
+
+    Gauges computed from Postgres (queue depth, stranded runs, failing endpoints) are refreshed
+    first, at most once a second.
+    """
+    body = await metrics_exposition(client.gauges)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
