@@ -65,21 +65,21 @@ WITH ready AS (
     LIMIT $2
     FOR UPDATE OF m SKIP LOCKED
 ), picked AS (
-    SELECT id, receive_count FROM ready
+    SELECT id FROM ready
     UNION ALL
-    (SELECT id, receive_count FROM grouped)
+    (SELECT id FROM grouped)
     LIMIT $2
-), settings AS (
-    SELECT coalesce((SELECT max_receives FROM ripple_queues WHERE name = $1), $4) AS max_receives
+), lim AS MATERIALIZED (
+    SELECT coalesce((SELECT max_receives FROM ripple_queues WHERE name = $1), $4) AS n
 )
 UPDATE ripple_queue_messages m SET
-    receive_count = CASE WHEN p.receive_count < s.max_receives
+    receive_count = CASE WHEN m.receive_count < lim.n
                          THEN m.receive_count + 1 ELSE m.receive_count END,
-    visible_at = CASE WHEN p.receive_count < s.max_receives
+    visible_at = CASE WHEN m.receive_count < lim.n
                       THEN now() + make_interval(secs => $3) ELSE m.visible_at END,
-    dead_at = CASE WHEN p.receive_count < s.max_receives THEN NULL ELSE now() END
-FROM picked p, settings s
-WHERE m.id = p.id
+    dead_at = CASE WHEN m.receive_count < lim.n THEN NULL ELSE now() END
+FROM lim
+WHERE m.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING m.id, m.body, m.headers, m.group_id, m.receive_count, m.dead_at IS NOT NULL AS dead
 """
 # $1 queue, $2 ids bigint[], $3 receive counts int[]: delete the messages whose receipts match
