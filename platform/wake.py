@@ -21,12 +21,15 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from redis.exceptions import RedisError
 
 __all__ = [
+    "CH_CANCELS",
+    "CH_RUNS",
     "AnyHint",
     "DeliveriesReady",
     "Listener",
     "NullWaker",
     "QueueReady",
     "RedisWaker",
+    "RunCanceled",
     "RunFinished",
     "RunReady",
     "SubscriptionsChanged",
@@ -41,6 +44,7 @@ log = structlog.get_logger("ripple.wake")
 CH_RUNS = "runs"  # some workflow run became available
 CH_DELIVERIES = "deliveries"  # some webhook delivery became due
 CH_SUBSCRIPTIONS = "subscriptions"  # the subscription set changed
+CH_CANCELS = "cancels"  # runs were canceled (workers stop executing them)
 
 
 def run_channel(run_id: str) -> str:
@@ -79,6 +83,17 @@ class RunFinished(_Hint):
         return run_channel(self.run_id)
 
 
+class RunCanceled(_Hint):
+    """Runs were canceled; a worker executing one cancels its task."""
+
+    type: Literal["run_canceled"] = "run_canceled"
+    run_ids: list[str]
+
+    @property
+    def channel(self) -> str:
+        return CH_CANCELS
+
+
 class QueueReady(_Hint):
     """A queue has messages to receive."""
 
@@ -110,7 +125,7 @@ class SubscriptionsChanged(_Hint):
         return CH_SUBSCRIPTIONS
 
 
-AnyHint = RunReady | RunFinished | QueueReady | DeliveriesReady | SubscriptionsChanged
+AnyHint = RunReady | RunFinished | RunCanceled | QueueReady | DeliveriesReady | SubscriptionsChanged
 WakeHint = Annotated[AnyHint, Field(discriminator="type")]
 
 

@@ -1,1 +1,46 @@
 """Ripple workflows: durable async workflows journaled in Postgres."""
+
+from ripple.workflows.client import RunHandle, RunRequest, WorkflowClient
+from ripple.workflows.context import Steps, WorkflowContext
+from ripple.workflows.definition import WorkflowDefinition, workflow
+from ripple.workflows.errors import (
+    NonDeterminismError,
+    NonRetriableError,
+    RetryAfterError,
+    RollbackError,
+    StepFailedError,
+    StepTimeoutError,
+    WorkflowCanceled,
+    WorkflowError,
+    WorkflowFailed,
+)
+from ripple.workflows.records import Page, Run, RunStatus, SignalResult, StepRecord, StepStatus
+from ripple.workflows.retry import RetryPolicy
+from ripple.workflows.worker import Worker
+
+__all__ = [
+    "NonDeterminismError",
+    "NonRetriableError",
+    "Page",
+    "RetryAfterError",
+    "RetryPolicy",
+    "RollbackError",
+    "Run",
+    "RunHandle",
+    "RunRequest",
+    "RunStatus",
+    "SignalResult",
+    "StepFailedError",
+    "StepRecord",
+    "StepStatus",
+    "StepTimeoutError",
+    "Steps",
+    "Worker",
+    "WorkflowCanceled",
+    "WorkflowClient",
+    "WorkflowContext",
+    "WorkflowDefinition",
+    "WorkflowError",
+    "WorkflowFailed",
+    "workflow",
+]

@@ -1,0 +1,168 @@
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+from pydantic import BaseModel
+
+from ripple.platform.errors import InvalidInput
+from ripple.workflows import (
+    NonRetriableError,
+    RetryPolicy,
+    WorkflowContext,
+    WorkflowFailed,
+    workflow,
+)
+from tests.integration.workflows.conftest import App
+
+
+class OrderIn(BaseModel):
+    id: int
+    qty: int = 1
+
+
+@dataclass
+class Receipt:
+    order: int
+    total: float
+
+
+calls: dict[str, int] = {}
+
+
+def bump(name: str) -> None:
+    calls[name] = calls.get(name, 0) + 1
+
+
+async def price(qty: int) -> float:
+    bump("price")
+    return qty * 2.5
+
+
+def make_receipt(order: int, total: float) -> Receipt:
+    bump("receipt")
+    return Receipt(order, total)
+
+
+@workflow(name="order", version=1)
+async def order_wf(ctx: WorkflowContext, inp: OrderIn) -> Receipt:
+    total = await ctx.step.run("price", price, inp.qty)
+    receipt = await ctx.step.run("receipt", make_receipt, inp.id, total=total)
+    assert isinstance(receipt, Receipt)
+    return receipt
+
+
+async def test_engine__runs_three_kinds_of_step_to_completion(app: App) -> None:
+    calls.clear()
+    handle = await app.workflows.start(order_wf, OrderIn(id=7, qty=4))
+    async with app.worker(order_wf):
+        out = await handle.result(timeout=10)
+    assert out == Receipt(7, 10.0)
+    run = await app.workflows.get_run(handle.run_id)
+    assert run is not None
+    assert run.status == "completed"
+    assert run.output == {"order": 7, "total": 10.0}
+    steps = await app.workflows.list_steps(handle.run_id)
+    assert [(s.key, s.kind, s.status, s.attempts) for s in steps] == [
+        ("price", "run", "completed", 1),
+        ("receipt", "run", "completed", 1),
+    ]
+    assert calls == {"price": 1, "receipt": 1}
+
+
+async def test_engine__start_validates_input_and_writes_nothing(app: App) -> None:
+    with pytest.raises(InvalidInput):
+        await app.workflows.start(order_wf, {"id": "not-a-number"})
+    page = await app.workflows.list_runs()
+    assert page.items == []
+
+
+async def test_engine__idempotent_start_returns_same_run(app: App) -> None:
+    a = await app.workflows.start(order_wf, {"id": 1}, idempotency_key="k1")
+    b = await app.workflows.start(order_wf, {"id": 1}, idempotency_key="k1")
+    assert a.run_id == b.run_id
+
+
+@workflow(name="flaky")
+async def flaky_wf(ctx: WorkflowContext) -> int:
+    async def sometimes() -> int:
+        bump("flaky")
+        if calls["flaky"] < 3:
+            raise ValueError("not yet")
+        return calls["flaky"]
+
+    return int(
+        await ctx.step.run(
+            "try", sometimes, retry=RetryPolicy(max_attempts=5, initial_interval=0.01, jitter=0)
+        )
+    )
+
+
+async def test_engine__retries_a_failing_step(app: App) -> None:
+    calls.clear()
+    handle = await app.workflows.start(flaky_wf)
+    async with app.worker(flaky_wf):
+        assert await handle.result(timeout=10) == 3
+    steps = await app.workflows.list_steps(handle.run_id)
+    assert steps[0].attempts == 3
+
+
+@workflow(name="doomed")
+async def doomed_wf(ctx: WorkflowContext) -> None:
+    def fail() -> None:
+        bump("doomed")
+        raise NonRetriableError("no way")
+
+    await ctx.step.run("fail", fail)
+
+
+async def test_engine__non_retriable_error_fails_the_run(app: App) -> None:
+    calls.clear()
+    handle = await app.workflows.start(doomed_wf)
+    async with app.worker(doomed_wf):
+        with pytest.raises(WorkflowFailed) as info:
+            await handle.result(timeout=10)
+    assert info.value.error["type"] == "NonRetriableError"
+    assert "traceback" in info.value.error
+    assert calls["doomed"] == 1
+
+
+@workflow(name="sleeper")
+async def sleeper_wf(ctx: WorkflowContext) -> str:
+    await ctx.step.sleep("nap", 0.3)
+    await ctx.step.sleep("nap", 0.01)
+    return "rested"
+
+
+async def test_engine__durable_sleep_suspends_the_run(app: App) -> None:
+    handle = await app.workflows.start(sleeper_wf)
+    async with app.worker(sleeper_wf):
+
+        async def sleeping() -> bool:
+            run = await app.workflows.get_run(handle.run_id)
+            return run is not None and run.status == "sleeping"
+
+        from tests.helpers import assert_eventually
+
+        await assert_eventually(sleeping)
+        assert await handle.result(timeout=10) == "rested"
+    keys = [s.key for s in await app.workflows.list_steps(handle.run_id)]
+    assert keys == ["nap", "nap:1"]
+
+
+@workflow(name="fanout")
+async def fanout_wf(ctx: WorkflowContext, n: int) -> list[int]:
+    async def square(i: int) -> int:
+        await asyncio.sleep(0.01)
+        return i * i
+
+    return list(await asyncio.gather(*(ctx.step.run("sq", square, i) for i in range(n))))
+
+
+async def test_engine__concurrent_steps_with_gather(app: App) -> None:
+    handle = await app.workflows.start(fanout_wf, 5)
+    async with app.worker(fanout_wf):
+        assert await handle.result(timeout=10) == [0, 1, 4, 9, 16]
+    keys = [s.key for s in await app.workflows.list_steps(handle.run_id)]
+    assert keys == ["sq", "sq:1", "sq:2", "sq:3", "sq:4"]

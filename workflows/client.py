@@ -1,0 +1,384 @@
+"""`WorkflowClient`: start runs, read them, cancel and signal them (the workflow part of
+`Client`). Each call is one transaction; wake hints go out after commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+from pydantic import ValidationError
+
+from ripple.platform import metrics, tracing
+from ripple.platform.config import Settings
+from ripple.platform.db import Connection, Pool, map_errors, transaction
+from ripple.platform.errors import Conflict, InvalidInput, NotFound
+from ripple.platform.ids import new_id
+from ripple.platform.wake import NullWaker, RunCanceled, RunFinished, RunReady, run_channel
+from ripple.workflows import serde, store
+from ripple.workflows.definition import WorkflowDefinition, check_workflow_name
+from ripple.workflows.errors import WorkflowCanceled, WorkflowFailed
+from ripple.workflows.records import (
+    TERMINAL,
+    Page,
+    Run,
+    RunStatus,
+    SignalResult,
+    StepRecord,
+)
+from ripple.workflows.retry import seconds
+from ripple.workflows.writer import complete_parent_step
+
+__all__ = [
+    "Page",
+    "Run",
+    "RunHandle",
+    "RunRequest",
+    "SignalResult",
+    "StepRecord",
+    "WorkflowClient",
+]
+
+O = TypeVar("O")
+_MAX_KEY = 255
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    """A run to create inside a publisher's transaction (topic fan-out)."""
+
+    workflow: str
+    input: Any
+    idempotency_key: str
+    trace: dict[str, str] | None = None
+
+
+class RunHandle(Generic[O]):
+    """A started run: `run_id`, and `await result()` for its output."""
+
+    __slots__ = ("_client", "_output_type", "run_id")
+
+    def __init__(self, client: WorkflowClient, run_id: str, output_type: Any = serde.NO_TYPE):
+        self._client = client
+        self.run_id = run_id
+        self._output_type = output_type
+
+    def __repr__(self) -> str:
+        return f"<RunHandle {self.run_id}>"
+
+    async def result(self, timeout: timedelta | float | None = None) -> O:
+        """The run's output once it completes.
+
+        Raises WorkflowFailed (with the stored error), WorkflowCanceled, or TimeoutError
+        when `timeout` passes first (the run keeps going).
+        """
+        limit = None if timeout is None else seconds(timeout)
+        end = None if limit is None else time.monotonic() + limit
+        waker = self._client.waker
+        async with waker.listen(run_channel(self.run_id)) as listener:
+            while True:
+                run = await self._client.get_run(self.run_id)
+                if run is None:
+                    raise NotFound(f"no run {self.run_id}")
+                if run.status == RunStatus.COMPLETED:
+                    try:
+                        value: O = serde.load(run.output, self._output_type)
+                    except ValidationError:
+                        value = run.output
+                    return value
+                if run.status == RunStatus.FAILED:
+                    raise WorkflowFailed(self.run_id, run.error)
+                if run.status == RunStatus.CANCELED:
+                    raise WorkflowCanceled(self.run_id)
+                remaining = None if end is None else end - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"run {self.run_id} did not finish within {limit}s")
+                await listener.wait(remaining)
+
+
+def _deadline_at(deadline: datetime | timedelta | float | None) -> datetime | None:
+    if deadline is None:
+        return None
+    if isinstance(deadline, datetime):
+        return deadline.replace(tzinfo=UTC) if deadline.tzinfo is None else deadline
+    return datetime.now(UTC) + timedelta(seconds=seconds(deadline))
+
+
+class WorkflowClient:
+    """Start, inspect, cancel and signal workflow runs."""
+
+    def __init__(self, pool: Pool, waker: NullWaker, settings: Settings) -> None:
+        self.pool = pool
+        self.waker = waker
+        self.settings = settings
+        #: Definitions seen by this process (start by name validates when known).
+        self.definitions: dict[str, WorkflowDefinition[Any, Any]] = {}
+
+    def register(self, *definitions: WorkflowDefinition[Any, Any]) -> None:
+        """Make definitions known, so starts by name validate their input."""
+        for definition in definitions:
+            current = self.definitions.get(definition.name)
+            if current is None or current.version <= definition.version:
+                self.definitions[definition.name] = definition
+
+    def resolve(self, name: str) -> WorkflowDefinition[Any, Any] | None:
+        return self.definitions.get(name)
+
+    # -- start -------------------------------------------------------------------------------
+
+    def _prepare_input(
+        self, definition: WorkflowDefinition[Any, Any] | None, name: str, input: Any
+    ) -> Any:
+        if definition is None:
+            try:
+                return serde.dump(input)
+            except Exception as exc:
+                raise InvalidInput(f"input of {name} is not JSON: {exc}", field="input") from exc
+        if not definition.takes_input:
+            if input is not None:
+                raise InvalidInput(f"workflow {name} takes no input", field="input")
+            return None
+        try:
+            return serde.validate(input, definition.input_type)
+        except ValidationError as exc:
+            raise InvalidInput(
+                f"invalid input for workflow {name}: {exc.errors(include_url=False)}",
+                field="input",
+            ) from exc
+
+    async def start(
+        self,
+        workflow: WorkflowDefinition[Any, O] | str,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        deadline: datetime | timedelta | float | None = None,
+        version: int | None = None,
+        conn: Connection | None = None,
+    ) -> RunHandle[O]:
+        """Start a run (idempotent per (workflow, idempotency_key)); returns its handle."""
+        if isinstance(workflow, WorkflowDefinition):
+            definition: WorkflowDefinition[Any, Any] | None = workflow
+            self.register(workflow)
+            name = workflow.name
+        else:
+            name = check_workflow_name(workflow)
+            definition = self.definitions.get(name)
+        if idempotency_key is not None and not 0 < len(idempotency_key) <= _MAX_KEY:
+            raise InvalidInput("idempotency_key must be 1-255 characters", field="idempotencyKey")
+        if version is not None and (not isinstance(version, int) or version < 1):
+            raise InvalidInput("version must be an integer >= 1", field="version")
+        value = self._prepare_input(definition, name, input)
+        if version is None and definition is not None:
+            version = definition.version
+        deadline_at = _deadline_at(deadline)
+        if deadline_at is None and definition is not None and definition.deadline is not None:
+            deadline_at = datetime.now(UTC) + definition.deadline
+        retention = definition.retention if definition is not None else None
+        retention_s = None
+        if retention is not None:
+            retention_s = min(
+                retention.total_seconds(), self.settings.max_run_retention_days * 86400
+            )
+        run_id = new_id()
+        async with transaction(self.pool, conn) as tx:
+            created = await tx.fetchval(
+                store.INSERT_RUN,
+                run_id,
+                name,
+                version,
+                value,
+                idempotency_key,
+                deadline_at,
+                retention_s,
+                tracing.current_context(),
+                None,
+                None,
+                None,
+            )
+            if created is None:
+                run_id = await tx.fetchval(store.SELECT_RUN_BY_KEY, name, idempotency_key)
+        if created is not None:
+            metrics.RUNS_STARTED.labels(name).inc()
+            if conn is None:
+                self.waker.notify(RunReady(workflow=name))
+        output_type = definition.output_type if definition is not None else serde.NO_TYPE
+        return RunHandle(self, run_id, output_type)
+
+    async def create_runs(self, conn: Connection, requests: Sequence[RunRequest]) -> int:
+        """Insert pending runs inside the caller's transaction; idempotent per
+        (workflow, idempotency_key). Returns how many were created. Call
+        `notify_runs_ready()` after the commit."""
+        if not requests:
+            return 0
+        rows = []
+        for req in requests:
+            check_workflow_name(req.workflow)
+            definition = self.definitions.get(req.workflow)
+            rows.append(
+                {
+                    "run_id": new_id(),
+                    "workflow": req.workflow,
+                    "input": self._prepare_input(definition, req.workflow, req.input),
+                    "idempotency_key": req.idempotency_key,
+                    "trace": req.trace,
+                }
+            )
+        with map_errors():
+            status = await conn.execute(store.INSERT_RUNS_BATCH, rows)
+        created = int(status.rsplit(" ", 1)[-1])
+        for req in requests[:created] if created == len(requests) else ():
+            metrics.RUNS_STARTED.labels(req.workflow).inc()
+        return created
+
+    def notify_runs_ready(self) -> None:
+        """Tell workers that runs are available (after the creating transaction committed)."""
+        self.waker.notify(RunReady())
+
+    def handle(self, run_id: str) -> RunHandle[Any]:
+        """A handle to an existing run."""
+        return RunHandle(self, run_id)
+
+    # -- read --------------------------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> Run | None:
+        """The run, or None."""
+        with map_errors():
+            row = await self.pool.fetchrow(store.SELECT_RUN, run_id)
+        return None if row is None else Run.from_row(row)
+
+    async def list_steps(self, run_id: str) -> list[StepRecord]:
+        """The run's journal in call order."""
+        with map_errors():
+            rows = await self.pool.fetch(store.SELECT_STEPS, run_id)
+        return [StepRecord.from_row(row) for row in rows]
+
+    async def list_runs(
+        self,
+        workflow: str | None = None,
+        status: str | None = None,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        parent_run_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[Run]:
+        """Runs newest first, filtered; `next_cursor` continues the listing."""
+        if status is not None:
+            try:
+                status = RunStatus(status).value
+            except ValueError:
+                allowed = ", ".join(s.value for s in RunStatus)
+                raise InvalidInput(f"unknown status {status!r}: use one of {allowed}") from None
+        if not 1 <= limit <= self.settings.max_page_size:
+            raise InvalidInput(f"limit must be 1-{self.settings.max_page_size}", field="limit")
+        with map_errors():
+            rows = await self.pool.fetch(
+                store.LIST_RUNS, workflow, status, since, until, parent_run_id, cursor, limit + 1
+            )
+        items = [Run.from_row(row) for row in rows[:limit]]
+        next_cursor = items[-1].run_id if len(rows) > limit else None
+        return Page(items, next_cursor)
+
+    # -- cancel ------------------------------------------------------------------------------
+
+    async def cancel(self, run_id: str) -> bool:
+        """Cancel a run and its active descendants; True if the run was still active."""
+        error = {"type": "WorkflowCanceled", "message": f"run {run_id} was canceled"}
+        async with transaction(self.pool) as conn:
+            rows = await conn.fetch(store.CANCEL_TREE, run_id, error)
+            if not rows:
+                if await conn.fetchrow(store.SELECT_RUN, run_id) is None:
+                    raise NotFound(f"no run {run_id}")
+                return False
+            ids = [row["run_id"] for row in rows]
+            await conn.execute(store.DELETE_WAITS_OF, ids)
+            canceled = set(ids)
+            for row in rows:
+                parent = row["parent_run_id"]
+                if parent is not None and parent not in canceled:
+                    await complete_parent_step(
+                        conn,
+                        parent,
+                        row["parent_step_key"],
+                        row["parent_step_seq"],
+                        row["run_id"],
+                        "failed",
+                        None,
+                        error,
+                    )
+        for row in rows:
+            metrics.RUNS_COMPLETED.labels(row["workflow"], "canceled").inc()
+        self.waker.notify(RunCanceled(run_ids=ids), *(RunFinished(run_id=i) for i in ids))
+        self.waker.notify(RunReady())
+        return True
+
+    # -- signals -----------------------------------------------------------------------------
+
+    async def signal(self, run_id: str, name: str, payload: Any = None) -> SignalResult:
+        """Resolve the run's earliest wait `name` whose match `payload` contains, or keep the
+        signal in the run's inbox for the first later matching wait."""
+        if not isinstance(name, str) or not 0 < len(name) <= 255:
+            raise InvalidInput("signal name must be 1-255 characters", field="name")
+        payload = {} if payload is None else serde.dump(payload)
+        with tracing.span("workflow.signal", run_id=run_id, signal=name):
+            async with transaction(self.pool) as conn:
+                status = await conn.fetchval(store.LOCK_RUN, run_id)
+                if status is None:
+                    raise NotFound(f"no run {run_id}: check the run id")
+                if status in TERMINAL:
+                    raise Conflict(f"run {run_id} is {status}; signals go to active runs only")
+                row = await conn.fetchrow(store.RESOLVE_NAMED_WAIT, run_id, name, payload)
+                if row is not None:
+                    await conn.execute(
+                        store.UPSERT_STEPS,
+                        run_id,
+                        [
+                            {
+                                "key": row["step_key"],
+                                "seq": row["step_seq"],
+                                "kind": "wait",
+                                "status": "completed",
+                                "attempts": 1,
+                                "output": payload,
+                            }
+                        ],
+                    )
+                    await conn.execute(store.WAKE_RUN, run_id)
+                else:
+                    await conn.execute(store.INSERT_SIGNAL, run_id, name, payload)
+        delivered = row is not None
+        metrics.SIGNALS.labels("delivered" if delivered else "buffered").inc()
+        if delivered:
+            self.waker.notify(RunReady())
+        return SignalResult(delivered=delivered, buffered=not delivered)
+
+    async def resolve_event_waits(self, conn: Connection, topic: str, payload: Any) -> int:
+        """Resolve, in the caller's transaction, every wait on `topic` whose match `payload`
+        contains; returns how many (send RunReady after commit when not zero)."""
+        with map_errors():
+            await conn.fetch(store.LOCK_EVENT_WAIT_RUNS, topic, payload)
+            count: int = await conn.fetchval(store.RESOLVE_EVENT_WAITS, topic, payload)
+        return count
+
+    async def signal_matching(self, event: str, payload: Any) -> int:
+        """Resume every run waiting on `event` whose match `payload` contains."""
+        if not isinstance(event, str) or not 0 < len(event) <= 255:
+            raise InvalidInput("event must be 1-255 characters", field="event")
+        payload = {} if payload is None else serde.dump(payload)
+        async with transaction(self.pool) as conn:
+            count = await self.resolve_event_waits(conn, event, payload)
+        if count:
+            metrics.SIGNALS.labels("delivered").inc(count)
+            self.waker.notify(RunReady())
+        return count
+
+
+async def wait_all(handles: Sequence[RunHandle[Any]], timeout: float | None = None) -> list[Any]:
+    """Results of several handles (helper for tests and scripts)."""
+    return list(await asyncio.gather(*(h.result(timeout) for h in handles)))

@@ -1,0 +1,793 @@
+"""The replay engine: executes one claimed run until it completes, fails or suspends.
+
+The workflow function runs from the top on every resume; each step looks its key up in the
+journal (loaded once per resume) and returns the recorded result, or executes and records it.
+Writes are batched in memory and committed through a `RunWriter` (fenced by the claim's epoch):
+with the next suspension or completion, or as soon as a step body runs longer than
+`FLUSH_AFTER` (so a long step never holds earlier results hostage). After a recovered claim
+(the previous worker died) every attempt start is committed before its body runs, so a step
+that kills its worker is charged against its attempt budget. No SQL here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import structlog
+from pydantic import ValidationError
+
+from ripple.platform import metrics, tracing
+from ripple.platform.errors import InvalidInput
+from ripple.platform.ids import new_id
+from ripple.workflows import serde
+from ripple.workflows.context import WorkflowContext
+from ripple.workflows.definition import WorkflowDefinition, check_workflow_name
+from ripple.workflows.errors import (
+    LeaseLost,
+    NonDeterminismError,
+    NonRetriableError,
+    RetryAfterError,
+    RollbackError,
+    StepFailedError,
+    StepTimeoutError,
+    WorkflowError,
+    WorkflowFailed,
+)
+from ripple.workflows.journal import Entry, Journal
+from ripple.workflows.retry import RetryPolicy, seconds
+
+__all__ = ["DEFAULT_STEP_RETRY", "ChildSpec", "Outcome", "RunExecution", "RunWriter", "WaitSpec"]
+
+log = structlog.get_logger("ripple.workflows")
+
+DEFAULT_STEP_RETRY = RetryPolicy()
+#: A step body running longer than this gets the batched writes committed beside it.
+FLUSH_AFTER = 0.02
+#: Timers due sooner than this are waited for in memory instead of suspending the run.
+INLINE_WAIT = 0.05
+INFINITY = datetime.max.replace(tzinfo=UTC)
+
+
+class RunFacts(Protocol):
+    """What the engine needs to know about the claim it executes."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def workflow(self) -> str: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def input(self) -> Any: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def deadline(self) -> datetime | None: ...
+    @property
+    def trace(self) -> dict[str, str] | None: ...
+    @property
+    def step_count(self) -> int: ...
+    @property
+    def recovered(self) -> bool: ...
+    @property
+    def db_now(self) -> datetime: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WaitSpec:
+    """A new durable wait."""
+
+    entry: Entry
+    name: str
+    event: str | None
+    match: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSpec:
+    """A child run to create idempotently (key `{parent_run_id}:{step_key}`)."""
+
+    entry: Entry
+    run_id: str
+    workflow: str
+    version: int | None
+    input: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How an execution ended: a terminal or suspended status, and when it is due again."""
+
+    status: str
+    wake_at: datetime | None = None
+
+
+class RunWriter(Protocol):
+    """Durable, fenced writes of one claimed run; each call is one transaction that first
+    commits `entries` (batched journal writes). Raise `LeaseLost` when fenced out."""
+
+    async def flush(self, entries: list[Entry], step_count: int) -> None: ...
+
+    async def register_wait(
+        self, entries: list[Entry], step_count: int, wait: WaitSpec
+    ) -> tuple[bool, Any]: ...
+
+    async def start_child(self, entries: list[Entry], step_count: int, child: ChildSpec) -> str: ...
+
+    async def time_out(
+        self, entries: list[Entry], step_count: int, entry: Entry, is_wait: bool
+    ) -> Entry: ...
+
+    async def suspend(
+        self,
+        entries: list[Entry],
+        step_count: int,
+        status: str,
+        wake_at: datetime,
+        blocking_keys: list[str],
+    ) -> datetime:
+        """Park the run; returns when it is available again (now if a wait already resolved)."""
+        ...
+
+    async def finish(
+        self,
+        entries: list[Entry],
+        step_count: int,
+        status: str,
+        output: Any,
+        error: dict[str, Any] | None,
+    ) -> None: ...
+
+    async def retry_run(
+        self, entries: list[Entry], step_count: int, delay: float, error: dict[str, Any]
+    ) -> None: ...
+
+
+class _Fatal(WorkflowError):
+    """Internal wrapper for errors that fail a run regardless of workflow code."""
+
+
+@dataclass(slots=True)
+class _Block:
+    kind: str
+    key: str
+    wake_at: datetime | None
+
+
+def _as_utc(when: datetime) -> datetime:
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
+
+
+def _takes_argument(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params
+    )
+
+
+class RunExecution:
+    """One resume of one run: replay, execute, record, then complete, fail or suspend."""
+
+    def __init__(
+        self,
+        facts: RunFacts,
+        definition: WorkflowDefinition[Any, Any],
+        journal: list[Entry],
+        writer: RunWriter,
+        *,
+        max_steps: int,
+        is_stopping: Callable[[], bool],
+        resolve: Callable[[str], WorkflowDefinition[Any, Any] | None],
+    ) -> None:
+        self.facts = facts
+        self.run_id = facts.run_id
+        self.attempt = facts.attempt
+        self.definition = definition
+        self.journal = Journal(facts.run_id, journal)
+        self.writer = writer
+        self.max_steps = max_steps
+        self.is_stopping = is_stopping
+        self.resolve = resolve
+        self.step_count = facts.step_count
+        self.careful = facts.recovered
+        self._offset = facts.db_now - datetime.now(UTC)
+        self._pending: dict[str, Entry] = {}
+        self._flush_lock = asyncio.Lock()
+        self._active = 0
+        self._blocked: dict[int, _Block] = {}
+        self._progress = 0
+        self._suspend = asyncio.Event()
+        self._fatal: WorkflowFailed | None = None
+        self._compensations: list[tuple[int, str, Callable[..., Any], Any]] = []
+        #: Set once the outcome is being committed: canceling the task then could tear a commit.
+        self.concluding = False
+
+    # -- clock and bookkeeping ---------------------------------------------------------------
+
+    def clock(self) -> datetime:
+        """Now, on the database clock (local clock plus the offset measured at claim)."""
+        return datetime.now(UTC) + self._offset
+
+    def _record(self, entry: Entry) -> None:
+        self.journal.put(entry)
+        self._pending[entry.key] = entry
+
+    def _take(self) -> list[Entry]:
+        entries = list(self._pending.values())
+        self._pending.clear()
+        return entries
+
+    async def flush(self) -> None:
+        """Commit the batched journal writes now (and extend the lease)."""
+        async with self._flush_lock:
+            entries = self._take()
+            if entries:
+                await self.writer.flush(entries, self.step_count)
+
+    def _fail_fatal(self, exc: WorkflowFailed) -> WorkflowFailed:
+        if self._fatal is None:
+            self._fatal = exc
+        return self._fatal
+
+    def _allocate(self, name: str, kind: str) -> tuple[str, int, Entry | None]:
+        if self._fatal is not None:
+            raise self._fatal
+        if not isinstance(name, str) or not name or name.startswith("$"):
+            raise InvalidInput(f"invalid step name {name!r}: use a non-empty name without '$'")
+        try:
+            return self.journal.allocate(name, kind)
+        except NonDeterminismError as exc:
+            raise self._fail_fatal(exc) from None
+
+    def _count_execution(self) -> None:
+        self.step_count += 1
+        if self.step_count > self.max_steps:
+            raise self._fail_fatal(
+                WorkflowFailed(
+                    self.run_id,
+                    {
+                        "type": "StepLimitExceeded",
+                        "message": f"run {self.run_id} exceeded {self.max_steps} step "
+                        "executions (RIPPLE_MAX_STEPS_PER_RUN); look for a runaway loop",
+                    },
+                )
+            )
+        deadline = self.facts.deadline
+        if deadline is not None and self.clock() >= deadline:
+            raise self._fail_fatal(self._deadline_error())
+
+    def _deadline_error(self) -> WorkflowFailed:
+        return WorkflowFailed(
+            self.run_id,
+            {
+                "type": "DeadlineExceeded",
+                "message": f"run {self.run_id} passed its deadline {self.facts.deadline}",
+            },
+        )
+
+    # -- suspension detection ----------------------------------------------------------------
+
+    def _enter(self) -> None:
+        self._active += 1
+        self._progress += 1
+
+    def _exit(self) -> None:
+        self._active -= 1
+        self._progress += 1
+        self._schedule_check()
+
+    def _schedule_check(self) -> None:
+        asyncio.get_running_loop().call_soon(self._check, self._progress, 3)
+
+    def _check(self, seen: int, hops: int) -> None:
+        # A few loop iterations without progress: tasks started by the same gather had their
+        # chance to enter their steps, so "every active step is blocked" is a real stall.
+        if seen != self._progress or self._suspend.is_set():
+            return
+        if hops > 0:
+            asyncio.get_running_loop().call_soon(self._check, seen, hops - 1)
+            return
+        if self._active == 0 or len(self._blocked) != self._active:
+            return
+        if not self.is_stopping():
+            wakes = [b.wake_at for b in self._blocked.values()]
+            soonest = min((w for w in wakes if w is not None), default=None)
+            if soonest is not None and (soonest - self.clock()).total_seconds() <= INLINE_WAIT:
+                return
+        self._suspend.set()
+
+    async def _block(self, kind: str, key: str, wake_at: datetime | None) -> None:
+        token = object()
+        self._blocked[id(token)] = _Block(kind, key, wake_at)
+        self._progress += 1
+        self._schedule_check()
+        try:
+            if wake_at is None:
+                await asyncio.get_running_loop().create_future()
+            else:
+                delay = (wake_at - self.clock()).total_seconds()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+        finally:
+            del self._blocked[id(token)]
+            self._progress += 1
+
+    async def _gate(self) -> None:
+        """Before a new step execution: a stopping worker parks the run instead."""
+        if self.is_stopping():
+            await self._block("release", "", None)
+
+    # -- steps -------------------------------------------------------------------------------
+
+    async def run_step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        retry: RetryPolicy | None,
+        compensate: Callable[..., Any] | None,
+        timeout: timedelta | float | None,
+        kind: str = "run",
+    ) -> Any:
+        key, seq, entry = self._allocate(name, kind)
+        annotation = serde.return_annotation(fn)
+        self._enter()
+        try:
+            if entry is not None and entry.status == "completed":
+                try:
+                    value = serde.load(entry.output, annotation)
+                except ValidationError:
+                    value = entry.output
+                self._register_compensation(seq, key, compensate, value)
+                return value
+            if entry is not None and entry.status == "failed":
+                raise StepFailedError(key, entry.error or {})
+            value = await self._execute(key, seq, kind, entry, fn, args, kwargs, retry, timeout)
+            self._register_compensation(seq, key, compensate, value)
+            return value
+        finally:
+            self._exit()
+
+    async def _execute(
+        self,
+        key: str,
+        seq: int,
+        kind: str,
+        entry: Entry | None,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        retry: RetryPolicy | None,
+        timeout: timedelta | float | None,
+    ) -> Any:
+        policy = retry or DEFAULT_STEP_RETRY
+        attempts = entry.attempts if entry is not None else 0
+        last_error = entry.error if entry is not None else None
+        started_at = self.clock()
+        if entry is not None and entry.status == "retrying" and entry.due_at is not None:
+            await self._block("retry", key, entry.due_at)
+        while True:
+            attempt = attempts + 1
+            if not policy.allows(attempt):
+                error = last_error or {
+                    "type": "WorkerLost",
+                    "message": f"step {key!r} started {attempts} time(s) without recording a "
+                    "result (its worker died or lost its lease); attempt budget exhausted",
+                }
+                self._record(
+                    Entry(
+                        key,
+                        seq,
+                        kind,
+                        "failed",
+                        attempts,
+                        None,
+                        error,
+                        None,
+                        started_at,
+                        self.clock(),
+                    )
+                )
+                raise StepFailedError(key, error)
+            await self._gate()
+            self._count_execution()
+            started_at = self.clock()
+            self._record(Entry(key, seq, kind, "running", attempt, started_at=started_at))
+            if self.careful:
+                await self.flush()
+            t0 = asyncio.get_running_loop().time()
+            try:
+                with (
+                    tracing.span("workflow.step", parent=self.facts.trace, step=key),
+                    structlog.contextvars.bound_contextvars(step=key),
+                ):
+                    result = await self._body(fn, args, kwargs, timeout)
+                output = serde.dump(result, serde.return_annotation(fn))
+            except (asyncio.CancelledError, LeaseLost):
+                raise
+            except Exception as exc:
+                self._observe(key, t0)
+                error = serde.error_json(exc)
+                retryable = (
+                    not isinstance(exc, NonRetriableError | RollbackError | WorkflowError)
+                    and policy.is_retryable(exc)
+                    and policy.allows(attempt + 1)
+                )
+                if not retryable:
+                    self._record(
+                        Entry(
+                            key,
+                            seq,
+                            kind,
+                            "failed",
+                            attempt,
+                            None,
+                            error,
+                            None,
+                            started_at,
+                            self.clock(),
+                        )
+                    )
+                    raise
+                delay = exc.delay if isinstance(exc, RetryAfterError) else policy.delay(attempt)
+                due = self.clock() + timedelta(seconds=delay)
+                self._record(Entry(key, seq, kind, "retrying", attempt, None, error, due))
+                metrics.STEP_RETRIES.labels(self.facts.workflow).inc()
+                log.info("step_retry_scheduled", step=key, attempt=attempt, delay=delay)
+                await self._block("retry", key, due)
+                attempts, last_error = attempt, error
+                continue
+            self._observe(key, t0)
+            self._record(
+                Entry(
+                    key,
+                    seq,
+                    kind,
+                    "completed",
+                    attempt,
+                    output,
+                    None,
+                    None,
+                    started_at,
+                    self.clock(),
+                )
+            )
+            return result
+
+    def _observe(self, key: str, t0: float) -> None:
+        elapsed = asyncio.get_running_loop().time() - t0
+        metrics.STEP_DURATION.labels(self.facts.workflow, metrics.step_label(key)).observe(elapsed)
+
+    async def _body(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: timedelta | float | None,
+    ) -> Any:
+        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
+        ):
+            coro = fn(*args, **kwargs)
+        else:
+            coro = asyncio.to_thread(fn, *args, **kwargs)
+        if timeout is not None:
+            coro = asyncio.wait_for(coro, seconds(timeout))
+        if not self._pending or self.careful:
+            return await coro
+        # Batched writes are waiting: if the body is not quick, commit them beside it.
+        task = asyncio.ensure_future(coro)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=FLUSH_AFTER)
+            if not done:
+                await self.flush()
+            return await task
+        finally:
+            if not task.done():
+                task.cancel()
+
+    def _register_compensation(
+        self, seq: int, key: str, compensate: Callable[..., Any] | None, value: Any
+    ) -> None:
+        if compensate is not None:
+            self._compensations.append((seq, key, compensate, value))
+
+    async def sleep(
+        self, name: str, *, duration: timedelta | float | None = None, until: datetime | None = None
+    ) -> None:
+        key, seq, entry = self._allocate(name, "sleep")
+        self._enter()
+        try:
+            if entry is not None and entry.status == "completed":
+                return
+            if entry is None or entry.due_at is None:
+                self._count_execution()
+                now = self.clock()
+                due = (
+                    _as_utc(until)
+                    if until is not None
+                    else now + timedelta(seconds=seconds(duration or 0))
+                )
+                entry = Entry(key, seq, "sleep", "pending", 1, None, None, due, now)
+                self._record(entry)
+            assert entry.due_at is not None
+            if entry.due_at > self.clock():
+                await self._block("sleep", key, entry.due_at)
+            self._record(
+                Entry(
+                    key,
+                    seq,
+                    "sleep",
+                    "completed",
+                    1,
+                    None,
+                    None,
+                    entry.due_at,
+                    entry.started_at,
+                    self.clock(),
+                )
+            )
+        finally:
+            self._exit()
+
+    async def wait_for_event(
+        self,
+        name: str,
+        *,
+        event: str | None,
+        match: dict[str, Any] | None,
+        timeout: timedelta | float | None,
+    ) -> dict[str, Any] | None:
+        if match is not None and not isinstance(match, dict):
+            raise InvalidInput("wait_for_event match must be a dict (or None for any payload)")
+        key, seq, entry = self._allocate(name, "wait")
+        self._enter()
+        try:
+            if entry is not None and entry.finished:
+                result: dict[str, Any] | None = entry.output
+                return result
+            if entry is None:
+                self._count_execution()
+                now = self.clock()
+                expires = None if timeout is None else now + timedelta(seconds=seconds(timeout))
+                entry = Entry(key, seq, "wait", "pending", 1, None, None, expires, now)
+                self.journal.put(entry)
+                async with self._flush_lock:
+                    found, payload = await self.writer.register_wait(
+                        self._take(), self.step_count, WaitSpec(entry, name, event, match)
+                    )
+                if found:
+                    self.journal.put(
+                        Entry(key, seq, "wait", "completed", 1, payload, None, None, now, now)
+                    )
+                    resolved: dict[str, Any] | None = payload
+                    return resolved
+            await self._block("wait", key, entry.due_at)
+            final = await self._time_out(entry, is_wait=True)
+            timed_out: dict[str, Any] | None = final.output
+            return timed_out
+        finally:
+            self._exit()
+
+    async def _time_out(self, entry: Entry, *, is_wait: bool) -> Entry:
+        async with self._flush_lock:
+            final = await self.writer.time_out(self._take(), self.step_count, entry, is_wait)
+        self.journal.put(final)
+        return final
+
+    async def run_child(
+        self,
+        workflow: WorkflowDefinition[Any, Any] | str,
+        input: Any,
+        *,
+        name: str | None,
+        timeout: timedelta | float | None,
+    ) -> Any:
+        definition = workflow if isinstance(workflow, WorkflowDefinition) else None
+        wf_name = definition.name if definition else check_workflow_name(str(workflow))
+        if definition is None:
+            definition = self.resolve(wf_name)
+        key, seq, entry = self._allocate(name or wf_name, "child")
+        output_type = definition.output_type if definition is not None else serde.NO_TYPE
+        self._enter()
+        try:
+            if entry is None:
+                entry = await self._start_child(key, seq, wf_name, definition, input, timeout)
+            if entry.status == "pending":
+                await self._block("child", key, entry.due_at)
+                entry = await self._time_out(entry, is_wait=False)
+            if entry.status == "failed":
+                raise self._child_error(entry)
+            try:
+                return serde.load(entry.output, output_type)
+            except ValidationError:
+                return entry.output
+        finally:
+            self._exit()
+
+    async def _start_child(
+        self,
+        key: str,
+        seq: int,
+        wf_name: str,
+        definition: WorkflowDefinition[Any, Any] | None,
+        input: Any,
+        timeout: timedelta | float | None,
+    ) -> Entry:
+        self._count_execution()
+        if definition is not None and definition.takes_input:
+            try:
+                child_input = serde.validate(input, definition.input_type)
+            except ValidationError as exc:
+                raise InvalidInput(f"invalid input for child workflow {wf_name}: {exc}") from exc
+        else:
+            child_input = serde.dump(input)
+        now = self.clock()
+        expires = None if timeout is None else now + timedelta(seconds=seconds(timeout))
+        child_id = new_id()
+        entry = Entry(key, seq, "child", "pending", 1, {"runId": child_id}, None, expires, now)
+        self.journal.put(entry)
+        version = definition.version if definition is not None else None
+        spec = ChildSpec(entry, child_id, wf_name, version, child_input)
+        async with self._flush_lock:
+            actual = await self.writer.start_child(self._take(), self.step_count, spec)
+        entry.output = {"runId": actual}
+        return entry
+
+    def _child_error(self, entry: Entry) -> Exception:
+        error = entry.error or {}
+        child_id = (entry.output or {}).get("runId", "?") if isinstance(entry.output, dict) else "?"
+        if error.get("type") == "StepTimeout":
+            return StepTimeoutError(str(error.get("message")))
+        return WorkflowFailed(child_id, error)
+
+    def deterministic(self, kind: str, make: Callable[[], Any]) -> Any:
+        """A value made once and journaled (`ctx.now()`, `ctx.uuid()`, `ctx.random()`)."""
+        if self._fatal is not None:
+            raise self._fatal
+        try:
+            key, seq, entry = self.journal.allocate("$" + kind, kind)
+        except NonDeterminismError as exc:
+            raise self._fail_fatal(exc) from None
+        if entry is not None and entry.status == "completed":
+            return entry.output
+        value = make()
+        now = self.clock()
+        self._record(Entry(key, seq, kind, "completed", 1, value, None, None, now, now))
+        return value
+
+    # -- the run -----------------------------------------------------------------------------
+
+    async def _call_workflow(self, ctx: WorkflowContext, value: Any) -> Any:
+        fn = self.definition.fn
+        try:
+            result = await (fn(ctx, value) if self.definition.takes_input else fn(ctx))
+        except Exception as exc:
+            if self._fatal is None and self._compensations and not self._will_retry(exc):
+                await self._compensate()
+            raise
+        if self._fatal is not None:
+            raise self._fatal
+        return result
+
+    def _will_retry(self, exc: BaseException) -> bool:
+        policy = self.definition.retry
+        return (
+            self._fatal is None
+            and not isinstance(exc, RollbackError | NonRetriableError)
+            and policy.is_retryable(exc)
+            and policy.allows(self.attempt + 1)
+        )
+
+    async def _compensate(self) -> None:
+        for _seq, key, fn, value in sorted(self._compensations, key=lambda c: c[0], reverse=True):
+            args = (value,) if _takes_argument(fn) else ()
+            await self.run_step(
+                f"compensate:{key}",
+                fn,
+                args,
+                {},
+                retry=None,
+                compensate=None,
+                timeout=None,
+                kind="compensate",
+            )
+
+    async def execute(self) -> Outcome:
+        """Run until completion, failure or suspension; commit the outcome."""
+        deadline = self.facts.deadline
+        if deadline is not None and self.facts.db_now >= deadline:
+            return await self._fail(self._deadline_error().error)
+        try:
+            value = (
+                serde.load(self.facts.input, self.definition.input_type)
+                if self.definition.takes_input
+                else None
+            )
+        except ValidationError as exc:
+            error = {
+                "type": "InvalidInput",
+                "message": f"input does not match {self.definition.name}'s input type: {exc}",
+            }
+            return await self._fail(error)
+        ctx = WorkflowContext(self, self.run_id, self.definition.name, self.facts.version, value)
+        wf_task = asyncio.ensure_future(self._call_workflow(ctx, value))
+        stall = asyncio.ensure_future(self._suspend.wait())
+        limit = None
+        if deadline is not None:
+            limit = max(0.0, (deadline - self.clock()).total_seconds())
+        try:
+            done, _ = await asyncio.wait(
+                {wf_task, stall}, timeout=limit, return_when=asyncio.FIRST_COMPLETED
+            )
+        except asyncio.CancelledError:
+            # Canceled run or lost lease: stop the workflow (and its running step) too.
+            stall.cancel()
+            wf_task.cancel()
+            await asyncio.gather(wf_task, return_exceptions=True)
+            raise
+        stall.cancel()
+        self.concluding = True
+        if wf_task in done:
+            return await self._conclude(wf_task)
+        wf_task.cancel()
+        blocks = list(self._blocked.values())
+        await asyncio.gather(wf_task, return_exceptions=True)
+        if stall in done:
+            return await self._park(blocks)
+        return await self._fail(self._deadline_error().error)
+
+    async def _conclude(self, wf_task: asyncio.Future[Any]) -> Outcome:
+        exc = wf_task.exception()
+        if exc is None:
+            try:
+                output = serde.dump(wf_task.result(), self.definition.output_type)
+            except Exception as dump_exc:
+                return await self._fail(serde.error_json(dump_exc))
+            await self.writer.finish(self._take(), self.step_count, "completed", output, None)
+            return Outcome("completed")
+        if isinstance(exc, LeaseLost):
+            raise exc
+        if self._fatal is not None:
+            return await self._fail(self._fatal.error)
+        error = exc.error if isinstance(exc, StepFailedError) else serde.error_json(exc)
+        if self._will_retry(exc):
+            delay = self.definition.retry.delay(self.attempt)
+            await self.writer.retry_run(self._take(), self.step_count, delay, error)
+            log.info("run_retry_scheduled", attempt=self.attempt, delay=delay)
+            return Outcome("pending", self.clock() + timedelta(seconds=delay))
+        return await self._fail(error)
+
+    async def _fail(self, error: dict[str, Any]) -> Outcome:
+        await self.writer.finish(self._take(), self.step_count, "failed", None, error)
+        return Outcome("failed")
+
+    async def _park(self, blocks: list[_Block]) -> Outcome:
+        kinds = {b.kind for b in blocks}
+        wakes = [b.wake_at for b in blocks if b.wake_at is not None]
+        wake_at = min(wakes) if wakes else INFINITY
+        if "release" in kinds:
+            wake_at = self.clock()
+        if self.facts.deadline is not None:
+            wake_at = min(wake_at, self.facts.deadline)
+        if kinds & {"wait", "child"}:
+            status = "waiting"
+        elif kinds <= {"release"}:
+            status = "pending"
+        else:
+            status = "sleeping"
+        keys = [b.key for b in blocks if b.kind in ("wait", "child")]
+        wake_at = await self.writer.suspend(self._take(), self.step_count, status, wake_at, keys)
+        return Outcome(status, wake_at)

@@ -1,0 +1,92 @@
+"""Serialization of workflow inputs, outputs and step results with pydantic; no I/O.
+
+A value is stored as JSON (`dump`) and read back into the annotated type (`load`). Without an
+annotation the stored JSON itself is returned. Errors become structured JSON
+({type, message, traceback}).
+"""
+
+from __future__ import annotations
+
+import inspect
+import traceback
+import typing
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+from pydantic import TypeAdapter
+
+__all__ = ["NO_TYPE", "dump", "error_json", "load", "return_annotation", "validate"]
+
+#: Marker for "no usable annotation": values pass through as JSON.
+NO_TYPE: Any = object()
+_PLAIN = (str, int, float, bool, type(None))
+
+
+@lru_cache(maxsize=1024)
+def _adapter(annotation: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(annotation)
+
+
+def _adapter_for(annotation: Any) -> TypeAdapter[Any] | None:
+    if annotation is NO_TYPE or annotation is inspect.Parameter.empty or annotation is Any:
+        return None
+    try:
+        return _adapter(annotation)
+    except TypeError:  # unhashable annotation: build one without caching
+        return TypeAdapter(annotation)
+
+
+def dump(value: Any, annotation: Any = NO_TYPE) -> Any:
+    """JSON-compatible form of `value` (validated against `annotation` when given)."""
+    if isinstance(value, _PLAIN):
+        return value
+    adapter = _adapter_for(annotation)
+    if adapter is None:
+        adapter = _adapter_for(type(value))
+    assert adapter is not None
+    return adapter.dump_python(value, mode="json")
+
+
+def load(data: Any, annotation: Any = NO_TYPE) -> Any:
+    """`data` (stored JSON) as an instance of `annotation`; raises pydantic ValidationError."""
+    adapter = _adapter_for(annotation)
+    if adapter is None:
+        return data
+    return adapter.validate_python(data)
+
+
+def validate(value: Any, annotation: Any = NO_TYPE) -> Any:
+    """Validate a caller's value (model instance or raw JSON) and return its JSON form."""
+    adapter = _adapter_for(annotation)
+    if adapter is None:
+        return dump(value)
+    return adapter.dump_python(adapter.validate_python(value), mode="json")
+
+
+@lru_cache(maxsize=4096)
+def _hints(fn: Callable[..., Any]) -> Any:
+    try:
+        return typing.get_type_hints(fn).get("return", NO_TYPE)
+    except Exception:  # unresolvable forward refs: fall back to raw JSON
+        return NO_TYPE
+
+
+def return_annotation(fn: Callable[..., Any]) -> Any:
+    """The return annotation of `fn` (resolved), or NO_TYPE."""
+    try:
+        hint = _hints(fn)
+    except TypeError:  # unhashable callable
+        return NO_TYPE
+    if hint is type(None):
+        return NO_TYPE
+    return hint
+
+
+def error_json(exc: BaseException) -> dict[str, Any]:
+    """Structured JSON of an exception: {type, message, traceback}."""
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc))[-8000:],
+    }

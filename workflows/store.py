@@ -1,0 +1,429 @@
+"""The workflow runtime's SQL: runs, journal, waits, inbox. Every function takes a connection so
+callers compose one transaction; every write a worker makes for a run names the fencing epoch it
+claimed with. No other workflows module holds SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from ripple.platform.db import Connection
+
+__all__ = ["ClaimedRun", "JournalRow"]
+
+_RUN_COLUMNS: Final = (
+    "run_id, workflow, version, status, input, output, error, attempt, created_at, started_at, "
+    "completed_at, parent_run_id, deadline, idempotency_key"
+)
+
+# $1 run_id, $2 workflow, $3 version, $4 input, $5 idempotency_key, $6 deadline,
+# $7 retention_seconds, $8 trace, $9 parent_run_id, $10 parent_step_key, $11 parent_step_seq
+INSERT_RUN: Final = """
+INSERT INTO ripple_runs (run_id, workflow, version, input, idempotency_key, deadline,
+                         retention_seconds, trace, parent_run_id, parent_step_key, parent_step_seq)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+ON CONFLICT (workflow, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING run_id
+"""
+
+# $1 workflow, $2 idempotency_key
+SELECT_RUN_BY_KEY: Final = """
+SELECT run_id FROM ripple_runs WHERE workflow = $1 AND idempotency_key = $2
+"""
+
+# $1 jsonb array of {run_id, workflow, input, idempotency_key, trace}
+INSERT_RUNS_BATCH: Final = """
+INSERT INTO ripple_runs (run_id, workflow, input, idempotency_key, trace)
+SELECT r.run_id, r.workflow, r.input, r.idempotency_key, r.trace
+FROM jsonb_to_recordset($1::jsonb)
+     AS r(run_id text, workflow text, input jsonb, idempotency_key text, trace jsonb)
+ON CONFLICT (workflow, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+"""
+
+# $1 run_id
+SELECT_RUN: Final = f"SELECT {_RUN_COLUMNS} FROM ripple_runs WHERE run_id = $1"  # noqa: S608
+
+# $1 run_id
+SELECT_STEPS: Final = """
+SELECT key, seq, kind, status, attempts, output, error, due_at, started_at, completed_at
+FROM ripple_steps WHERE run_id = $1 ORDER BY seq, started_at
+"""
+
+# $1 workflow|NULL, $2 status|NULL, $3 since|NULL, $4 until|NULL, $5 parent|NULL,
+# $6 cursor (last run_id seen)|NULL, $7 limit
+LIST_RUNS: Final = f"""
+SELECT {_RUN_COLUMNS} FROM ripple_runs
+WHERE ($1::text IS NULL OR workflow = $1)
+  AND ($2::text IS NULL OR status = $2)
+  AND ($3::timestamptz IS NULL OR created_at >= $3)
+  AND ($4::timestamptz IS NULL OR created_at < $4)
+  AND ($5::text IS NULL OR parent_run_id = $5)
+  AND ($6::text IS NULL OR run_id < $6)
+ORDER BY run_id DESC
+LIMIT $7
+"""  # noqa: S608
+
+# Claim due runs of the registered (workflow, version) pairs.
+# $1 worker_id, $2 lease seconds, $3 limit, $4 workflow names text[], $5 versions int[]
+# (parallel arrays: the pairs this worker serves).
+# c: due active runs, oldest availability first, skipping rows other claimers hold;
+# a run with NULL version is pinned to the newest version this worker serves for its name.
+CLAIM_RUNS: Final = """
+WITH c AS (
+    SELECT r.run_id, r.status AS prev_status, r.lease_owner AS prev_owner,
+           r.started_at IS NULL AS fresh
+    FROM ripple_runs r
+    WHERE r.status IN ('pending', 'running', 'sleeping', 'waiting')
+      AND r.available_at <= now()
+      AND r.workflow = ANY($4::text[])
+      AND (r.version IS NULL OR (r.workflow, r.version) IN
+           (SELECT p.w, p.v FROM unnest($4::text[], $5::int[]) AS p(w, v)))
+    ORDER BY r.available_at
+    LIMIT $3
+    FOR UPDATE OF r SKIP LOCKED
+)
+UPDATE ripple_runs r
+SET status = 'running',
+    epoch = r.epoch + 1,
+    lease_owner = $1,
+    available_at = now() + $2 * interval '1 second',
+    attempt = greatest(r.attempt, 1),
+    started_at = coalesce(r.started_at, now()),
+    version = coalesce(r.version, (SELECT max(p.v) FROM unnest($4::text[], $5::int[]) AS p(w, v)
+                                   WHERE p.w = r.workflow)),
+    updated_at = now()
+FROM c
+WHERE r.run_id = c.run_id
+RETURNING r.run_id, r.workflow, r.version, r.input, r.attempt, r.epoch, r.deadline, r.trace,
+          r.step_count, r.created_at, r.parent_run_id, c.prev_status, c.prev_owner, c.fresh,
+          now() AS db_now
+"""
+
+# $1 workflow names text[], $2 versions int[]: seconds until the next run this worker may claim
+# becomes available (NULL: none; negative: due but held by another claimer).
+NEXT_DUE: Final = """
+SELECT extract(epoch FROM min(r.available_at) - clock_timestamp())::float8
+FROM ripple_runs r
+WHERE r.status IN ('pending', 'running', 'sleeping', 'waiting')
+  AND r.available_at < 'infinity'
+  AND r.workflow = ANY($1::text[])
+  AND (r.version IS NULL OR (r.workflow, r.version) IN
+       (SELECT p.w, p.v FROM unnest($1::text[], $2::int[]) AS p(w, v)))
+"""
+
+# $1 run ids text[]: which of them were canceled.
+SELECT_CANCELED: Final = """
+SELECT run_id FROM ripple_runs WHERE run_id = ANY($1::text[]) AND status = 'canceled'
+"""
+
+# $1 run ids text[]: the journals of several claimed runs at once.
+SELECT_JOURNALS: Final = """
+SELECT run_id, key, seq, kind, status, attempts, output, error, due_at
+FROM ripple_steps WHERE run_id = ANY($1::text[])
+"""
+
+# Fence: lock the run if this worker still owns it. $1 run_id, $2 epoch
+LOCK_OWNED_RUN: Final = """
+SELECT 1 FROM ripple_runs WHERE run_id = $1 AND epoch = $2 AND status = 'running' FOR UPDATE
+"""
+
+# $1 run_id: lock any run (signals, child completion), returns its status.
+LOCK_RUN: Final = "SELECT status FROM ripple_runs WHERE run_id = $1 FOR UPDATE"
+
+# Upsert journal entries; a completed or failed entry is never changed again.
+# $1 run_id, $2 jsonb array of {key, seq, kind, status, attempts, output, error, due_at,
+# started_at, completed_at}
+UPSERT_STEPS: Final = """
+INSERT INTO ripple_steps (run_id, key, seq, kind, status, attempts, output, error, due_at,
+                          started_at, completed_at)
+SELECT $1, s.key, s.seq, s.kind, s.status, s.attempts, s.output, s.error, s.due_at,
+       coalesce(s.started_at, now()),
+       coalesce(s.completed_at, CASE WHEN s.status IN ('completed', 'failed') THEN now() END)
+FROM jsonb_to_recordset($2::jsonb) AS s(key text, seq int, kind text, status text,
+     attempts int, output jsonb, error jsonb, due_at timestamptz, started_at timestamptz,
+     completed_at timestamptz)
+ON CONFLICT (run_id, key) DO UPDATE
+SET status = excluded.status, attempts = excluded.attempts, output = excluded.output,
+    error = excluded.error, due_at = excluded.due_at, completed_at = excluded.completed_at
+WHERE ripple_steps.status NOT IN ('completed', 'failed')
+"""
+
+# Keep executing: extend the lease. $1 run_id, $2 epoch, $3 lease seconds, $4 step_count
+EXTEND_RUN: Final = """
+UPDATE ripple_runs SET available_at = now() + $3 * interval '1 second', step_count = $4
+WHERE run_id = $1 AND epoch = $2
+"""
+
+# Suspend: runs after LOCK_OWNED_RUN, so it sees every resolution committed before the lock.
+# $1 run_id, $2 epoch, $3 status, $4 wake time (infinity: none), $5 step_count,
+# $6 keys of waits/children the run is blocked on (any already resolved: available now)
+SUSPEND_RUN: Final = """
+UPDATE ripple_runs
+SET status = $3,
+    available_at = CASE WHEN EXISTS (
+        SELECT 1 FROM ripple_steps s
+        WHERE s.run_id = $1 AND s.key = ANY($6::text[]) AND s.status IN ('completed', 'failed')
+    ) THEN now() ELSE $4 END,
+    lease_owner = NULL, step_count = $5, updated_at = now()
+WHERE run_id = $1 AND epoch = $2
+RETURNING available_at
+"""
+
+# Terminal state. $1 run_id, $2 epoch, $3 status, $4 output, $5 error, $6 step_count
+FINISH_RUN: Final = """
+UPDATE ripple_runs
+SET status = $3, output = $4, error = $5, step_count = $6, completed_at = now(),
+    lease_owner = NULL, available_at = now(), updated_at = now()
+WHERE run_id = $1 AND epoch = $2
+RETURNING parent_run_id, parent_step_key, parent_step_seq, created_at, completed_at
+"""
+
+# Workflow-level retry. $1 run_id, $2 epoch, $3 delay seconds, $4 error, $5 step_count
+RETRY_RUN: Final = """
+UPDATE ripple_runs
+SET status = 'pending', attempt = attempt + 1, error = $4, step_count = $5,
+    available_at = now() + $3 * interval '1 second', lease_owner = NULL, updated_at = now()
+WHERE run_id = $1 AND epoch = $2
+"""
+
+# $1 run_id: a new attempt re-executes every step that has no recorded result.
+DELETE_UNFINISHED_STEPS: Final = """
+DELETE FROM ripple_steps WHERE run_id = $1 AND status <> 'completed'
+"""
+
+# Release a claimed run now (stopping worker). $1 run_id, $2 epoch
+RELEASE_RUN: Final = """
+UPDATE ripple_runs SET status = 'pending', available_at = now(), lease_owner = NULL
+WHERE run_id = $1 AND epoch = $2 AND status = 'running'
+"""
+
+# Heartbeat. $1 run ids text[], $2 epochs bigint[], $3 lease seconds
+EXTEND_LEASES: Final = """
+UPDATE ripple_runs r SET available_at = now() + $3 * interval '1 second'
+FROM unnest($1::text[], $2::bigint[]) AS h(run_id, epoch)
+WHERE r.run_id = h.run_id AND r.epoch = h.epoch AND r.status = 'running'
+RETURNING r.run_id
+"""
+
+# $1 run_id: make a suspended run available now (a wait or child resolved).
+WAKE_RUN: Final = """
+UPDATE ripple_runs SET available_at = now()
+WHERE run_id = $1 AND status IN ('waiting', 'sleeping')
+"""
+
+# Inbox: the earliest buffered signal `name` of the run whose payload contains `match`.
+# $1 run_id, $2 name, $3 match|NULL
+CONSUME_SIGNAL: Final = """
+DELETE FROM ripple_signals WHERE id = (
+    SELECT id FROM ripple_signals
+    WHERE run_id = $1 AND name = $2 AND ($3::jsonb IS NULL OR payload @> $3::jsonb)
+    ORDER BY id LIMIT 1 FOR UPDATE
+) RETURNING payload
+"""
+
+# $1 run_id, $2 step_key, $3 step_seq, $4 name, $5 event, $6 match, $7 expires_at
+INSERT_WAIT: Final = """
+INSERT INTO ripple_waits (run_id, step_key, step_seq, name, event, match, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING
+"""
+
+# $1 run_id, $2 step_key
+DELETE_WAIT: Final = "DELETE FROM ripple_waits WHERE run_id = $1 AND step_key = $2 RETURNING 1"
+
+# $1 run_id
+DELETE_RUN_WAITS: Final = "DELETE FROM ripple_waits WHERE run_id = $1"
+
+# Signal to one run: resolve its earliest wait `name` whose match the payload contains.
+# $1 run_id, $2 name, $3 payload
+RESOLVE_NAMED_WAIT: Final = """
+DELETE FROM ripple_waits w
+WHERE (w.run_id, w.step_key) = (
+    SELECT x.run_id, x.step_key FROM ripple_waits x
+    WHERE x.run_id = $1 AND x.name = $2 AND (x.match IS NULL OR $3::jsonb @> x.match)
+    ORDER BY x.created_at, x.step_seq LIMIT 1
+) RETURNING w.step_key, w.step_seq
+"""
+
+# $1 run_id, $2 name, $3 payload
+INSERT_SIGNAL: Final = """
+INSERT INTO ripple_signals (run_id, name, payload) VALUES ($1, $2, $3)
+"""
+
+# Event waits: lock the runs with a candidate wait first (ordered, so publishers never
+# deadlock), so a run that is suspending sees the resolution. $1 event, $2 payload
+LOCK_EVENT_WAIT_RUNS: Final = """
+SELECT r.run_id FROM ripple_runs r
+WHERE r.run_id IN (
+    SELECT w.run_id FROM ripple_waits w
+    WHERE w.event = $1 AND (w.match IS NULL OR $2::jsonb @> w.match)
+)
+ORDER BY r.run_id
+FOR UPDATE OF r
+"""
+
+# Resolve every wait on `event` whose match the payload contains, journal the payload as the
+# wait step's result, and make those runs available. $1 event, $2 payload
+RESOLVE_EVENT_WAITS: Final = """
+WITH hit AS (
+    DELETE FROM ripple_waits w
+    WHERE w.event = $1 AND (w.match IS NULL OR $2::jsonb @> w.match)
+    RETURNING w.run_id, w.step_key, w.step_seq
+), journaled AS (
+    INSERT INTO ripple_steps (run_id, key, seq, kind, status, attempts, output, started_at,
+                              completed_at)
+    SELECT hit.run_id, hit.step_key, hit.step_seq, 'wait', 'completed', 1, $2, now(), now()
+    FROM hit
+    ON CONFLICT (run_id, key) DO UPDATE
+    SET status = 'completed', output = excluded.output, completed_at = excluded.completed_at
+    WHERE ripple_steps.status NOT IN ('completed', 'failed')
+), woken AS (
+    UPDATE ripple_runs r SET available_at = now()
+    WHERE r.run_id IN (SELECT hit.run_id FROM hit) AND r.status IN ('waiting', 'sleeping')
+)
+SELECT count(*) FROM hit
+"""
+
+# Cancel a run and all its active descendants. $1 run_id, $2 error
+CANCEL_TREE: Final = """
+WITH RECURSIVE tree(run_id) AS (
+    SELECT run_id FROM ripple_runs WHERE run_id = $1
+    UNION
+    SELECT c.run_id FROM ripple_runs c JOIN tree t ON c.parent_run_id = t.run_id
+)
+UPDATE ripple_runs r
+SET status = 'canceled', epoch = r.epoch + 1, error = $2, completed_at = now(),
+    available_at = now(), lease_owner = NULL, updated_at = now()
+FROM tree
+WHERE r.run_id = tree.run_id AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
+RETURNING r.run_id, r.workflow, r.parent_run_id, r.parent_step_key, r.parent_step_seq,
+          r.created_at
+"""
+
+# $1 run ids text[]
+DELETE_WAITS_OF: Final = "DELETE FROM ripple_waits WHERE run_id = ANY($1::text[])"
+
+# $1 run_id, $2 key
+SELECT_STEP: Final = """
+SELECT key, seq, kind, status, attempts, output, error, due_at
+FROM ripple_steps WHERE run_id = $1 AND key = $2
+"""
+
+# Fail a pending child/wait step on timeout unless it was resolved first.
+# $1 run_id, $2 key, $3 error
+TIME_OUT_STEP: Final = """
+UPDATE ripple_steps SET status = 'failed', error = $3, completed_at = now()
+WHERE run_id = $1 AND key = $2 AND status NOT IN ('completed', 'failed')
+RETURNING 1
+"""
+
+# Worker registry. $1 worker_id, $2 hostname, $3 pid, $4 serves
+REGISTER_WORKER: Final = """
+INSERT INTO ripple_workers (worker_id, hostname, pid, serves) VALUES ($1, $2, $3, $4)
+ON CONFLICT (worker_id) DO UPDATE SET serves = excluded.serves, heartbeat_at = now()
+"""
+# $1 worker_id
+HEARTBEAT_WORKER: Final = "UPDATE ripple_workers SET heartbeat_at = now() WHERE worker_id = $1"
+# $1 worker_id
+DELETE_WORKER: Final = "DELETE FROM ripple_workers WHERE worker_id = $1"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedRun:
+    """A run this worker just claimed, with the epoch all its writes must name."""
+
+    run_id: str
+    workflow: str
+    version: int
+    input: Any
+    attempt: int
+    epoch: int
+    deadline: datetime | None
+    trace: dict[str, str] | None
+    step_count: int
+    created_at: datetime
+    parent_run_id: str | None
+    #: claimed after its previous worker's lease expired (it died or stalled)
+    recovered: bool
+    #: never claimed before: no journal to load
+    fresh: bool
+    db_now: datetime
+
+    @classmethod
+    def from_row(cls, row: Any) -> ClaimedRun:
+        return cls(
+            run_id=row["run_id"],
+            workflow=row["workflow"],
+            version=row["version"],
+            input=row["input"],
+            attempt=row["attempt"],
+            epoch=row["epoch"],
+            deadline=row["deadline"],
+            trace=row["trace"],
+            step_count=row["step_count"],
+            created_at=row["created_at"],
+            parent_run_id=row["parent_run_id"],
+            recovered=row["prev_status"] == "running" and row["prev_owner"] is not None,
+            fresh=row["fresh"],
+            db_now=row["db_now"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRow:
+    """A journal entry as the engine replays it."""
+
+    key: str
+    seq: int
+    kind: str
+    status: str
+    attempts: int
+    output: Any
+    error: dict[str, Any] | None
+    due_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> JournalRow:
+        return cls(
+            key=row["key"],
+            seq=row["seq"],
+            kind=row["kind"],
+            status=row["status"],
+            attempts=row["attempts"],
+            output=row["output"],
+            error=row["error"],
+            due_at=row["due_at"],
+        )
+
+
+async def claim_runs(
+    conn: Connection,
+    worker_id: str,
+    lease: float,
+    limit: int,
+    pairs: Sequence[tuple[str, int]],
+) -> list[ClaimedRun]:
+    """Claim up to `limit` due runs of the given (workflow, version) pairs."""
+    names = [p[0] for p in pairs]
+    versions = [p[1] for p in pairs]
+    rows = await conn.fetch(CLAIM_RUNS, worker_id, lease, limit, names, versions)
+    return [ClaimedRun.from_row(row) for row in rows]
+
+
+async def load_journals(conn: Connection, run_ids: list[str]) -> dict[str, list[JournalRow]]:
+    """Journals of several runs, by run id."""
+    out: dict[str, list[JournalRow]] = {run_id: [] for run_id in run_ids}
+    if run_ids:
+        for row in await conn.fetch(SELECT_JOURNALS, run_ids):
+            out[row["run_id"]].append(JournalRow.from_row(row))
+    return out
+
+
+async def next_due(conn: Connection, pairs: Sequence[tuple[str, int]]) -> float | None:
+    """Seconds until the next run this worker may claim is due (None: none is scheduled)."""
+    value: float | None = await conn.fetchval(
+        NEXT_DUE, [p[0] for p in pairs], [p[1] for p in pairs]
+    )
+    return value

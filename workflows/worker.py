@@ -1,0 +1,364 @@
+"""`Worker`: claims runs of the workflows it serves and executes them, up to `concurrency` at
+once, beside the background services of its process (webhook dispatcher, sweeper).
+
+Loop: claim as many due runs as there are free slots (one statement, `FOR UPDATE SKIP
+LOCKED`), execute each inline in its own task until it completes or suspends, and sleep until
+the next run is due (computed from Postgres) or a RunReady hint arrives. A heartbeat extends
+the leases of in-flight runs (fenced by epoch); a run whose lease cannot be extended, or that
+was canceled, has its task canceled. On stop: no new claims, running steps finish within
+`shutdown_grace`, the rest are released at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+import structlog
+
+from ripple.platform import metrics, tracing
+from ripple.platform.config import Settings
+from ripple.platform.db import Pool, map_errors
+from ripple.platform.errors import RippleError
+from ripple.platform.ids import new_id
+from ripple.platform.services import BackgroundService
+from ripple.platform.wake import CH_CANCELS, CH_RUNS, Listener, NullWaker
+from ripple.workflows import store
+from ripple.workflows.client import WorkflowClient
+from ripple.workflows.definition import WorkflowDefinition
+from ripple.workflows.engine import Outcome, RunExecution
+from ripple.workflows.errors import LeaseLost
+from ripple.workflows.journal import Entry
+from ripple.workflows.writer import PgRunWriter
+
+__all__ = ["Worker", "WorkerClient"]
+
+log = structlog.get_logger("ripple.workflows.worker")
+
+
+class WorkerClient(Protocol):
+    """What a worker needs from the platform client (`ripple.platform.client.Client`)."""
+
+    @property
+    def pool(self) -> Pool: ...
+
+    @property
+    def waker(self) -> NullWaker: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def workflows(self) -> WorkflowClient: ...
+
+    def background_services(self, *, webhooks: bool, sweeper: bool) -> list[BackgroundService]: ...
+
+
+@dataclass(slots=True)
+class _InFlight:
+    run_id: str
+    epoch: int
+    task: asyncio.Task[None] | None = None
+    engine: RunExecution | None = None
+    concluding: bool = field(default=False)
+
+
+class Worker:
+    """Executes workflow runs of the given definitions.
+
+    Args:
+        client: a connected `Client`.
+        workflows: the definitions (several versions of one name may be served side by side).
+        concurrency: runs executed at once.
+        webhooks: also run the webhook dispatcher in this process.
+        sweeper: also run the retention sweeper in this process.
+    """
+
+    def __init__(
+        self,
+        client: WorkerClient,
+        workflows: Sequence[WorkflowDefinition[Any, Any]],
+        concurrency: int = 100,
+        webhooks: bool = True,
+        sweeper: bool = True,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.client = client
+        self.concurrency = concurrency
+        self._webhooks = webhooks
+        self._sweeper = sweeper
+        self._defs: dict[tuple[str, int], WorkflowDefinition[Any, Any]] = {}
+        for definition in workflows:
+            if not isinstance(definition, WorkflowDefinition):
+                raise TypeError(f"{definition!r} is not a @workflow definition")
+            self._defs[(definition.name, definition.version)] = definition
+        self._pairs = sorted(self._defs)
+        self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{new_id()[-12:]}"
+        self._inflight: dict[str, _InFlight] = {}
+        self._stopping = False
+        self._listener: Listener | None = None
+        self._main: asyncio.Task[None] | None = None
+        client.workflows.register(*workflows)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def settings(self) -> Settings:
+        return self.client.settings
+
+    def stop(self) -> None:
+        """Stop claiming; in-flight runs finish their running step, then are released."""
+        self._stopping = True
+        self._kick()
+
+    def _kick(self) -> None:
+        if self._listener is not None:
+            self._listener._set()
+
+    async def run(self) -> None:
+        """Run until `stop()`."""
+        self._stopping = False
+        services = self.client.background_services(webhooks=self._webhooks, sweeper=self._sweeper)
+        await self._register()
+        helpers = [
+            asyncio.create_task(self._heartbeat_loop(), name="ripple-worker-heartbeat"),
+            asyncio.create_task(self._cancel_loop(), name="ripple-worker-cancels"),
+            *(asyncio.create_task(s.run(), name=f"ripple-{s.name}") for s in services),
+        ]
+        log.info("worker_started", worker_id=self.worker_id, serves=self._serves())
+        try:
+            await self._loop(until_idle=False)
+        finally:
+            for service in services:
+                service.stop()
+            await self._drain()
+            for task in helpers[:2]:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            await self._unregister()
+            log.info("worker_stopped", worker_id=self.worker_id)
+
+    async def run_until_idle(self) -> None:
+        """Execute runs until none is due and none is in flight (for tests and scripts)."""
+        self._stopping = False
+        await self._register()
+        heartbeat = asyncio.create_task(self._heartbeat_loop())
+        try:
+            await self._loop(until_idle=True)
+        finally:
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+            await self._drain()
+            await self._unregister()
+
+    async def __aenter__(self) -> Self:
+        self._main = asyncio.create_task(self.run(), name="ripple-worker")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+        if self._main is not None:
+            await self._main
+            self._main = None
+
+    def _serves(self) -> list[dict[str, Any]]:
+        return [{"workflow": name, "version": version} for name, version in self._pairs]
+
+    async def _register(self) -> None:
+        with map_errors():
+            await self.client.pool.execute(
+                store.REGISTER_WORKER,
+                self.worker_id,
+                socket.gethostname(),
+                os.getpid(),
+                self._serves(),
+            )
+
+    async def _unregister(self) -> None:
+        with contextlib.suppress(RippleError), map_errors():
+            await self.client.pool.execute(store.DELETE_WORKER, self.worker_id)
+
+    # -- the claim loop ----------------------------------------------------------------------
+
+    async def _loop(self, *, until_idle: bool) -> None:
+        poll = self.settings.poll_interval
+        async with self.client.waker.listen(CH_RUNS) as listener:
+            self._listener = listener
+            try:
+                while not self._stopping:
+                    free = self.concurrency - len(self._inflight)
+                    claimed = await self._claim(free) if free > 0 else 0
+                    if until_idle and claimed == 0 and not self._inflight:
+                        return
+                    if claimed and claimed == free:
+                        await asyncio.sleep(0)  # let the new runs start, then claim again
+                        continue
+                    timeout = poll
+                    if free > 0:
+                        due = await self._next_due()
+                        if due is not None:
+                            timeout = min(poll, max(0.002, due))
+                    await listener.wait(timeout)
+            finally:
+                self._listener = None
+
+    async def _next_due(self) -> float | None:
+        try:
+            with map_errors():
+                async with self.client.pool.acquire() as conn:
+                    return await store.next_due(conn, self._pairs)
+        except RippleError as exc:
+            log.warning("worker_poll_failed", error=str(exc))
+            return None
+
+    async def _claim(self, limit: int) -> int:
+        try:
+            with map_errors():
+                async with self.client.pool.acquire() as conn:
+                    claims = await store.claim_runs(
+                        conn, self.worker_id, self.settings.lease_seconds, limit, self._pairs
+                    )
+                    resumed = [c.run_id for c in claims if not c.fresh]
+                    journals = await store.load_journals(conn, resumed) if resumed else {}
+        except RippleError as exc:
+            log.warning("worker_claim_failed", error=str(exc))
+            await asyncio.sleep(self.settings.poll_interval)
+            return 0
+        for claim in claims:
+            if claim.recovered:
+                metrics.LEASE_EXPIRATIONS.inc()
+                log.warning("run_lease_expired", run_id=claim.run_id, workflow=claim.workflow)
+            rows = journals.get(claim.run_id, [])
+            slot = _InFlight(claim.run_id, claim.epoch)
+            self._inflight[claim.run_id] = slot
+            slot.task = asyncio.create_task(self._execute(slot, claim, rows))
+        return len(claims)
+
+    async def _execute(
+        self, slot: _InFlight, claim: store.ClaimedRun, rows: list[store.JournalRow]
+    ) -> None:
+        definition = self._defs[(claim.workflow, claim.version)]
+        entries = [Entry.from_row(row) for row in rows]
+        writer = PgRunWriter(
+            self.client.pool,
+            self.client.waker,
+            run_id=claim.run_id,
+            epoch=claim.epoch,
+            workflow=claim.workflow,
+            lease=self.settings.lease_seconds,
+            trace=claim.trace,
+            may_have_waits=any(e.kind == "wait" and not e.finished for e in entries),
+        )
+        engine = RunExecution(
+            claim,
+            definition,
+            entries,
+            writer,
+            max_steps=self.settings.max_steps_per_run,
+            is_stopping=lambda: self._stopping,
+            resolve=self.client.workflows.resolve,
+        )
+        slot.engine = engine
+        in_flight = metrics.RUNS_IN_FLIGHT.labels(claim.workflow)
+        in_flight.inc()
+        outcome: Outcome | None = None
+        try:
+            with (
+                structlog.contextvars.bound_contextvars(
+                    run_id=claim.run_id, workflow=claim.workflow
+                ),
+                tracing.span("workflow.run", parent=claim.trace, run_id=claim.run_id),
+            ):
+                outcome = await engine.execute()
+        except LeaseLost:
+            log.warning("run_lease_lost", run_id=claim.run_id, epoch=claim.epoch)
+        except asyncio.CancelledError:
+            log.info("run_task_canceled", run_id=claim.run_id)
+        except Exception:
+            log.exception("run_execution_error", run_id=claim.run_id)
+        finally:
+            in_flight.dec()
+            self._inflight.pop(claim.run_id, None)
+            self._kick()
+        if outcome is not None:
+            log.debug("run_outcome", run_id=claim.run_id, status=outcome.status)
+
+    # -- leases, cancels, shutdown -----------------------------------------------------------
+
+    def _abort(self, run_ids: Sequence[str], reason: str) -> None:
+        for run_id in run_ids:
+            slot = self._inflight.get(run_id)
+            if slot is None or slot.task is None or slot.task.done():
+                continue
+            if slot.engine is not None and slot.engine.concluding:
+                continue  # its final write is fenced; canceling could tear the commit
+            log.info("run_aborted", run_id=run_id, reason=reason)
+            slot.task.cancel()
+
+    async def _heartbeat_loop(self) -> None:
+        interval = max(0.05, self.settings.lease_seconds / 3)
+        while True:
+            await asyncio.sleep(interval)
+            slots = list(self._inflight.values())
+            try:
+                with map_errors():
+                    async with self.client.pool.acquire() as conn:
+                        await conn.execute(store.HEARTBEAT_WORKER, self.worker_id)
+                        if slots:
+                            rows = await conn.fetch(
+                                store.EXTEND_LEASES,
+                                [s.run_id for s in slots],
+                                [s.epoch for s in slots],
+                                self.settings.lease_seconds,
+                            )
+                            kept = {row["run_id"] for row in rows}
+                            lost = [s.run_id for s in slots if s.run_id not in kept]
+                            self._abort(lost, "lease_lost")
+            except RippleError as exc:
+                log.warning("worker_heartbeat_failed", error=str(exc))
+
+    async def _cancel_loop(self) -> None:
+        async with self.client.waker.listen(CH_CANCELS) as listener:
+            while True:
+                woke = await listener.wait(None)
+                if not woke or not self._inflight:
+                    continue
+                try:
+                    with map_errors():
+                        rows = await self.client.pool.fetch(
+                            store.SELECT_CANCELED, list(self._inflight)
+                        )
+                except RippleError as exc:
+                    log.warning("worker_cancel_check_failed", error=str(exc))
+                    continue
+                self._abort([row["run_id"] for row in rows], "canceled")
+
+    async def _drain(self) -> None:
+        """Let running steps finish within the grace period; release the rest at once."""
+        slots = [s for s in self._inflight.values() if s.task is not None]
+        if not slots:
+            return
+        tasks = [s.task for s in slots if s.task is not None]
+        _, pending = await asyncio.wait(tasks, timeout=self.settings.shutdown_grace)
+        stuck = [s for s in slots if s.task in pending]
+        for slot in stuck:
+            assert slot.task is not None
+            slot.task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        for slot in stuck:
+            with contextlib.suppress(RippleError), map_errors():
+                await self.client.pool.execute(store.RELEASE_RUN, slot.run_id, slot.epoch)
+        if stuck:
+            log.warning("worker_released_runs", count=len(stuck))

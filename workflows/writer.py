@@ -1,0 +1,266 @@
+"""`PgRunWriter`: the Postgres side of one claimed run's execution (the engine's RunWriter).
+
+Every method is one transaction that first locks the run *if this worker still owns it* (same
+epoch, still running) and raises `LeaseLost` otherwise: a worker that lost its lease can never
+write again. Then it commits the batched journal entries and the run's next state together.
+Wake hints go out after commit.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ripple.platform import metrics
+from ripple.platform.db import Connection, Pool, transaction
+from ripple.platform.wake import NullWaker, RunFinished, RunReady
+from ripple.workflows import store
+from ripple.workflows.engine import ChildSpec, WaitSpec
+from ripple.workflows.errors import LeaseLost
+from ripple.workflows.journal import Entry
+
+__all__ = ["PgRunWriter", "complete_parent_step"]
+
+
+async def complete_parent_step(
+    conn: Connection,
+    parent_run_id: str,
+    step_key: str,
+    step_seq: int,
+    child_run_id: str,
+    status: str,
+    output: Any,
+    error: dict[str, Any] | None,
+) -> None:
+    """Record a child's end as its parent's step result and make the parent available.
+
+    The parent row is locked first so a parent that is suspending at this moment sees it.
+    """
+    await conn.fetchval(store.LOCK_RUN, parent_run_id)
+    entry = Entry(
+        step_key,
+        step_seq,
+        "child",
+        "completed" if status == "completed" else "failed",
+        1,
+        output if status == "completed" else {"runId": child_run_id},
+        error,
+    )
+    await conn.execute(store.UPSERT_STEPS, parent_run_id, [entry.to_json()])
+    await conn.execute(store.WAKE_RUN, parent_run_id)
+
+
+class PgRunWriter:
+    """Fenced writes of one claimed run."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        waker: NullWaker,
+        *,
+        run_id: str,
+        epoch: int,
+        workflow: str,
+        lease: float,
+        trace: dict[str, str] | None,
+        may_have_waits: bool,
+    ) -> None:
+        self.pool = pool
+        self.waker = waker
+        self.run_id = run_id
+        self.epoch = epoch
+        self.workflow = workflow
+        self.lease = lease
+        self.trace = trace
+        self.may_have_waits = may_have_waits
+
+    async def _fence(self, conn: Connection, entries: list[Entry]) -> None:
+        owned = await conn.fetchval(store.LOCK_OWNED_RUN, self.run_id, self.epoch)
+        if owned is None:
+            raise LeaseLost(self.run_id)
+        if entries:
+            await conn.execute(store.UPSERT_STEPS, self.run_id, [e.to_json() for e in entries])
+
+    async def _extend(self, conn: Connection, step_count: int) -> None:
+        await conn.execute(store.EXTEND_RUN, self.run_id, self.epoch, self.lease, step_count)
+
+    async def flush(self, entries: list[Entry], step_count: int) -> None:
+        async with transaction(self.pool) as conn:
+            await self._fence(conn, entries)
+            await self._extend(conn, step_count)
+
+    async def register_wait(
+        self, entries: list[Entry], step_count: int, wait: WaitSpec
+    ) -> tuple[bool, Any]:
+        entry = wait.entry
+        async with transaction(self.pool) as conn:
+            await self._fence(conn, entries)
+            row = await conn.fetchrow(store.CONSUME_SIGNAL, self.run_id, wait.name, wait.match)
+            if row is not None:
+                done = Entry(
+                    entry.key,
+                    entry.seq,
+                    "wait",
+                    "completed",
+                    1,
+                    row["payload"],
+                    None,
+                    None,
+                    entry.started_at,
+                    entry.started_at,
+                )
+                await conn.execute(store.UPSERT_STEPS, self.run_id, [done.to_json()])
+                metrics.SIGNALS.labels("consumed_from_inbox").inc()
+            else:
+                await conn.execute(store.UPSERT_STEPS, self.run_id, [entry.to_json()])
+                await conn.execute(
+                    store.INSERT_WAIT,
+                    self.run_id,
+                    entry.key,
+                    entry.seq,
+                    wait.name,
+                    wait.event,
+                    wait.match,
+                    entry.due_at,
+                )
+                self.may_have_waits = True
+            await self._extend(conn, step_count)
+        return (row is not None, row["payload"] if row is not None else None)
+
+    async def start_child(self, entries: list[Entry], step_count: int, child: ChildSpec) -> str:
+        entry = child.entry
+        async with transaction(self.pool) as conn:
+            await self._fence(conn, entries)
+            key = f"{self.run_id}:{entry.key}"
+            child_id = await conn.fetchval(
+                store.INSERT_RUN,
+                child.run_id,
+                child.workflow,
+                child.version,
+                child.input,
+                key,
+                None,
+                None,
+                self.trace,
+                self.run_id,
+                entry.key,
+                entry.seq,
+            )
+            if child_id is None:
+                child_id = await conn.fetchval(store.SELECT_RUN_BY_KEY, child.workflow, key)
+                entry.output = {"runId": child_id}
+            else:
+                metrics.RUNS_STARTED.labels(child.workflow).inc()
+            await conn.execute(store.UPSERT_STEPS, self.run_id, [entry.to_json()])
+            await self._extend(conn, step_count)
+        self.waker.notify(RunReady(workflow=child.workflow))
+        return str(child_id)
+
+    async def time_out(
+        self, entries: list[Entry], step_count: int, entry: Entry, is_wait: bool
+    ) -> Entry:
+        async with transaction(self.pool) as conn:
+            await self._fence(conn, entries)
+            final: Entry | None = None
+            if is_wait:
+                if await conn.fetchval(store.DELETE_WAIT, self.run_id, entry.key) is not None:
+                    final = Entry(
+                        entry.key,
+                        entry.seq,
+                        "wait",
+                        "completed",
+                        1,
+                        None,
+                        None,
+                        entry.due_at,
+                        entry.started_at,
+                    )
+                    await conn.execute(store.UPSERT_STEPS, self.run_id, [final.to_json()])
+            else:
+                error = {
+                    "type": "StepTimeout",
+                    "message": f"step {entry.key!r} of run {self.run_id} timed out waiting for "
+                    "its child run (the child keeps running)",
+                }
+                if await conn.fetchval(store.TIME_OUT_STEP, self.run_id, entry.key, error):
+                    final = Entry(
+                        entry.key,
+                        entry.seq,
+                        "child",
+                        "failed",
+                        1,
+                        entry.output,
+                        error,
+                        entry.due_at,
+                        entry.started_at,
+                    )
+            if final is None:
+                row = await conn.fetchrow(store.SELECT_STEP, self.run_id, entry.key)
+                final = Entry.from_row(row) if row is not None else entry
+            await self._extend(conn, step_count)
+        return final
+
+    async def suspend(
+        self,
+        entries: list[Entry],
+        step_count: int,
+        status: str,
+        wake_at: datetime,
+        blocking_keys: list[str],
+    ) -> datetime:
+        async with transaction(self.pool) as conn:
+            await self._fence(conn, entries)
+            available: datetime = await conn.fetchval(
+                store.SUSPEND_RUN,
+                self.run_id,
+                self.epoch,
+                status,
+                wake_at,
+                step_count,
+                blocking_keys,
+            )
+        return available
+
+    async def finish(
+        self,
+        entries: list[Entry],
+        step_count: int,
+        status: str,
+        output: Any,
+        error: dict[str, Any] | None,
+    ) -> None:
+        async with transaction(self.pool) as conn:
+            await self._fence(conn, entries)
+            row = await conn.fetchrow(
+                store.FINISH_RUN, self.run_id, self.epoch, status, output, error, step_count
+            )
+            assert row is not None  # the fence holds the row lock
+            if self.may_have_waits:
+                await conn.execute(store.DELETE_RUN_WAITS, self.run_id)
+            parent = row["parent_run_id"]
+            if parent is not None:
+                await complete_parent_step(
+                    conn,
+                    parent,
+                    row["parent_step_key"],
+                    row["parent_step_seq"],
+                    self.run_id,
+                    status,
+                    output,
+                    error,
+                )
+        metrics.RUNS_COMPLETED.labels(self.workflow, status).inc()
+        metrics.RUN_DURATION.labels(self.workflow).observe(
+            max(0.0, (row["completed_at"] - row["created_at"]).total_seconds())
+        )
+        self.waker.notify(RunFinished(run_id=self.run_id))
+        if parent is not None:
+            self.waker.notify(RunReady())
+
+    async def retry_run(
+        self, entries: list[Entry], step_count: int, delay: float, error: dict[str, Any]
+    ) -> None:
+        async with transaction(self.pool) as conn:
+            await self._fence(conn, entries)
+            await conn.execute(store.RETRY_RUN, self.run_id, self.epoch, delay, error, step_count)
+            await conn.execute(store.DELETE_UNFINISHED_STEPS, self.run_id)
