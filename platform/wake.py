@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Literal, Protocol
 
@@ -39,6 +40,9 @@ __all__ = [
 ]
 
 log = structlog.get_logger("ripple.wake")
+
+#: Longest `RedisWaker.close()` waits for unsent hints to reach Redis.
+_CLOSE_FLUSH_SECONDS = 1.0
 
 #: Channel names, relative to the deployment's prefix.
 CH_RUNS = "runs"  # some workflow run became available
@@ -241,6 +245,8 @@ class RedisWaker(NullWaker):
         self._outbox: asyncio.Queue[AnyHint] = asyncio.Queue(maxsize=10_000)
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
+        #: Hints accepted by notify() and not yet sent or dropped (close() flushes them).
+        self._unsent = 0
         #: True while the subscriber connection is up (for health reporting and tests).
         self.connected = asyncio.Event()
 
@@ -258,6 +264,7 @@ class RedisWaker(NullWaker):
         for hint in hints:
             with contextlib.suppress(asyncio.QueueFull):
                 self._outbox.put_nowait(hint)
+                self._unsent += 1
 
     async def start(self) -> None:
         if not self._tasks:
@@ -267,6 +274,11 @@ class RedisWaker(NullWaker):
             ]
 
     async def close(self) -> None:
+        # Flush hints still in the outbox (briefly): a short-lived process such as a CLI command
+        # otherwise exits before its publish reaches other processes' waiters.
+        deadline = time.monotonic() + _CLOSE_FLUSH_SECONDS
+        while self._unsent > 0 and self._tasks and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
         self._closing = True
         for task in self._tasks:
             task.cancel()
@@ -333,6 +345,8 @@ class RedisWaker(NullWaker):
                     # Dropped on purpose: other processes fall back to their poll interval.
                     log.debug("wake_publish_failed", error=str(exc), dropped=len(batch))
                     await asyncio.sleep(0.2)
+                finally:
+                    self._unsent -= len(batch)
         finally:
             with contextlib.suppress(Exception):
                 await client.aclose()
