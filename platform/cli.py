@@ -88,7 +88,9 @@ def _json_arg(text: str | None, what: str) -> Any:
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise _fail(f"{what} is not valid JSON ({exc}); quote it, e.g. '{{\"userId\": 42}}'", 2)
+        raise _fail(
+            f"{what} is not valid JSON ({exc}); quote it, e.g. '{{\"userId\": 42}}'", 2
+        ) from None
 
 
 def _operate(api: str | None, token: str | None, action: Callable[[Operator], Awaitable[T]]) -> T:

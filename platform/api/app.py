@@ -91,13 +91,15 @@ def _problem_everywhere(schema: dict[str, Any]) -> None:
     ref = {"$ref": "#/components/schemas/Problem"}
     common = {
         "400": "Malformed JSON",
+        "404": "Not found",
+        "405": "Method not allowed",
         "401": "Missing or invalid bearer token",
         "413": "Request body too large",
         "422": "Invalid input",
         "503": "Database unavailable; retry",
     }
     for path, item in schema.get("paths", {}).items():
-        if not path.startswith("/v1"):
+        if path in ("/healthz", "/readyz"):
             continue
         for operation in item.values():
             responses = operation.setdefault("responses", {})

@@ -64,7 +64,7 @@ def run_dev(
     """Run `ripple dev` until Ctrl-C (blocks)."""
     console = Console(stderr=True)
     settings = load_settings()
-    # Console logs, quiet by default so the banner stays readable (RIPPLE_LOG_LEVEL=debug shows all).
+    # Console logs, quiet by default so the banner stays readable (RIPPLE_LOG_LEVEL=debug: all).
     level = "warning" if settings.log_level == "info" else settings.log_level
     configure_logging(console=True, level=level)
     started = time.monotonic()

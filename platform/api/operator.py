@@ -31,7 +31,12 @@ class Operator(Protocol):
     """What the CLI's operator commands need, whichever way they reach Ripple."""
 
     async def __aenter__(self) -> Self: ...
-    async def __aexit__(self, *exc: object) -> None: ...
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
     async def publish(self, topic: str, payload: Json, idempotency_key: str | None) -> Json: ...
     async def explain(self, topic: str, payload: Json) -> Json: ...
     async def subscribe(self, pattern: str, target: Json, filter: Json) -> Json: ...
@@ -196,7 +201,12 @@ class RemoteOperator:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self._http.aclose()
 
     async def _call(self, method: str, path: str, **kwargs: Any) -> Json:

@@ -162,79 +162,85 @@ def _status_for(exc: RippleError) -> tuple[int, str | None]:
     return 400, "bad-request"
 
 
+async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ProblemError)
+    return problem_response(
+        exc.status, exc.detail, instance=request.url.path, slug=exc.slug, headers=exc.headers
+    )
+
+
+async def _on_ripple(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RippleError)
+    status, slug = _status_for(exc)
+    if status >= 500:
+        log.error("api_error", path=request.url.path, error=type(exc).__name__, exc_info=exc)
+    # 500s never echo internals (a driver message may contain data); 503 says what to do.
+    detail = exc.message if status < 500 or status == 503 else "the server failed; see logs"
+    headers = {"Retry-After": "1"} if status == 503 else None
+    errors = None
+    field = getattr(exc, "field", None)
+    if status == 422 and field:
+        errors = [{"loc": ["body", field], "msg": exc.message, "type": "invalid_input"}]
+    return problem_response(
+        status, detail, instance=request.url.path, slug=slug, errors=errors, headers=headers
+    )
+
+
+async def _on_workflow(request: Request, exc: Exception) -> JSONResponse:
+    slug = "conflict"
+    if isinstance(exc, NonDeterminismError):
+        slug = "non-determinism"
+    elif isinstance(exc, WorkflowFailed):
+        slug = "workflow-failed"
+    elif isinstance(exc, WorkflowCanceled):
+        slug = "workflow-canceled"
+    return problem_response(409, str(exc), instance=request.url.path, slug=slug)
+
+
+async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = list(exc.errors())
+    malformed = [err for err in errors if err.get("type") == "json_invalid"]
+    if malformed:
+        reason = (malformed[0].get("ctx") or {}).get("error", "malformed JSON")
+        return problem_response(
+            400,
+            f"request body is not valid JSON: {reason}",
+            instance=request.url.path,
+            slug="malformed-json",
+            title="Malformed JSON",
+        )
+    return problem_response(
+        422,
+        "request validation failed: see `errors`",
+        instance=request.url.path,
+        errors=_validation_items(errors),
+    )
+
+
+async def _on_http(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    status = exc.status_code
+    detail = exc.detail if isinstance(exc.detail, str) else None
+    if status == 404 and detail in (None, "Not Found"):
+        detail = f"no route {request.method} {request.url.path}; see /openapi.json"
+    elif status == 405 and detail in (None, "Method Not Allowed"):
+        detail = f"{request.method} is not allowed on {request.url.path}"
+    return problem_response(
+        status, detail, instance=request.url.path, headers=dict(exc.headers or {}) or None
+    )
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.error("api_unhandled_error", path=request.url.path, exc_info=exc)
+    return problem_response(500, "the server failed; see logs", instance=request.url.path)
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     """Answer every error raised by routes, validation and routing with problem+json."""
-
-    async def on_problem(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, ProblemError)
-        return problem_response(
-            exc.status, exc.detail, instance=request.url.path, slug=exc.slug, headers=exc.headers
-        )
-
-    async def on_ripple(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, RippleError)
-        status, slug = _status_for(exc)
-        if status >= 500:
-            log.error("api_error", path=request.url.path, error=type(exc).__name__, exc_info=exc)
-        detail = exc.message if status < 500 or status == 503 else "the server failed; see logs"
-        headers = {"Retry-After": "1"} if status == 503 else None
-        errors = None
-        field = getattr(exc, "field", None)
-        if status == 422 and field:
-            errors = [{"loc": ["body", field], "msg": exc.message, "type": "invalid_input"}]
-        return problem_response(
-            status, detail, instance=request.url.path, slug=slug, errors=errors, headers=headers
-        )
-
-    async def on_workflow(request: Request, exc: Exception) -> JSONResponse:
-        slug = "conflict"
-        if isinstance(exc, NonDeterminismError):
-            slug = "non-determinism"
-        elif isinstance(exc, WorkflowFailed):
-            slug = "workflow-failed"
-        elif isinstance(exc, WorkflowCanceled):
-            slug = "workflow-canceled"
-        return problem_response(409, str(exc), instance=request.url.path, slug=slug)
-
-    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, RequestValidationError)
-        errors = list(exc.errors())
-        if any(err.get("type") == "json_invalid" for err in errors):
-            first = next(err for err in errors if err.get("type") == "json_invalid")
-            reason = (first.get("ctx") or {}).get("error", "malformed JSON")
-            return problem_response(
-                400,
-                f"request body is not valid JSON: {reason}",
-                instance=request.url.path,
-                slug="malformed-json",
-                title="Malformed JSON",
-            )
-        return problem_response(
-            422,
-            "request validation failed: see `errors`",
-            instance=request.url.path,
-            errors=_validation_items(errors),
-        )
-
-    async def on_http(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, StarletteHTTPException)
-        status = exc.status_code
-        detail = exc.detail if isinstance(exc.detail, str) else None
-        if status == 404 and detail in (None, "Not Found"):
-            detail = f"no route {request.method} {request.url.path}; see /openapi.json"
-        elif status == 405 and detail in (None, "Method Not Allowed"):
-            detail = f"{request.method} is not allowed on {request.url.path}"
-        return problem_response(
-            status, detail, instance=request.url.path, headers=dict(exc.headers or {}) or None
-        )
-
-    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.error("api_unhandled_error", path=request.url.path, exc_info=exc)
-        return problem_response(500, "the server failed; see logs", instance=request.url.path)
-
-    app.add_exception_handler(ProblemError, on_problem)
-    app.add_exception_handler(RippleError, on_ripple)
-    app.add_exception_handler(WorkflowError, on_workflow)
-    app.add_exception_handler(RequestValidationError, on_validation)
-    app.add_exception_handler(StarletteHTTPException, on_http)
-    app.add_exception_handler(Exception, on_unexpected)
+    app.add_exception_handler(ProblemError, _on_problem)
+    app.add_exception_handler(RippleError, _on_ripple)
+    app.add_exception_handler(WorkflowError, _on_workflow)
+    app.add_exception_handler(RequestValidationError, _on_validation)
+    app.add_exception_handler(StarletteHTTPException, _on_http)
+    app.add_exception_handler(Exception, _on_unexpected)

@@ -11,6 +11,7 @@ from pydantic import Field
 from ripple.platform.api.deps import ClientDep, Limit
 from ripple.platform.api.models import ApiModel, OutModel, jsonable
 from ripple.platform.api.problems import ProblemError, problem_responses
+from ripple.platform.api.workflow_stats import workflow_counts
 from ripple.platform.errors import InvalidInput
 
 __all__ = ["RunOut", "RunPage", "StepOut", "router", "run_out", "step_out"]
@@ -136,7 +137,7 @@ async def _page(client: ClientDep, **query: Any) -> RunPage:
 @router.get("/workflows", response_model=list[WorkflowSummary])
 async def list_workflows(client: ClientDep) -> list[WorkflowSummary]:
     """Workflow names that have runs, with run counts by status."""
-    counts = await client.workflows.workflow_counts()
+    counts = await workflow_counts(client.pool)
     return [WorkflowSummary(name=name, runs=runs) for name, runs in sorted(counts.items())]
 
 

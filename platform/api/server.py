@@ -147,7 +147,8 @@ async def run_services(client: Client, services: Services) -> None:
 
 async def _announce(server: _Server | None, on_ready: Callable[[], None] | None) -> None:
     if server is not None:
-        while not server.started:
+        # uvicorn exposes no event for "listening"; poll its flag briefly.
+        while not server.started:  # noqa: ASYNC110
             await asyncio.sleep(0.02)
     if on_ready is not None:
         on_ready()

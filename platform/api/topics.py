@@ -70,7 +70,7 @@ class ExplanationOut(OutModel):
     topic: str
     subscriptions: list[Verdict]
     waits: int | None = Field(default=None, description="Workflow waits that would resolve.")
-    wait_run_ids: list[str] = []
+    wait_run_ids: list[str] = Field(default_factory=list)
 
 
 @router.get(

@@ -97,7 +97,9 @@ def _problem(response: httpx.Response, status: int) -> dict[str, Any]:
 
 
 async def test_api_limits__body_over_limit_is_413_before_parsing(http: httpx.AsyncClient) -> None:
-    response = await http.post("/echo", content=b"{" * 5000, headers={"content-type": "application/json"})
+    response = await http.post(
+        "/echo", content=b"{" * 5000, headers={"content-type": "application/json"}
+    )
     body = _problem(response, 413)
     assert "2048" in body["detail"]
 
@@ -109,7 +111,9 @@ async def test_api_limits__streamed_body_without_length_is_counted(
         for _ in range(10):
             yield b" " * 500
 
-    response = await http.post("/echo", content=chunks(), headers={"content-type": "application/json"})
+    response = await http.post(
+        "/echo", content=chunks(), headers={"content-type": "application/json"}
+    )
     _problem(response, 413)
 
 
@@ -130,7 +134,8 @@ async def test_api_limits__malformed_json_is_400(http: httpx.AsyncClient) -> Non
 async def test_api_limits__validation_errors_are_listed(http: httpx.AsyncClient) -> None:
     response = await http.post("/echo", json=[1, 2])
     body = _problem(response, 422)
-    assert body["errors"] and body["errors"][0]["loc"][0] == "body"
+    assert body["errors"]
+    assert body["errors"][0]["loc"][0] == "body"
 
 
 async def test_api_limits__small_body_passes_through(http: httpx.AsyncClient) -> None:
