@@ -195,3 +195,12 @@ async def test_webhook_dispatcher__orphaned_deliveries_fail(
         assert await store.fail_orphans(conn) == 1
     (row,) = await hooks.deliveries(sub)
     assert (row["status"], row["last_error"]) == ("failed", "subscription was deleted")
+
+
+async def test_webhook_claim__due_query_uses_partial_index(pool: Pool, hooks: Hooks) -> None:
+    sub = await hooks.subscribe("http://127.0.0.1:9/x")
+    await hooks.publish([sub])
+    async with transaction(pool) as conn:
+        await conn.execute("SET LOCAL enable_seqscan = off")
+        plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + store.SELECT_DUE, 10, []))
+    assert "ripple_webhook_deliveries_due" in plan
