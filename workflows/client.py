@@ -43,7 +43,7 @@ __all__ = [
     "WorkflowClient",
 ]
 
-O = TypeVar("O")
+OutT = TypeVar("OutT")
 _MAX_KEY = 255
 
 
@@ -57,7 +57,7 @@ class RunRequest:
     trace: dict[str, str] | None = None
 
 
-class RunHandle(Generic[O]):
+class RunHandle(Generic[OutT]):
     """A started run: `run_id`, and `await result()` for its output."""
 
     __slots__ = ("_client", "_output_type", "run_id")
@@ -70,7 +70,7 @@ class RunHandle(Generic[O]):
     def __repr__(self) -> str:
         return f"<RunHandle {self.run_id}>"
 
-    async def result(self, timeout: timedelta | float | None = None) -> O:
+    async def result(self, timeout: timedelta | float | None = None) -> OutT:
         """The run's output once it completes.
 
         Raises WorkflowFailed (with the stored error), WorkflowCanceled, or TimeoutError
@@ -86,7 +86,7 @@ class RunHandle(Generic[O]):
                     raise NotFound(f"no run {self.run_id}")
                 if run.status == RunStatus.COMPLETED:
                     try:
-                        value: O = serde.load(run.output, self._output_type)
+                        value: OutT = serde.load(run.output, self._output_type)
                     except ValidationError:
                         value = run.output
                     return value
@@ -152,14 +152,14 @@ class WorkflowClient:
 
     async def start(
         self,
-        workflow: WorkflowDefinition[Any, O] | str,
+        workflow: WorkflowDefinition[Any, OutT] | str,
         input: Any = None,
         *,
         idempotency_key: str | None = None,
         deadline: datetime | timedelta | float | None = None,
         version: int | None = None,
         conn: Connection | None = None,
-    ) -> RunHandle[O]:
+    ) -> RunHandle[OutT]:
         """Start a run (idempotent per (workflow, idempotency_key)); returns its handle."""
         if isinstance(workflow, WorkflowDefinition):
             definition: WorkflowDefinition[Any, Any] | None = workflow

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
 __all__ = ["WorkflowDefinition", "check_workflow_name", "workflow"]
 
-I = TypeVar("I")
-O = TypeVar("O")
+InT = TypeVar("InT")
+OutT = TypeVar("OutT")
 
 NAME_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
 #: Workflow-level retry default: one attempt.
@@ -40,13 +40,13 @@ def check_workflow_name(name: str) -> str:
 
 
 @dataclass(frozen=True, eq=False)
-class WorkflowDefinition(Generic[I, O]):
+class WorkflowDefinition(Generic[InT, OutT]):
     """A workflow function with its name, version and options (what `@workflow` returns).
 
     Calling it calls the function (useful in tests); run it durably with `client.start()`.
     """
 
-    fn: Callable[..., Awaitable[O]]
+    fn: Callable[..., Awaitable[OutT]]
     name: str
     version: int = 1
     retry: RetryPolicy = DEFAULT_RUN_RETRY
@@ -57,7 +57,7 @@ class WorkflowDefinition(Generic[I, O]):
     takes_input: bool = True
     output_type: Any = field(default=NO_TYPE)
 
-    def __call__(self, ctx: WorkflowContext, *args: Any) -> Awaitable[O]:
+    def __call__(self, ctx: WorkflowContext, *args: Any) -> Awaitable[OutT]:
         return self.fn(ctx, *args)
 
     def __repr__(self) -> str:
@@ -84,7 +84,7 @@ def _describe(fn: Callable[..., Any]) -> tuple[bool, Any, Any]:
 
 
 @overload
-def workflow(fn: Callable[..., Awaitable[O]], /) -> WorkflowDefinition[Any, O]: ...
+def workflow(fn: Callable[..., Awaitable[OutT]], /) -> WorkflowDefinition[Any, OutT]: ...
 
 
 @overload
@@ -95,7 +95,7 @@ def workflow(
     retry: RetryPolicy | None = None,
     retention: timedelta | float | None = None,
     deadline: timedelta | float | None = None,
-) -> Callable[[Callable[..., Awaitable[O]]], WorkflowDefinition[Any, O]]: ...
+) -> Callable[[Callable[..., Awaitable[OutT]]], WorkflowDefinition[Any, OutT]]: ...
 
 
 def workflow(

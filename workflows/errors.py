@@ -124,5 +124,5 @@ class StepTimeoutError(WorkflowError, TimeoutError):
     """A step or child workflow did not finish within its `timeout`."""
 
 
-class LeaseLost(BaseException):  # noqa: N818 - control flow, not an error users handle
+class LeaseLost(BaseException):
     """Internal: this worker no longer owns the run (lease expired, canceled, or fenced)."""

@@ -1,0 +1,181 @@
+"""Crash recovery, fencing, attempt budgets and graceful shutdown (in one process: a "crash"
+is simulated by expiring the lease in SQL, the way a dead worker's lease expires)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ripple.workflows import RetryPolicy, WorkflowContext, WorkflowFailed, workflow
+from ripple.workflows.records import RunStatus
+from tests.helpers import assert_eventually
+from tests.integration.workflows.conftest import App
+
+counts: dict[str, int] = {}
+gate: dict[str, asyncio.Event] = {}
+
+
+def bump(name: str) -> int:
+    counts[name] = counts.get(name, 0) + 1
+    return counts[name]
+
+
+async def step_a() -> str:
+    bump("a")
+    return "a"
+
+
+async def step_b() -> str:
+    n = bump("b")
+    if n == 1:
+        gate["entered"].set()
+        await gate["release"].wait()
+        return "first"
+    return "second"
+
+
+@workflow(name="two-steps")
+async def two_steps(ctx: WorkflowContext) -> list[str]:
+    a = await ctx.step.run("a", step_a)
+    b = await ctx.step.run("b", step_b)
+    return [a, b]
+
+
+def reset() -> None:
+    counts.clear()
+    gate.clear()
+    gate["entered"] = asyncio.Event()
+    gate["release"] = asyncio.Event()
+
+
+async def expire_lease(app: App, run_id: str) -> None:
+    await app.pool.execute(
+        "UPDATE ripple_runs SET available_at = now() - interval '1 second' WHERE run_id = $1",
+        run_id,
+    )
+
+
+async def test_recovery__expired_lease_is_reclaimed_and_stale_worker_is_fenced(app: App) -> None:
+    reset()
+    handle = await app.workflows.start(two_steps)
+    stale = app.worker(two_steps)
+    async with stale:
+        await asyncio.wait_for(gate["entered"].wait(), 10)
+        # step "a" was committed beside the slow step "b" (batched writes flushed)
+        await assert_eventually(
+            lambda: app.pool.fetchval(
+                "SELECT count(*) FROM ripple_steps WHERE key = 'a' AND status = 'completed'"
+            )
+        )
+        stale.stop()  # stop claiming; its step body stays blocked like a stalled process
+        await expire_lease(app, handle.run_id)
+        async with app.worker(two_steps):
+            assert await handle.result(timeout=10) == ["a", "second"]
+        gate["release"].set()  # the stale worker wakes up and tries to record "first"
+    run = await app.workflows.get_run(handle.run_id)
+    assert run is not None
+    assert run.output == ["a", "second"]
+    assert counts == {"a": 1, "b": 2}
+    steps = {s.key: s for s in await app.workflows.list_steps(handle.run_id)}
+    assert steps["b"].output == "second"
+    assert steps["b"].attempts == 2
+
+
+async def test_recovery__step_that_keeps_killing_its_worker_exhausts_its_budget(
+    app: App,
+) -> None:
+    reset()
+    counts["never"] = 0
+
+    @workflow(name="poison")
+    async def poison(ctx: WorkflowContext) -> None:
+        async def body() -> None:
+            bump("never")
+
+        await ctx.step.run("boom", body, retry=RetryPolicy(max_attempts=3))
+
+    handle = await app.workflows.start(poison)
+    # The journal says: 3 attempts started, none recorded; the worker holding it died.
+    await app.pool.execute(
+        "UPDATE ripple_runs SET status = 'running', started_at = now(), attempt = 1, "
+        "lease_owner = 'dead', available_at = now() - interval '1 second', epoch = 3 "
+        "WHERE run_id = $1",
+        handle.run_id,
+    )
+    await app.pool.execute(
+        "INSERT INTO ripple_steps (run_id, key, seq, kind, status, attempts) "
+        "VALUES ($1, 'boom', 0, 'run', 'running', 3)",
+        handle.run_id,
+    )
+    async with app.worker(poison):
+        with pytest.raises(WorkflowFailed) as info:
+            await handle.result(timeout=10)
+    assert info.value.error["type"] == "WorkerLost"
+    assert counts["never"] == 0
+
+
+async def test_recovery__recovered_run_records_attempt_start_before_the_body(app: App) -> None:
+    reset()
+    handle = await app.workflows.start(two_steps)
+    await app.pool.execute(
+        "UPDATE ripple_runs SET status = 'running', started_at = now(), attempt = 1, "
+        "lease_owner = 'dead', available_at = now() - interval '1 second' WHERE run_id = $1",
+        handle.run_id,
+    )
+    async with app.worker(two_steps):
+        await asyncio.wait_for(gate["entered"].wait(), 10)
+        # careful mode: the attempt of "b" is durable while its body runs
+        row = await app.pool.fetchrow(
+            "SELECT status, attempts FROM ripple_steps WHERE run_id = $1 AND key = 'b'",
+            handle.run_id,
+        )
+        assert row is not None
+        assert (row["status"], row["attempts"]) == ("running", 1)
+        gate["release"].set()
+        assert await handle.result(timeout=10) == ["a", "first"]
+
+
+async def test_recovery__graceful_stop_finishes_the_running_step_and_releases(app: App) -> None:
+    reset()
+    handle = await app.workflows.start(two_steps)
+    counts["b"] = 1  # next call of step_b returns "second" at once
+    first = app.worker(two_steps)
+
+    async def slow_a() -> str:
+        bump("a")
+        gate["entered"].set()
+        await gate["release"].wait()
+        return "a"
+
+    global step_a
+    original, step_a = step_a, slow_a
+    try:
+        async with first:
+            await asyncio.wait_for(gate["entered"].wait(), 10)
+            first.stop()
+            gate["release"].set()
+        run = await app.workflows.get_run(handle.run_id)
+        assert run is not None
+        assert run.status == RunStatus.PENDING
+        async with app.worker(two_steps):
+            assert await handle.result(timeout=10) == ["a", "second"]
+    finally:
+        step_a = original
+    assert counts["a"] == 1
+
+
+async def test_recovery__stop_releases_runs_whose_step_outlasts_the_grace(app: App) -> None:
+    reset()
+    counts["a"] = 0
+    app.settings = app.settings.model_copy(update={"shutdown_grace": 0.1})
+    handle = await app.workflows.start(two_steps)
+    async with app.worker(two_steps):
+        await asyncio.wait_for(gate["entered"].wait(), 10)
+    run = await app.workflows.get_run(handle.run_id)
+    assert run is not None
+    assert run.status == RunStatus.PENDING
+    due = await app.pool.fetchval(
+        "SELECT available_at <= now() FROM ripple_runs WHERE run_id = $1", handle.run_id
+    )
+    assert due is True
