@@ -251,3 +251,15 @@ class Client:
     async def list_subscriptions(self) -> Sequence[Subscription]:
         """Every subscription, oldest first."""
         return await self.subscriptions.list()
+
+    async def get_subscription(self, subscription_id: str) -> Subscription | None:
+        """One subscription, or None."""
+        return await self.subscriptions.get(subscription_id)
+
+    async def pause_subscription(self, subscription_id: str) -> Subscription:
+        """Stop delivering to a subscription until resumed (raises NotFound)."""
+        return await self.subscriptions.pause(subscription_id)
+
+    async def resume_subscription(self, subscription_id: str) -> Subscription:
+        """Deliver again to a paused or disabled subscription (raises NotFound)."""
+        return await self.subscriptions.resume(subscription_id)

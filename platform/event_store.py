@@ -10,7 +10,7 @@ import asyncpg
 
 from ripple.platform.db import Connection
 
-__all__ = ["EventRecord", "find_event_by_key", "get_event", "insert_event"]
+__all__ = ["EventRecord", "find_event_by_key", "get_event", "insert_event", "matching_wait_runs"]
 
 # $1 id, $2 topic, $3 payload, $4 idempotency key (NULL: none), $5 trace context
 # A repeated idempotency key inserts nothing and returns no row.
@@ -25,6 +25,14 @@ SELECT_EVENT_BY_KEY: Final = "SELECT id FROM ripple_events WHERE idempotency_key
 # $1 id
 SELECT_EVENT: Final = """
 SELECT id, topic, payload, idempotency_key, trace, created_at FROM ripple_events WHERE id = $1
+"""
+
+# $1 topic, $2 payload: runs whose workflow waits an event would resolve (read-only, for
+# explain; the table belongs to the workflow runtime, see infra/sql/0002_workflows.sql)
+SELECT_MATCHING_WAIT_RUNS: Final = """
+SELECT DISTINCT run_id FROM ripple_waits
+WHERE event = $1 AND (match IS NULL OR $2::jsonb @> match)
+ORDER BY run_id
 """
 
 
@@ -75,3 +83,10 @@ async def find_event_by_key(conn: Connection, idempotency_key: str) -> str | Non
 async def get_event(conn: Connection, event_id: str) -> EventRecord | None:
     row = await conn.fetchrow(SELECT_EVENT, event_id)
     return None if row is None else EventRecord.from_row(row)
+
+
+async def matching_wait_runs(conn: Connection, topic: str, payload: Any) -> list[str]:
+    """Ids of runs with a wait that an event on `topic` with `payload` would resolve."""
+    return [
+        str(row["run_id"]) for row in await conn.fetch(SELECT_MATCHING_WAIT_RUNS, topic, payload)
+    ]

@@ -69,8 +69,8 @@ class Explanation:
 
     topic: str
     subscriptions: list[SubscriptionVerdict] = field(default_factory=list)
-    #: Workflow waits that would resolve; None when the wait resolver cannot tell.
-    waits: int | None = None
+    #: Workflow runs whose waits would resolve.
+    waits: int = 0
     #: Ids of the runs whose waits would resolve (when known).
     wait_run_ids: list[str] = field(default_factory=list)
 
@@ -192,14 +192,10 @@ class Publisher:
         verdicts = []
         for compiled in await self._subscriptions.compiled():
             verdicts.append(_verdict(compiled, topic, payload))
-        waits: int | None = None
-        run_ids: list[str] = []
-        explain_waits = getattr(self._resolver, "explain_event_waits", None)
-        if explain_waits is not None:
-            with db.map_errors():
-                async with self._pool.acquire() as conn:
-                    run_ids = list(await explain_waits(conn, topic, payload))
-            waits = len(run_ids)
+        with db.map_errors():
+            async with self._pool.acquire() as conn:
+                run_ids = await event_store.matching_wait_runs(conn, topic, payload)
+        waits = len(run_ids)
         return Explanation(topic, verdicts, waits, run_ids)
 
 
