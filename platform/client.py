@@ -17,8 +17,9 @@ from ripple.platform.config import Settings, load_settings
 from ripple.platform.db import Connection, Pool, create_pool
 from ripple.platform.embedded import discover_dev_urls
 from ripple.platform.errors import RippleError
+from ripple.platform.fanout import TargetKind
 from ripple.platform.observability import GaugeCollector
-from ripple.platform.publish import Explanation, PublishResult, Publisher
+from ripple.platform.publish import Explanation, Publisher, PublishResult
 from ripple.platform.queues import Queues
 from ripple.platform.services import BackgroundService
 from ripple.platform.subscriptions import Subscription, Subscriptions
@@ -89,7 +90,7 @@ class Client:
         await waker.start()
         self._pool, self._waker = pool, waker
         self.workflows = WorkflowClient(pool, waker, self.settings)
-        self._kinds = {
+        self._kinds: dict[str, TargetKind] = {
             "queue": QueueKind(waker),
             "webhook": WebhookKind(self.settings, waker),
             "workflow": WorkflowKind(self.workflows),
