@@ -1,0 +1,38 @@
+"""Queue targets through the Client: message shape, long-poll wake-up, Redis down."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ripple.platform.client import Client
+from ripple.platform.config import Settings
+from ripple.subscribers import QueueTarget
+
+
+async def test_queue_target__message_is_payload_with_topic_headers(client: Client) -> None:
+    await client.subscribe("#", QueueTarget("audit"))
+    waiting = asyncio.create_task(client.queues.receive("audit", wait=30))
+    result = await client.publish("billing.invoice.paid", {"invoice": 9})
+    (message,) = await asyncio.wait_for(waiting, 20)
+    assert message.body == {"invoice": 9}
+    assert message.headers == {"topic": "billing.invoice.paid", "eventId": result.event_id}
+    await client.queues.ack("audit", message.receipt)
+
+
+async def test_queue_target__two_subscriptions_same_queue_get_one_message_each(
+    client: Client,
+) -> None:
+    await client.subscribe("a.*", QueueTarget("q"))
+    await client.subscribe("a.b", QueueTarget("q"))
+    assert (await client.publish("a.b", {"n": 1})).deliveries == 2
+    assert len(await client.queues.receive("q", max_messages=10)) == 2
+
+
+async def test_queue_target__redis_down_still_delivers(settings: Settings) -> None:
+    down = settings.model_copy(update={"redis_url": "redis://127.0.0.1:1/0"})
+    async with Client(settings=down) as publisher, Client(settings=down) as consumer:
+        await publisher.subscribe("x.#", QueueTarget("q"))
+        waiting = asyncio.create_task(consumer.queues.receive("q", wait=30))
+        await publisher.publish("x.y", {"n": 1})
+        (message,) = await asyncio.wait_for(waiting, 20)
+        assert message.body == {"n": 1}
