@@ -185,23 +185,25 @@ class WorkflowClient:
                 retention.total_seconds(), self.settings.max_run_retention_days * 86400
             )
         run_id = new_id()
-        async with transaction(self.pool, conn) as tx:
-            created = await tx.fetchval(
-                store.INSERT_RUN,
-                run_id,
-                name,
-                version,
-                value,
-                idempotency_key,
-                deadline_at,
-                retention_s,
-                tracing.current_context(),
-                None,
-                None,
-                None,
-            )
+        args = (
+            run_id,
+            name,
+            version,
+            value,
+            idempotency_key,
+            deadline_at,
+            retention_s,
+            tracing.current_context(),
+            None,
+            None,
+            None,
+        )
+        with map_errors():
+            # One statement: without a caller's transaction it commits on its own.
+            target = conn if conn is not None else self.pool
+            created = await target.fetchval(store.INSERT_RUN, *args)
             if created is None:
-                run_id = await tx.fetchval(store.SELECT_RUN_BY_KEY, name, idempotency_key)
+                run_id = await target.fetchval(store.SELECT_RUN_BY_KEY, name, idempotency_key)
         if created is not None:
             metrics.RUNS_STARTED.labels(name).inc()
             if conn is None:

@@ -488,15 +488,17 @@ class RunExecution:
         if not self._pending or self.careful:
             return await coro
         # Batched writes are waiting: if the body is not quick, commit them beside it.
-        task = asyncio.ensure_future(coro)
+        flushing: list[asyncio.Task[None]] = []
+        timer = asyncio.get_running_loop().call_later(
+            FLUSH_AFTER, lambda: flushing.append(asyncio.ensure_future(self.flush()))
+        )
         try:
-            done, _ = await asyncio.wait({task}, timeout=FLUSH_AFTER)
-            if not done:
-                await self.flush()
-            return await task
+            result = await coro
         finally:
-            if not task.done():
-                task.cancel()
+            timer.cancel()
+            if flushing:
+                await flushing[0]  # surfaces LeaseLost; the commit happened beside the body
+        return result
 
     def _register_compensation(
         self, seq: int, key: str, compensate: Callable[..., Any] | None, value: Any

@@ -151,6 +151,50 @@ SET status = excluded.status, attempts = excluded.attempts, output = excluded.ou
 WHERE ripple_steps.status NOT IN ('completed', 'failed')
 """
 
+# The journal upsert as the tail of a single-statement write: `run` is a CTE that returns the
+# run's row only if this worker still owns it, so nothing is journaled by a fenced-out worker.
+# $5 jsonb array of journal entries (see UPSERT_STEPS)
+_STEPS_AFTER_RUN: Final = """
+, steps AS (
+    INSERT INTO ripple_steps (run_id, key, seq, kind, status, attempts, output, error, due_at,
+                              started_at, completed_at)
+    SELECT run.run_id, s.key, s.seq, s.kind, s.status, s.attempts, s.output, s.error, s.due_at,
+           coalesce(s.started_at, now()),
+           coalesce(s.completed_at, CASE WHEN s.status IN ('completed', 'failed') THEN now() END)
+    FROM run, jsonb_to_recordset($5::jsonb) AS s(key text, seq int, kind text, status text,
+         attempts int, output jsonb, error jsonb, due_at timestamptz, started_at timestamptz,
+         completed_at timestamptz)
+    ON CONFLICT (run_id, key) DO UPDATE
+    SET status = excluded.status, attempts = excluded.attempts, output = excluded.output,
+        error = excluded.error, due_at = excluded.due_at, completed_at = excluded.completed_at
+    WHERE ripple_steps.status NOT IN ('completed', 'failed')
+)
+"""
+
+# One round trip: fence, extend the lease and journal. Returns no row when fenced out.
+# $1 run_id, $2 epoch, $3 lease seconds, $4 step_count, $5 entries
+_FLUSH_HEAD: Final = """
+WITH run AS (
+    UPDATE ripple_runs SET available_at = now() + $3 * interval '1 second', step_count = $4
+    WHERE run_id = $1 AND epoch = $2 AND status = 'running'
+    RETURNING run_id
+)"""
+FLUSH_RUN: Final = _FLUSH_HEAD + _STEPS_AFTER_RUN + "SELECT run_id FROM run"  # noqa: S608
+
+# One round trip: fence, journal and finish a run that has no parent and no open waits.
+# $1 run_id, $2 epoch, $3 status, $4 output, $5 entries, $6 error, $7 step_count
+_FINISH_HEAD: Final = """
+WITH run AS (
+    UPDATE ripple_runs
+    SET status = $3, output = $4, error = $6, step_count = $7, completed_at = now(),
+        lease_owner = NULL, available_at = now(), updated_at = now()
+    WHERE run_id = $1 AND epoch = $2 AND status = 'running'
+    RETURNING run_id, created_at, completed_at
+)"""
+FINISH_RUN_SIMPLE: Final = (
+    _FINISH_HEAD + _STEPS_AFTER_RUN + "SELECT created_at, completed_at FROM run"  # noqa: S608
+)
+
 # Keep executing: extend the lease. $1 run_id, $2 epoch, $3 lease seconds, $4 step_count
 EXTEND_RUN: Final = """
 UPDATE ripple_runs SET available_at = now() + $3 * interval '1 second', step_count = $4

@@ -17,6 +17,7 @@ import os
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Protocol, Self
 
@@ -103,6 +104,10 @@ class Worker:
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{new_id()[-12:]}"
         self._inflight: dict[str, _InFlight] = {}
         self._stopping = False
+        self._backlog = False
+        self._until_idle = False
+        #: loop time at which the next known run becomes due (None: unknown, poll)
+        self._due: float | None = None
         self._listener: Listener | None = None
         self._main: asyncio.Task[None] | None = None
         client.workflows.register(*workflows)
@@ -148,11 +153,13 @@ class Worker:
     async def run_until_idle(self) -> None:
         """Execute runs until none is due and none is in flight (for tests and scripts)."""
         self._stopping = False
+        self._until_idle = True
         await self._register()
         heartbeat = asyncio.create_task(self._heartbeat_loop())
         try:
             await self._loop(until_idle=True)
         finally:
+            self._until_idle = False
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
             await self._drain()
@@ -194,25 +201,42 @@ class Worker:
 
     async def _loop(self, *, until_idle: bool) -> None:
         poll = self.settings.poll_interval
+        loop = asyncio.get_running_loop()
         async with self.client.waker.listen(CH_RUNS) as listener:
             self._listener = listener
             try:
                 while not self._stopping:
                     free = self.concurrency - len(self._inflight)
-                    claimed = await self._claim(free) if free > 0 else 0
-                    if until_idle and claimed == 0 and not self._inflight:
-                        return
-                    if claimed and claimed == free:
-                        await asyncio.sleep(0)  # let the new runs start, then claim again
-                        continue
+                    # With a backlog, claim in batches rather than one run per freed slot.
+                    batch = max(1, self.concurrency // 10) if self._backlog else 1
+                    if free >= batch:
+                        claimed = await self._claim(free)
+                        self._backlog = claimed == free
+                        if self._backlog:
+                            await asyncio.sleep(0)  # let the new runs start
+                            continue
+                        if until_idle and claimed == 0 and not self._inflight:
+                            return
+                        # Nothing else is due now: sleep exactly until the next run is due.
+                        secs = await self._next_due()
+                        self._due = None if secs is None else loop.time() + secs
                     timeout = poll
-                    if free > 0:
-                        due = await self._next_due()
-                        if due is not None:
-                            timeout = min(poll, max(0.002, due))
+                    if self._due is not None:
+                        timeout = min(poll, max(0.001, self._due - loop.time()))
                     await listener.wait(timeout)
+                    if self._due is not None and loop.time() >= self._due:
+                        self._due = None
             finally:
                 self._listener = None
+
+    def _note_due(self, wake_at: datetime) -> None:
+        """A run this worker suspended is due at `wake_at`: wake the loop then."""
+        loop = asyncio.get_running_loop()
+        due = loop.time() + (wake_at - datetime.now(UTC)).total_seconds()
+        if self._due is None or due < self._due:
+            self._due = due
+            if due - loop.time() < self.settings.poll_interval:
+                self._kick()
 
     async def _next_due(self) -> float | None:
         try:
@@ -260,6 +284,7 @@ class Worker:
             lease=self.settings.lease_seconds,
             trace=claim.trace,
             may_have_waits=any(e.kind == "wait" and not e.finished for e in entries),
+            has_parent=claim.parent_run_id is not None,
         )
         engine = RunExecution(
             claim,
@@ -291,9 +316,10 @@ class Worker:
         finally:
             in_flight.dec()
             self._inflight.pop(claim.run_id, None)
-            self._kick()
-        if outcome is not None:
-            log.debug("run_outcome", run_id=claim.run_id, status=outcome.status)
+            if self._backlog or self._until_idle or self._stopping:
+                self._kick()  # the loop may be waiting for a free slot
+        if outcome is not None and outcome.wake_at is not None:
+            self._note_due(outcome.wake_at)
 
     # -- leases, cancels, shutdown -----------------------------------------------------------
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from ripple.platform import metrics
-from ripple.platform.db import Connection, Pool, transaction
+from ripple.platform.db import Connection, Pool, map_errors, transaction
 from ripple.platform.wake import NullWaker, RunFinished, RunReady
 from ripple.workflows import store
 from ripple.workflows.engine import ChildSpec, WaitSpec
@@ -64,6 +64,7 @@ class PgRunWriter:
         lease: float,
         trace: dict[str, str] | None,
         may_have_waits: bool,
+        has_parent: bool = True,
     ) -> None:
         self.pool = pool
         self.waker = waker
@@ -73,6 +74,7 @@ class PgRunWriter:
         self.lease = lease
         self.trace = trace
         self.may_have_waits = may_have_waits
+        self.has_parent = has_parent
 
     async def _fence(self, conn: Connection, entries: list[Entry]) -> None:
         owned = await conn.fetchval(store.LOCK_OWNED_RUN, self.run_id, self.epoch)
@@ -85,9 +87,17 @@ class PgRunWriter:
         await conn.execute(store.EXTEND_RUN, self.run_id, self.epoch, self.lease, step_count)
 
     async def flush(self, entries: list[Entry], step_count: int) -> None:
-        async with transaction(self.pool) as conn:
-            await self._fence(conn, entries)
-            await self._extend(conn, step_count)
+        with map_errors():
+            owned = await self.pool.fetchval(
+                store.FLUSH_RUN,
+                self.run_id,
+                self.epoch,
+                self.lease,
+                step_count,
+                [e.to_json() for e in entries],
+            )
+        if owned is None:
+            raise LeaseLost(self.run_id)
 
     async def register_wait(
         self, entries: list[Entry], step_count: int, wait: WaitSpec
@@ -229,6 +239,22 @@ class PgRunWriter:
         output: Any,
         error: dict[str, Any] | None,
     ) -> None:
+        if not self.has_parent and not self.may_have_waits:
+            with map_errors():
+                row = await self.pool.fetchrow(
+                    store.FINISH_RUN_SIMPLE,
+                    self.run_id,
+                    self.epoch,
+                    status,
+                    output,
+                    [e.to_json() for e in entries],
+                    error,
+                    step_count,
+                )
+            if row is None:
+                raise LeaseLost(self.run_id)
+            self._finished(status, row, None)
+            return
         async with transaction(self.pool) as conn:
             await self._fence(conn, entries)
             row = await conn.fetchrow(
@@ -249,6 +275,9 @@ class PgRunWriter:
                     output,
                     error,
                 )
+        self._finished(status, row, parent)
+
+    def _finished(self, status: str, row: Any, parent: str | None) -> None:
         metrics.RUNS_COMPLETED.labels(self.workflow, status).inc()
         metrics.RUN_DURATION.labels(self.workflow).observe(
             max(0.0, (row["completed_at"] - row["created_at"]).total_seconds())
