@@ -13,16 +13,18 @@ import json
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ripple.platform.api.operator import LocalOperator, Operator, OperatorError, RemoteOperator
 from ripple.platform.config import Settings, load_settings
 from ripple.platform.errors import ConfigError, RippleError
 from ripple.platform.logs import configure_logging
+
+if TYPE_CHECKING:
+    from ripple.platform.api.operator import Operator
 
 __all__ = ["app", "main"]
 
@@ -42,8 +44,8 @@ app.add_typer(runs_app, name="runs")
 app.add_typer(queues_app, name="queues")
 app.add_typer(deliveries_app, name="deliveries")
 
-out = Console()
-err = Console(stderr=True)
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 # -- shared options ------------------------------------------------------------------------
 
@@ -95,6 +97,8 @@ def _json_arg(text: str | None, what: str) -> Any:
 
 def _operate(api: str | None, token: str | None, action: Callable[[Operator], Awaitable[T]]) -> T:
     """Run `action` against the API (with --api) or the database, mapping failures to exit 1."""
+    from ripple.platform.api.operator import LocalOperator, OperatorError, RemoteOperator
+
     configure_logging(level="warning")
 
     async def go() -> T:
@@ -120,8 +124,9 @@ def _print_json(value: Any) -> None:
 
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     table = Table(title=title, title_justify="left")
-    for column in columns:
-        table.add_column(column)
+    for i, column in enumerate(columns):
+        # Ids and keys are copied into the next command: never wrap or truncate them.
+        table.add_column(column, no_wrap=i == 0, overflow="fold")
     for row in rows:
         table.add_row(*["" if v is None else str(v) for v in row])
     out.print(table)
@@ -129,6 +134,11 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
 
 def _short_time(value: str | None) -> str:
     return "" if not value else value.replace("T", " ")[:23]
+
+
+def _clock(value: str | None) -> str:
+    """`2026-11-22T05:57:48.132122Z` -> `05:57:48.132`."""
+    return "" if not value else value.split("T")[-1][:12]
 
 
 def _error_text(error: Any) -> str:
@@ -161,9 +171,16 @@ def _check_bind(host: str, settings: Settings) -> None:
 def serve(
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
+    app_path: Annotated[
+        str | None,
+        typer.Option(
+            "--app",
+            help="Module with your workflows: starts by name validate input before writing.",
+        ),
+    ] = None,
 ) -> None:
     """Run the HTTP API (tokens from RIPPLE_API_TOKENS; none = loopback only, no auth)."""
-    from ripple.platform.api.server import Services, run_services
+    from ripple.platform.api.server import Services, load_app, run_services
     from ripple.platform.client import Client
 
     settings = _settings()
@@ -175,8 +192,9 @@ def serve(
     def ready() -> None:
         err.print(f"ripple API listening on http://{host}:{port} (OpenAPI at /openapi.json)")
 
-    services = Services(api=(host, port), on_ready=ready)
     try:
+        module = load_app(app_path) if app_path else None
+        services = Services(api=(host, port), app=module, on_ready=ready)
         asyncio.run(run_services(Client(settings=settings), services))
     except RippleError as exc:
         raise _fail(exc.message) from None
@@ -284,8 +302,12 @@ def publish(
     if as_json:
         _print_json(result)
     else:
+        resumed = result.get("waitsResolved") or 0
+        note = f", {resumed} waiting run(s) resumed" if resumed else ""
+        again = " (duplicate: already published)" if result.get("duplicate") else ""
         out.print(
-            f"event {result['eventId']} published to {topic}: {result['deliveries']} deliveries"
+            f"event {result['eventId']} published to {topic}{again}: "
+            f"{result['deliveries']} deliveries{note}"
         )
 
 
@@ -422,7 +444,7 @@ def runs_list(
             r["runId"],
             r["workflow"],
             r["status"],
-            _short_time(r.get("createdAt")),
+            _short_time(r.get("createdAt"))[:19],
             _error_text(r.get("error")),
         ]
         for r in page["items"]
@@ -469,7 +491,7 @@ def runs_show(
             s["kind"],
             s["status"],
             s.get("attempts"),
-            _short_time(s.get("startedAt")),
+            _clock(s.get("startedAt")),
             "" if s.get("durationMs") is None else f"{s['durationMs']:.1f} ms",
             _error_text(s.get("error")),
         ]

@@ -62,7 +62,7 @@ def run_dev(
     concurrency: int = 100,
 ) -> None:
     """Run `ripple dev` until Ctrl-C (blocks)."""
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     settings = load_settings()
     # Console logs, quiet by default so the banner stays readable (RIPPLE_LOG_LEVEL=debug: all).
     level = "warning" if settings.log_level == "info" else settings.log_level

@@ -88,8 +88,10 @@ class LocalOperator:
             raise OperatorError(exc.message) from exc
 
     async def publish(self, topic: str, payload: Json, idempotency_key: str | None) -> Json:
+        from ripple.platform.api.topics import Published
+
         result = await self.client.publish(topic, payload, idempotency_key)
-        return {"eventId": str(result.event_id), "deliveries": result.deliveries}
+        return Published.model_validate(jsonable(result)).model_dump(mode="json", by_alias=True)
 
     async def explain(self, topic: str, payload: Json) -> Json:
         return jsonable(await self.client.explain(topic, payload))

@@ -91,8 +91,11 @@ async def run_services(client: Client, services: Services) -> None:
     from ripple.workflows.worker import Worker
 
     await client.connect()
-    if services.app is not None and services.app.setup is not None:
-        await services.app.setup(client)
+    if services.app is not None:
+        # Known definitions let `start` by name validate input before anything is written.
+        client.workflows.register(*services.app.workflows)
+        if services.app.setup is not None:
+            await services.app.setup(client)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

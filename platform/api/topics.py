@@ -37,6 +37,10 @@ class PublishIn(ApiModel):
 class Published(OutModel):
     event_id: str
     deliveries: int = Field(description="Deliveries written (0 for an idempotent repeat).")
+    duplicate: bool = Field(
+        default=False, description="True when the idempotency key was seen before."
+    )
+    waits_resolved: int = Field(default=0, description="Waiting workflow runs it resumed.")
 
 
 @router.post(
@@ -51,7 +55,7 @@ async def publish(topic: Topic, body: PublishIn, client: ClientDep) -> Published
     A repeat with the same `idempotencyKey` returns the first event's id and delivers nothing.
     """
     result = await client.publish(topic, body.payload, body.idempotency_key)
-    return Published(event_id=str(result.event_id), deliveries=result.deliveries)
+    return Published.model_validate(jsonable(result))
 
 
 class Verdict(OutModel):

@@ -53,6 +53,8 @@ def ripple_env(database_url: str, redis_url: str, redis_prefix: str) -> dict[str
         RIPPLE_POOL_MIN_SIZE="1",
         RIPPLE_POOL_MAX_SIZE="5",
         RIPPLE_SHUTDOWN_GRACE="2",
+        RIPPLE_WEBHOOK_ALLOWED_NETWORKS="127.0.0.0/8",
+        RIPPLE_LOG_LEVEL="warning",
     )
 
 
@@ -74,6 +76,17 @@ class Process:
 
     def text(self) -> str:
         return "\n".join(self.output)
+
+    async def wait_output(self, text: str, timeout: float = 60.0) -> None:
+        """Wait until a line containing `text` was printed (fails early if the process died)."""
+
+        def printed() -> bool:
+            if any(text in line for line in self.output):
+                return True
+            self.check_alive()
+            return False
+
+        await assert_eventually(printed, timeout=timeout, interval=0.05)
 
     def check_alive(self) -> None:
         if self.proc.returncode is not None:
@@ -145,7 +158,8 @@ async def api_server(ripple_env: dict[str, str]) -> AsyncIterator[ApiServer]:
     """`ripple serve` on a free port with bearer token TOKEN, against this test's database."""
     port = free_port()
     env = {**ripple_env, "RIPPLE_API_TOKENS": f"other-token,{TOKEN}"}
-    process = await start_process(["serve", "--host", "127.0.0.1", "--port", str(port)], env)
+    args = ["serve", "--host", "127.0.0.1", "--port", str(port), "--app", "examples.onboarding"]
+    process = await start_process(args, env)
     url = f"http://127.0.0.1:{port}"
     try:
         await wait_healthy(url, process)
@@ -160,6 +174,7 @@ async def worker_process(ripple_env: dict[str, str]) -> AsyncIterator[Process]:
     """`ripple worker --app examples.onboarding` against this test's database."""
     process = await start_process(["worker", "--app", "examples.onboarding"], ripple_env)
     try:
+        await process.wait_output("ripple worker running")
         yield process
     finally:
         code = await process.stop()

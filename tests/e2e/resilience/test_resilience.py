@@ -32,6 +32,11 @@ async def _status(client: Client, run_id: str) -> str | None:
     return None if run is None else str(run.status)
 
 
+async def _recorded(client: Client, run_id: str, key: str) -> bool:
+    """Whether the run's journal has committed a completed result for step `key`."""
+    return any(s.key == key and s.status == "completed" for s in await client.list_steps(run_id))
+
+
 def _journal(steps: list[Any]) -> list[tuple[Any, ...]]:
     """The comparable content of a journal (what a stale writer must never change)."""
     return [
@@ -47,6 +52,7 @@ async def test_worker_sigkill__mid_step_resumes_on_another_worker(
     handle = await client.start(app.gated, {"gate": "g"})
     run_id = handle.run_id
     await assert_eventually(lambda: effects.count(run_id, "slow.started", w1.pid))
+    await assert_eventually(lambda: _recorded(client, run_id, "first"))
 
     w1.send(signal.SIGKILL)
     assert await w1.wait_exit() == -signal.SIGKILL
@@ -75,6 +81,7 @@ async def test_worker_sigstop__past_lease_is_fenced_after_sigcont(
     handle = await client.start(app.gated, {"gate": "g"})
     run_id = handle.run_id
     await assert_eventually(lambda: effects.count(run_id, "slow.started", w1.pid))
+    await assert_eventually(lambda: _recorded(client, run_id, "first"))
 
     w1.send(signal.SIGSTOP)  # frozen mid-step: no heartbeat, the lease runs out
     w2 = await workers.start()
@@ -133,6 +140,7 @@ async def test_worker_sigterm__in_flight_step_finishes_and_is_recorded(
     handle = await client.start(app.gated, {"gate": "g"})
     run_id = handle.run_id
     await assert_eventually(lambda: effects.count(run_id, "slow.started", w1.pid))
+    await assert_eventually(lambda: _recorded(client, run_id, "first"))
 
     w1.send(signal.SIGTERM)
     await w1.wait_stdout("stopping")  # the worker is shutting down with the step in flight
