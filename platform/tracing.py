@@ -23,12 +23,16 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 
 @contextlib.contextmanager
 def span(name: str, parent: dict[str, str] | None = None, **attributes: Any) -> Iterator[Any]:
-    """A span named `name`, child of `parent` (a stored trace context) or of the current span."""
+    """A span named `name`, child of `parent` (a stored trace context) or of the current span.
+
+    When the current span already belongs to `parent`'s trace (a step inside its run's span),
+    the span nests under the current span instead, so the trace keeps its shape.
+    """
     if _tracer is None:
         yield None
         return
     token = None
-    if parent:
+    if parent and not _inside(parent):
         token = otel_context.attach(propagate.extract(parent))
     try:
         clean = {k: v for k, v in attributes.items() if v is not None}
@@ -37,6 +41,15 @@ def span(name: str, parent: dict[str, str] | None = None, **attributes: Any) -> 
     finally:
         if token is not None:
             otel_context.detach(token)
+
+
+def _inside(parent: dict[str, str]) -> bool:
+    """True when the current span is valid and in the same trace as the stored `parent`."""
+    current = trace.get_current_span().get_span_context()
+    if not current.is_valid:
+        return False
+    stored = trace.get_current_span(propagate.extract(parent)).get_span_context()
+    return bool(stored.is_valid and stored.trace_id == current.trace_id)
 
 
 def current_context() -> dict[str, str] | None:

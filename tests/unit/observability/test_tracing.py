@@ -31,3 +31,34 @@ def test_tracing__stored_context_joins_the_trace_later(spans: InMemorySpanExport
     assert step.parent is not None
     assert step.parent.span_id == run.context.span_id
     assert tracing.current_context() is None  # the stored parent was detached again
+
+
+def test_tracing__inside_the_stored_trace_spans_nest_under_the_current_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    with tracing.span("event.publish"):
+        stored = tracing.current_context()
+    assert stored is not None
+    with tracing.span("workflow.run", parent=stored), tracing.span("workflow.step", parent=stored):
+        pass
+
+    finished = {s.name: s for s in spans.get_finished_spans()}
+    run, step = finished["workflow.run"], finished["workflow.step"]
+    assert step.parent is not None
+    assert step.parent.span_id == run.context.span_id
+
+
+def test_tracing__a_stored_parent_wins_over_an_unrelated_current_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    with tracing.span("event.publish"):
+        stored = tracing.current_context()
+    assert stored is not None
+    with tracing.span("worker.loop"), tracing.span("workflow.run", parent=stored):
+        pass
+
+    finished = {s.name: s for s in spans.get_finished_spans()}
+    run, publish = finished["workflow.run"], finished["event.publish"]
+    assert run.context.trace_id == publish.context.trace_id
+    assert run.parent is not None
+    assert run.parent.span_id == publish.context.span_id
