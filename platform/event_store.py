@@ -10,7 +10,16 @@ import asyncpg
 
 from ripple.platform.db import Connection
 
-__all__ = ["EventRecord", "find_event_by_key", "get_event", "insert_event", "matching_wait_runs"]
+__all__ = [
+    "EventRecord",
+    "find_event_by_key",
+    "find_events_by_keys",
+    "get_event",
+    "insert_event",
+    "insert_events",
+    "matching_wait_runs",
+    "topics_with_waits",
+]
 
 # $1 id, $2 topic, $3 payload, $4 idempotency key (NULL: none), $5 trace context
 # A repeated idempotency key inserts nothing and returns no row.
@@ -19,6 +28,24 @@ INSERT INTO ripple_events (id, topic, payload, idempotency_key, trace)
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING created_at
+"""
+# $1 ids uuid[], $2 topics text[], $3 payloads jsonb[], $4 idempotency keys text[] (NULL
+# elements: none), $5 traces jsonb[]. Events whose key exists already (or repeats earlier in
+# the batch) are skipped and not returned.
+INSERT_EVENTS: Final = """
+INSERT INTO ripple_events (id, topic, payload, idempotency_key, trace)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[], $5::jsonb[])
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id, created_at
+"""
+# $1 idempotency keys text[]
+SELECT_EVENTS_BY_KEYS: Final = """
+SELECT id, idempotency_key FROM ripple_events WHERE idempotency_key = ANY($1::text[])
+"""
+# $1 topics text[]: which of them some workflow wait listens to (read-only probe that spares
+# the wait resolver's statements for topics nobody waits on)
+SELECT_TOPICS_WITH_WAITS: Final = """
+SELECT DISTINCT event FROM ripple_waits WHERE event = ANY($1::text[])
 """
 # $1 idempotency key
 SELECT_EVENT_BY_KEY: Final = "SELECT id FROM ripple_events WHERE idempotency_key = $1"
@@ -90,3 +117,27 @@ async def matching_wait_runs(conn: Connection, topic: str, payload: Any) -> list
     return [
         str(row["run_id"]) for row in await conn.fetch(SELECT_MATCHING_WAIT_RUNS, topic, payload)
     ]
+
+
+async def insert_events(
+    conn: Connection,
+    ids: list[str],
+    topics: list[str],
+    payloads: list[Any],
+    keys: list[str | None],
+    traces: list[dict[str, str] | None],
+) -> dict[str, datetime]:
+    """Insert events; creation time by id of those inserted (repeated keys are left out)."""
+    rows = await conn.fetch(INSERT_EVENTS, ids, topics, payloads, keys, traces)
+    return {str(row["id"]): row["created_at"] for row in rows}
+
+
+async def find_events_by_keys(conn: Connection, keys: list[str]) -> dict[str, str]:
+    """Event id by idempotency key, for the keys that exist."""
+    rows = await conn.fetch(SELECT_EVENTS_BY_KEYS, keys)
+    return {row["idempotency_key"]: str(row["id"]) for row in rows}
+
+
+async def topics_with_waits(conn: Connection, topics: list[str]) -> set[str]:
+    """The subset of `topics` that some workflow wait listens to."""
+    return {row["event"] for row in await conn.fetch(SELECT_TOPICS_WITH_WAITS, topics)}

@@ -3,7 +3,9 @@
 One transaction writes the event, one delivery row per matching active subscription (through
 each kind's `fan_out`), and the resolution of matching workflow waits; hints follow the commit.
 With a caller's connection the whole publish joins the caller's transaction (transactional
-outbox). Knows no subscriber kind and no workflow table: both are handed in through ports.
+outbox); without one, concurrent publishes share a transaction (group commit, see
+`publish_writer`), each still all-or-nothing. Knows no subscriber kind (kinds are handed in
+through `TargetKind`); reads the workflow waits table only to probe and explain.
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ from ripple.platform.config import Settings
 from ripple.platform.errors import InvalidInput
 from ripple.platform.fanout import EventWaitResolver, PublishedEvent, SubscriptionRow, TargetKind
 from ripple.platform.ids import new_id
+from ripple.platform.publish_writer import (
+    GroupCommitter,
+    PendingEvent,
+    WrittenEvent,
+    write_events,
+)
 from ripple.platform.subscriptions import CompiledSubscription, Subscriptions
 from ripple.platform.topics import check_json, contains, first_mismatch, validate_topic
 from ripple.platform.wake import NullWaker, RunReady
@@ -106,6 +114,7 @@ class Publisher:
         self._subscriptions = subscriptions
         self._kinds = kinds
         self._resolver = wait_resolver
+        self._committer = GroupCommitter(pool, kinds, wait_resolver, self._after_commit)
 
     def _validate(self, topic: str, payload: Any, idempotency_key: str | None) -> None:
         validate_topic(topic)
@@ -147,42 +156,40 @@ class Publisher:
             # Captured inside the span: what targets store is this publish's own context, so
             # their spans (workflow.run, webhook.deliver) join the publisher's trace under it.
             trace = tracing.current_context()
-            async with db.transaction(self._pool, conn) as tx:
-                created = await event_store.insert_event(
-                    tx, event_id, topic, payload, idempotency_key, trace
-                )
-                if created is None:
-                    assert idempotency_key is not None
-                    first = await event_store.find_event_by_key(tx, idempotency_key)
-                    log.info("event_duplicate", event_id=first, idempotency_key=idempotency_key)
-                    return PublishResult(first or event_id, 0, duplicate=True)
-                event = PublishedEvent(event_id, topic, payload, created, trace)
-                by_kind = _group(targets)
-                deliveries = 0
-                for kind_name, rows in by_kind.items():
-                    written = await self._kinds[kind_name].fan_out(tx, event, rows)
-                    metrics.DELIVERIES.labels(kind_name, "created").inc(written)
-                    deliveries += written
-                waits = 0
-                if self._resolver is not None:
-                    waits = await self._resolver.resolve_event_waits(tx, topic, payload)
-        metrics.EVENTS_PUBLISHED.labels(metrics.topic_prefix(topic)).inc()
-        self._after_commit(event, by_kind, waits)
-        if conn is not None:
-            loop = asyncio.get_running_loop()
-            for delay in _OUTBOX_HINT_DELAYS:
-                loop.call_later(delay, self._after_commit, event, by_kind, waits)
-        log.debug("event_published", event_id=event_id, topic=topic, deliveries=deliveries)
-        return PublishResult(event_id, deliveries, waits_resolved=waits)
+            item = PendingEvent(event_id, topic, payload, idempotency_key, trace, _group(targets))
+            if conn is None:
+                written = await self._committer.submit(item)
+            else:
+                async with db.transaction(self._pool, conn) as tx:
+                    (written,) = await write_events(tx, [item], self._kinds, self._resolver)
+                # The caller commits later: hint now and again shortly (see _OUTBOX_HINT_DELAYS).
+                self._after_commit([written])
+                loop = asyncio.get_running_loop()
+                for delay in _OUTBOX_HINT_DELAYS:
+                    loop.call_later(delay, self._after_commit, [written])
+        if written.duplicate:
+            log.info("event_duplicate", event_id=written.event_id, idempotency_key=idempotency_key)
+        else:
+            metrics.EVENTS_PUBLISHED.labels(metrics.topic_prefix(topic)).inc()
+        return PublishResult(written.event_id, written.deliveries, written.duplicate, written.waits)
 
-    def _after_commit(
-        self, event: PublishedEvent, by_kind: Mapping[str, Sequence[SubscriptionRow]], waits: int
-    ) -> None:
-        for kind_name, rows in by_kind.items():
+    def _after_commit(self, written: Sequence[WrittenEvent]) -> None:
+        """Hints for committed events: each kind once per group, RunReady if waits resolved."""
+        per_kind: dict[str, dict[str, SubscriptionRow]] = {}
+        last: dict[str, PublishedEvent] = {}
+        waits = 0
+        for outcome in written:
+            waits += outcome.waits
+            if outcome.event is None:
+                continue
+            for kind_name, rows in outcome.by_kind.items():
+                per_kind.setdefault(kind_name, {}).update((row.id, row) for row in rows)
+                last[kind_name] = outcome.event
+        for kind_name, rows_by_id in per_kind.items():
             try:
-                self._kinds[kind_name].after_commit(event, rows)
+                self._kinds[kind_name].after_commit(last[kind_name], list(rows_by_id.values()))
             except Exception:  # a hint must never fail a committed publish
-                log.exception("after_commit_failed", kind=kind_name, event_id=event.event_id)
+                log.exception("after_commit_failed", kind=kind_name)
         if waits:
             self._waker.notify(RunReady())
 

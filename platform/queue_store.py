@@ -25,15 +25,24 @@ __all__ = [
     "set_visibility",
 ]
 
-# $1 queue, $2 bodies jsonb[], $3 headers jsonb[], $4 group ids text[], $5 dedup ids text[],
-# $6 delays in seconds float8[]. A deduplication id already present inserts nothing.
+# $1 queue, $2 bodies as JSON text[], $3 headers as JSON text[], $4 group ids text[], $5 dedup
+# ids text[], $6 delays in seconds float8[]. A deduplication id already present inserts nothing.
+# (Bodies arrive as text the caller already encoded while checking its limits.)
 INSERT_MESSAGES: Final = """
 INSERT INTO ripple_queue_messages (queue, body, headers, group_id, deduplication_id, visible_at)
-SELECT $1, m.body, m.headers, m.group_id, m.dedup, now() + make_interval(secs => m.delay)
-FROM unnest($2::jsonb[], $3::jsonb[], $4::text[], $5::text[], $6::float8[])
+SELECT $1, m.body::jsonb, m.headers::jsonb, m.group_id, m.dedup,
+       CASE WHEN m.delay > 0 THEN now() + make_interval(secs => m.delay) ELSE now() END
+FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::float8[])
     AS m(body, headers, group_id, dedup, delay)
 ON CONFLICT (queue, deduplication_id) WHERE deduplication_id IS NOT NULL DO NOTHING
 RETURNING id, deduplication_id
+"""
+# $1 queues text[], $2 bodies jsonb[], $3 headers jsonb[], $4 dedup ids text[]: fan-out of
+# many events to many queues in one statement (ungrouped, visible now)
+INSERT_FANOUT: Final = """
+INSERT INTO ripple_queue_messages (queue, body, headers, deduplication_id)
+SELECT * FROM unnest($1::text[], $2::jsonb[], $3::jsonb[], $4::text[])
+ON CONFLICT (queue, deduplication_id) WHERE deduplication_id IS NOT NULL DO NOTHING
 """
 # $1 queue, $2 dedup ids text[]: ids of existing messages with these deduplication ids
 SELECT_BY_DEDUP: Final = """
@@ -222,8 +231,8 @@ class QueueStats:
 async def insert_messages(
     conn: Connection,
     queue: str,
-    bodies: list[Any],
-    headers: list[dict[str, Any]],
+    bodies: list[str],
+    headers: list[str],
     group_ids: list[str | None],
     dedup_ids: list[str | None],
     delays: list[float],
@@ -231,6 +240,18 @@ async def insert_messages(
     """Insert messages; (id, dedup id) of each inserted one (deduplicated ones are absent)."""
     rows = await conn.fetch(INSERT_MESSAGES, queue, bodies, headers, group_ids, dedup_ids, delays)
     return [(row["id"], row["deduplication_id"]) for row in rows]
+
+
+async def insert_fanout(
+    conn: Connection,
+    queues: list[str],
+    bodies: list[Any],
+    headers: list[dict[str, Any]],
+    dedup_ids: list[str],
+) -> int:
+    """Insert fan-out messages across queues; how many were new."""
+    status = await conn.execute(INSERT_FANOUT, queues, bodies, headers, dedup_ids)
+    return int(status.rsplit(" ", 1)[-1])
 
 
 async def find_by_dedup(conn: Connection, queue: str, dedup_ids: list[str]) -> dict[str, int]:

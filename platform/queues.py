@@ -21,7 +21,7 @@ from ripple.platform import db, queue_store
 from ripple.platform.config import Settings
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
 from ripple.platform.queue_store import DeadLetter, QueueStats
-from ripple.platform.topics import check_json
+from ripple.platform.topics import encode_json
 from ripple.platform.wake import NullWaker, QueueReady, queue_channel
 
 __all__ = [
@@ -108,8 +108,8 @@ class OutgoingMessage:
 
 @dataclass(slots=True)
 class _Batch:
-    bodies: list[Any] = field(default_factory=list)
-    headers: list[dict[str, Any]] = field(default_factory=list)
+    bodies: list[str] = field(default_factory=list)
+    headers: list[str] = field(default_factory=list)
     groups: list[str | None] = field(default_factory=list)
     dedups: list[str | None] = field(default_factory=list)
     delays: list[float] = field(default_factory=list)
@@ -134,7 +134,7 @@ class Queues:
     def _add(self, batch: _Batch, message: OutgoingMessage) -> None:
         if message.body is None:
             raise InvalidInput("body must be JSON, not None; send {} for no data", field="body")
-        check_json(
+        body = encode_json(
             message.body,
             field="body",
             max_depth=self._settings.max_json_depth,
@@ -143,15 +143,19 @@ class Queues:
         headers = message.headers or {}
         if not isinstance(headers, dict):
             raise InvalidInput("headers must be a JSON object", field="headers")
-        check_json(headers, field="headers", max_depth=4, max_bytes=64 * 1024)
+        header_text = (
+            encode_json(headers, field="headers", max_depth=4, max_bytes=64 * 1024)
+            if headers
+            else "{}"
+        )
         for name, value in (
             ("group_id", message.group_id),
             ("deduplication_id", message.deduplication_id),
         ):
             if value is not None and (not isinstance(value, str) or not 1 <= len(value) <= 256):
                 raise InvalidInput(f"{name} must be a string of 1-256 characters", field=name)
-        batch.bodies.append(message.body)
-        batch.headers.append(headers)
+        batch.bodies.append(body)
+        batch.headers.append(header_text)
         batch.groups.append(message.group_id)
         batch.dedups.append(message.deduplication_id)
         batch.delays.append(_seconds(message.delay, "delay", 14 * 24 * 3600.0))
@@ -187,6 +191,20 @@ class Queues:
         batch = _Batch()
         for item in messages:
             self._add(batch, item if isinstance(item, OutgoingMessage) else OutgoingMessage(item))
+        with db.map_errors():
+            if conn is None:  # one statement: atomic without an explicit transaction
+                async with self._pool.acquire() as own:
+                    ids = await insert_batch(
+                        own,
+                        queue,
+                        batch.bodies,
+                        batch.headers,
+                        batch.groups,
+                        batch.dedups,
+                        batch.delays,
+                    )
+                self._waker.notify(QueueReady(queue=queue))
+                return ids
         async with db.transaction(self._pool, conn) as tx:
             ids = await insert_batch(
                 tx, queue, batch.bodies, batch.headers, batch.groups, batch.dedups, batch.delays
@@ -374,13 +392,13 @@ class Queues:
 async def insert_batch(
     conn: db.Connection,
     queue: str,
-    bodies: list[Any],
-    headers: list[dict[str, Any]],
+    bodies: list[str],
+    headers: list[str],
     groups: list[str | None],
     dedups: list[str | None],
     delays: list[float],
 ) -> list[str]:
-    """Insert validated messages in the caller's transaction; ids in input order.
+    """Insert validated messages (bodies and headers as JSON text); ids in input order.
 
     A message whose deduplication id exists already gets the existing message's id.
     """

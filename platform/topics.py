@@ -22,6 +22,7 @@ __all__ = [
     "check_json",
     "compile_pattern",
     "contains",
+    "encode_json",
     "first_mismatch",
     "validate_pattern",
     "validate_topic",
@@ -155,6 +156,40 @@ def check_json(value: Any, *, field: str, max_depth: int, max_bytes: int | None 
             f"{field} is {size} bytes of JSON; the limit is {max_bytes} bytes", field=field
         )
     return size
+
+
+def encode_json(value: Any, *, field: str, max_depth: int, max_bytes: int) -> str:
+    """`value` as compact JSON text, checked against the depth and size limits.
+
+    Cheaper than `check_json` plus a second encoding: the nesting walk runs only when the text
+    has enough brackets to possibly exceed `max_depth`.
+    """
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{field} is not JSON: {exc}", field=field) from None
+    if text.count("{") + text.count("[") > max_depth:
+        _check_depth(value, field, max_depth, 1)
+    elif isinstance(value, dict | list):
+        _check_keys(value, field)
+    size = len(text) if text.isascii() else len(text.encode())
+    if size > max_bytes:
+        raise InvalidInput(
+            f"{field} is {size} bytes of JSON; the limit is {max_bytes} bytes", field=field
+        )
+    return text
+
+
+def _check_keys(value: Any, field: str) -> None:
+    # json.dumps turns int/float/bool/None keys into strings silently; refuse them instead.
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidInput(f"{field} has a non-string object key {key!r}", field=field)
+            _check_keys(item, field)
+    elif isinstance(value, list):
+        for item in value:
+            _check_keys(item, field)
 
 
 def _check_depth(value: Any, field: str, max_depth: int, depth: int) -> None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ripple.platform import queue_store
 from ripple.platform.db import Connection
 from ripple.platform.errors import InvalidInput
 from ripple.platform.fanout import PublishedEvent, SubscriptionRow
-from ripple.platform.queues import insert_batch, validate_queue_name
+from ripple.platform.queues import validate_queue_name
 from ripple.platform.wake import NullWaker, QueueReady
 from ripple.subscribers.targets import QueueTarget
 
@@ -38,24 +39,29 @@ class QueueKind:
     async def fan_out(
         self, conn: Connection, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]
     ) -> int:
-        by_queue: dict[str, list[SubscriptionRow]] = {}
-        for sub in subscriptions:
-            by_queue.setdefault(str(sub.target["queue"]), []).append(sub)
-        headers = {"topic": event.topic, "eventId": event.event_id}
-        written = 0
-        for queue, subs in by_queue.items():
-            count = len(subs)
-            await insert_batch(
-                conn,
-                queue,
-                [event.payload] * count,
-                [headers] * count,
-                [None] * count,
-                [f"{event.event_id}:{sub.id}" for sub in subs],
-                [0.0] * count,
-            )
-            written += count
-        return written
+        return (await self.fan_out_batch(conn, [(event, subscriptions)]))[0]
+
+    async def fan_out_batch(
+        self,
+        conn: Connection,
+        items: Sequence[tuple[PublishedEvent, Sequence[SubscriptionRow]]],
+    ) -> list[int]:
+        """One statement for every (event, subscription) message of a publish group."""
+        queues: list[str] = []
+        bodies: list[Any] = []
+        headers: list[dict[str, Any]] = []
+        dedups: list[str] = []
+        for event, subscriptions in items:
+            header = {"topic": event.topic, "eventId": event.event_id}
+            for sub in subscriptions:
+                queues.append(str(sub.target["queue"]))
+                bodies.append(event.payload)
+                headers.append(header)
+                dedups.append(f"{event.event_id}:{sub.id}")
+        if queues:
+            await queue_store.insert_fanout(conn, queues, bodies, headers, dedups)
+        # A repeat (same event and subscription) is deduplicated; it still counts as delivered.
+        return [len(subscriptions) for _, subscriptions in items]
 
     def after_commit(self, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]) -> None:
         queues = {str(sub.target["queue"]) for sub in subscriptions}

@@ -45,6 +45,14 @@ class WorkflowKind:
     async def fan_out(
         self, conn: Connection, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]
     ) -> int:
+        return (await self.fan_out_batch(conn, [(event, subscriptions)]))[0]
+
+    async def fan_out_batch(
+        self,
+        conn: Connection,
+        items: Sequence[tuple[PublishedEvent, Sequence[SubscriptionRow]]],
+    ) -> list[int]:
+        """One `create_runs` call for every (event, subscription) run of a publish group."""
         requests = [
             RunRequest(
                 workflow=str(sub.target["workflow"]),
@@ -52,9 +60,15 @@ class WorkflowKind:
                 idempotency_key=f"event:{event.event_id}:{sub.id}",
                 trace=event.trace,
             )
+            for event, subscriptions in items
             for sub in subscriptions
         ]
-        return await self._client.create_runs(conn, requests)
+        created = await self._client.create_runs(conn, requests)
+        if len(items) == 1:
+            return [created]
+        # Events in a group are new, so every run is new; a repeat (not possible through
+        # publish) would only make these counts an upper bound.
+        return [len(subscriptions) for _, subscriptions in items]
 
     def after_commit(self, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]) -> None:
         self._client.notify_runs_ready()

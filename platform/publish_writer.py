@@ -1,0 +1,220 @@
+"""Writes publishes: the event rows, their fan-out and wait resolution, many events per commit.
+
+`write_events` writes a batch of events in the caller's transaction with a few statements per
+batch (one insert for all events, one per batch-capable kind, one wait probe). `GroupCommitter`
+collects concurrent publishes that own no transaction and commits them together (group
+commit), falling back to one transaction per event when a batch fails, so one bad event fails
+alone. Knows no subscriber kind: kinds may offer `fan_out_batch` (see `BatchTargetKind`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol, runtime_checkable
+
+import structlog
+
+from ripple.platform import db, event_store, metrics
+from ripple.platform.fanout import EventWaitResolver, PublishedEvent, SubscriptionRow, TargetKind
+
+__all__ = ["BatchTargetKind", "GroupCommitter", "PendingEvent", "WrittenEvent", "write_events"]
+
+log = structlog.get_logger("ripple.publish")
+
+#: Most events one group commit writes.
+MAX_GROUP: Final = 200
+#: Group commits in flight at once (each holds one pooled connection).
+MAX_FLUSHERS: Final = 3
+
+
+@runtime_checkable
+class BatchTargetKind(Protocol):
+    """A kind that writes the deliveries of many events in one statement."""
+
+    async def fan_out_batch(
+        self,
+        conn: db.Connection,
+        items: Sequence[tuple[PublishedEvent, Sequence[SubscriptionRow]]],
+    ) -> list[int]:
+        """Write deliveries for every (event, subscriptions); per-item counts, in order."""
+        ...
+
+
+@dataclass(slots=True)
+class PendingEvent:
+    """A validated event waiting to be written."""
+
+    event_id: str
+    topic: str
+    payload: Any
+    idempotency_key: str | None
+    trace: dict[str, str] | None
+    #: Matching active subscriptions whose filter the payload satisfies, by kind.
+    by_kind: dict[str, list[SubscriptionRow]]
+    future: asyncio.Future[WrittenEvent] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenEvent:
+    """The outcome of writing one event."""
+
+    event_id: str
+    deliveries: int
+    duplicate: bool
+    waits: int
+    event: PublishedEvent | None
+    by_kind: dict[str, list[SubscriptionRow]] = field(default_factory=dict)
+
+
+async def write_events(
+    conn: db.Connection,
+    items: Sequence[PendingEvent],
+    kinds: Mapping[str, TargetKind],
+    resolver: EventWaitResolver | None,
+) -> list[WrittenEvent]:
+    """Write `items` in the caller's transaction; outcomes in order."""
+    created = await event_store.insert_events(
+        conn,
+        [i.event_id for i in items],
+        [i.topic for i in items],
+        [i.payload for i in items],
+        [i.idempotency_key for i in items],
+        [i.trace for i in items],
+    )
+    firsts: dict[str, str] = {}
+    dup_keys = [i.idempotency_key for i in items if i.event_id not in created and i.idempotency_key]
+    if dup_keys:
+        firsts = await event_store.find_events_by_keys(conn, dup_keys)
+    events = {
+        i.event_id: PublishedEvent(i.event_id, i.topic, i.payload, created[i.event_id], i.trace)
+        for i in items
+        if i.event_id in created
+    }
+    counts = {event_id: 0 for event_id in events}
+    for kind_name in sorted({k for i in items if i.event_id in events for k in i.by_kind}):
+        kind = kinds[kind_name]
+        work = [
+            (events[i.event_id], i.by_kind[kind_name])
+            for i in items
+            if i.event_id in events and i.by_kind.get(kind_name)
+        ]
+        if isinstance(kind, BatchTargetKind):
+            written = await kind.fan_out_batch(conn, work)
+        else:
+            written = [await kind.fan_out(conn, event, rows) for event, rows in work]
+        for (event, _), n in zip(work, written, strict=True):
+            counts[event.event_id] += n
+        metrics.DELIVERIES.labels(kind_name, "created").inc(sum(written))
+    waits = await _resolve_waits(conn, [i for i in items if i.event_id in events], resolver)
+    out = []
+    for item in items:
+        if item.event_id in events:
+            out.append(
+                WrittenEvent(
+                    item.event_id,
+                    counts[item.event_id],
+                    False,
+                    waits.get(item.event_id, 0),
+                    events[item.event_id],
+                    item.by_kind,
+                )
+            )
+        else:
+            first = firsts.get(item.idempotency_key or "", item.event_id)
+            out.append(WrittenEvent(first, 0, True, 0, None))
+    return out
+
+
+async def _resolve_waits(
+    conn: db.Connection, items: Sequence[PendingEvent], resolver: EventWaitResolver | None
+) -> dict[str, int]:
+    if resolver is None or not items:
+        return {}
+    # One probe per batch: only topics some wait listens to need the resolver's statements.
+    waited = await event_store.topics_with_waits(conn, sorted({i.topic for i in items}))
+    resolved: dict[str, int] = {}
+    for item in items:
+        if item.topic in waited:
+            resolved[item.event_id] = await resolver.resolve_event_waits(
+                conn, item.topic, item.payload
+            )
+    return resolved
+
+
+class GroupCommitter:
+    """Commits concurrent publishes together: one transaction (and one WAL flush) per group.
+
+    A publish waits only for the group in flight ahead of it; with no concurrency each
+    publish is its own group, so latency does not grow when idle.
+    """
+
+    def __init__(
+        self,
+        pool: db.Pool,
+        kinds: Mapping[str, TargetKind],
+        resolver: EventWaitResolver | None,
+        after_commit: Callable[[Sequence[WrittenEvent]], None],
+    ) -> None:
+        self._pool = pool
+        self._kinds = kinds
+        self._resolver = resolver
+        self._after_commit = after_commit
+        self._pending: list[PendingEvent] = []
+        self._flushers = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def submit(self, item: PendingEvent) -> WrittenEvent:
+        item.future = asyncio.get_running_loop().create_future()
+        self._pending.append(item)
+        if self._flushers < MAX_FLUSHERS:
+            self._flushers += 1
+            task = asyncio.create_task(self._flush_loop())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return await item.future
+
+    async def _flush_loop(self) -> None:
+        try:
+            while self._pending:
+                group, self._pending = self._pending[:MAX_GROUP], self._pending[MAX_GROUP:]
+                await self._flush(group)
+        finally:
+            self._flushers -= 1
+
+    async def _flush(self, group: list[PendingEvent]) -> None:
+        try:
+            async with db.transaction(self._pool) as conn:
+                written = await write_events(conn, group, self._kinds, self._resolver)
+        except Exception as exc:
+            if len(group) == 1:
+                _settle(group[0], exc)
+                return
+            log.warning("publish_group_failed", size=len(group), error=str(exc))
+            for item in group:  # isolate the failing event: one transaction each
+                await self._flush([item])
+            return
+        for item, outcome in zip(group, written, strict=True):
+            _settle(item, outcome)
+        try:
+            self._after_commit(written)
+        except Exception:  # hints never fail a committed publish
+            log.exception("after_commit_failed")
+
+
+def _settle(item: PendingEvent, outcome: WrittenEvent | BaseException) -> None:
+    future = item.future
+    if future is None or future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+def group_for_hints(
+    written: Sequence[WrittenEvent],
+) -> list[tuple[PublishedEvent, dict[str, list[SubscriptionRow]]]]:
+    """(event, rows by kind) of the events that were written, for after-commit hints."""
+    return [(w.event, w.by_kind) for w in written if w.event is not None]
