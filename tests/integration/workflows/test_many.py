@@ -1,0 +1,53 @@
+"""Many runs across several workers in one process: each step body runs exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from ripple.workflows import WorkflowContext, workflow
+from tests.integration.workflows.conftest import App
+
+executions: Counter[str] = Counter()
+
+
+@workflow(name="tally")
+async def tally(ctx: WorkflowContext, n: int) -> int:
+    async def record(step: str) -> int:
+        executions[f"{ctx.run_id}:{step}"] += 1
+        await asyncio.sleep(0)
+        return n
+
+    a = await ctx.step.run("a", record, "a")
+    await ctx.step.sleep("tiny", 0.001)
+    b = await ctx.step.run("b", record, "b")
+    return int(a) + int(b)
+
+
+async def test_many_runs__several_workers_never_execute_a_step_twice(app: App) -> None:
+    executions.clear()
+    handles = await asyncio.gather(*(app.workflows.start(tally, i) for i in range(300)))
+    workers = [app.worker(tally, concurrency=25) for _ in range(4)]
+    for worker in workers:
+        await worker.__aenter__()
+    try:
+        results = await asyncio.gather(*(h.result(timeout=60) for h in handles))
+    finally:
+        for worker in workers:
+            await worker.__aexit__(None, None, None)
+    assert results == [2 * i for i in range(300)]
+    assert len(executions) == 600
+    assert set(executions.values()) == {1}
+
+
+@workflow(name="quick")
+async def quick(ctx: WorkflowContext, n: int) -> int:
+    return int(await ctx.step.run("double", lambda: n * 2))
+
+
+async def test_run_until_idle__executes_due_runs_and_returns(app: App) -> None:
+    handles = [await app.workflows.start(quick, i) for i in range(10)]
+    await app.worker(quick).run_until_idle()
+    runs = [await app.workflows.get_run(h.run_id) for h in handles]
+    assert [r.output for r in runs if r is not None] == [2 * i for i in range(10)]
+    assert await app.pool.fetchval("SELECT count(*) FROM ripple_workers") == 0
