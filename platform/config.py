@@ -63,6 +63,8 @@ class Settings(BaseSettings):
     event_retention_days: Annotated[float, Field(gt=0)] = 7.0
     #: Longest retention a workflow may ask for, in days.
     max_run_retention_days: Annotated[float, Field(gt=0)] = 90.0
+    #: Retention of terminal runs whose workflow declares none (also capped by the maximum).
+    default_run_retention_days: Annotated[float, Field(gt=0)] = 30.0
     #: Seconds between two retention sweeps of a worker's sweeper.
     sweep_interval: Annotated[float, Field(gt=0, le=86_400)] = 60.0
     #: Rows one sweeper statement deletes at most (bounded batches keep locks and WAL short).

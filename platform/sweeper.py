@@ -2,8 +2,9 @@
 
 What goes, each sweep (settings in parentheses):
 - terminal runs (completed, failed, canceled) whose `completed_at` is older than the retention
-  snapshotted at start (`retention_seconds`), clamped by `max_run_retention_days` (also the
-  retention of runs without a snapshot), with their journal, waits and unconsumed signals;
+  snapshotted at start (`retention_seconds`; `default_run_retention_days` for runs of
+  workflows that declare none), clamped by `max_run_retention_days`, with their journal, waits
+  and unconsumed signals;
   a run with `hold` set is kept whatever its age;
 - events older than `event_retention_days` (their idempotency keys become reusable);
 - delivered and failed webhook deliveries last changed before that cutoff, with their attempt
@@ -51,7 +52,8 @@ class Sweeper:
 
     Args:
         pool: the database.
-        settings: retention (`max_run_retention_days`, `event_retention_days`), the period of
+        settings: retention (`default_run_retention_days`, `max_run_retention_days`,
+            `event_retention_days`), the period of
             `run()` (`sweep_interval`) and the batch size (`sweep_batch_size`).
     """
 
@@ -66,11 +68,12 @@ class Sweeper:
         """Sweep every kind until nothing expired is left; return rows deleted per kind."""
         batch = self._settings.sweep_batch_size
         max_run = self._settings.max_run_retention_days * _DAY
+        default_run = self._settings.default_run_retention_days * _DAY
         events = self._settings.event_retention_days * _DAY
         totals = dict.fromkeys(KINDS, 0)
 
         async def runs(conn: Connection) -> dict[str, int]:
-            counts = await sweeper_store.delete_expired_runs(conn, max_run, batch)
+            counts = await sweeper_store.delete_expired_runs(conn, max_run, batch, default_run)
             return counts | {"_batch": counts["runs"]}
 
         async def old_events(conn: Connection) -> dict[str, int]:

@@ -19,8 +19,8 @@ __all__ = [
     "set_hold",
 ]
 
-# $1 server maximum retention in seconds (clamps each run's snapshot; NULL snapshot = maximum),
-# $2 batch size.
+# $1 server maximum retention in seconds (clamps each run's snapshot), $2 batch size,
+# $3 default retention in seconds (runs without a snapshot).
 # doomed: the oldest terminal, unheld runs past their retention, locked (busy rows skipped);
 # then their journal, waits and unconsumed signals, and the runs themselves, in one statement.
 DELETE_EXPIRED_RUNS: Final = """
@@ -28,7 +28,7 @@ WITH doomed AS (
     SELECT run_id FROM ripple_runs
     WHERE status IN ('completed', 'failed', 'canceled')
       AND NOT hold
-      AND completed_at < now() - make_interval(secs => least(coalesce(retention_seconds, $1), $1))
+      AND completed_at < now() - make_interval(secs => least(coalesce(retention_seconds, $3), $1))
     ORDER BY completed_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -102,9 +102,11 @@ def _count(status: str) -> int:
     return int(status.rsplit(" ", 1)[-1])
 
 
-async def delete_expired_runs(conn: Connection, max_retention: float, batch: int) -> dict[str, int]:
+async def delete_expired_runs(
+    conn: Connection, max_retention: float, batch: int, default_retention: float
+) -> dict[str, int]:
     """Delete one batch of expired runs with their steps, waits and signals; counts per kind."""
-    row = await conn.fetchrow(DELETE_EXPIRED_RUNS, max_retention, batch)
+    row = await conn.fetchrow(DELETE_EXPIRED_RUNS, max_retention, batch, default_retention)
     assert row is not None
     return {kind: int(row[kind]) for kind in ("runs", "steps", "waits", "signals")}
 

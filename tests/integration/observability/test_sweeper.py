@@ -134,19 +134,29 @@ async def test_sweeper__active_and_held_runs_survive(pool: Pool, settings: Setti
     assert await exists(pool, held)
 
 
-async def test_sweeper__server_maximum_clamps_each_runs_retention(
+async def test_sweeper__default_and_server_maximum_bound_each_runs_retention(
     pool: Pool, settings: Settings
 ) -> None:
-    clamped = settings.model_copy(update={"max_run_retention_days": 60.0})
+    clamped = settings.model_copy(
+        update={"max_run_retention_days": 60.0, "default_run_retention_days": 20.0}
+    )
     too_long = await make_run(pool, status="completed", age_days=61, retention_days=365)
-    unset = await make_run(pool, status="completed", age_days=61, retention_days=None)
-    young_unset = await make_run(pool, status="completed", age_days=59, retention_days=None)
+    long_kept = await make_run(pool, status="completed", age_days=59, retention_days=365)
+    unset = await make_run(pool, status="completed", age_days=21, retention_days=None)
+    young_unset = await make_run(pool, status="completed", age_days=19, retention_days=None)
 
     result = await Sweeper(pool, clamped).sweep_once()
 
     assert result["runs"] == 2
     assert not await exists(pool, too_long)
     assert not await exists(pool, unset)
+    assert await exists(pool, long_kept)
+    assert await exists(pool, young_unset)
+
+    too_big_default = clamped.model_copy(update={"default_run_retention_days": 365.0})
+    old_unset = await make_run(pool, status="completed", age_days=61, retention_days=None)
+    assert (await Sweeper(pool, too_big_default).sweep_once())["runs"] == 1
+    assert not await exists(pool, old_unset)
     assert await exists(pool, young_unset)
 
 
@@ -154,7 +164,7 @@ async def test_sweeper__batches_are_bounded_and_drained(pool: Pool, settings: Se
     for _ in range(7):
         await make_run(pool, status="completed", age_days=31, steps=1)
     async with pool.acquire() as conn, conn.transaction():
-        one_batch = await sweeper_store.delete_expired_runs(conn, 90 * DAY, 3)
+        one_batch = await sweeper_store.delete_expired_runs(conn, 90 * DAY, 3, 30 * DAY)
     assert one_batch == {"runs": 3, "steps": 3, "waits": 3, "signals": 3}
 
     small = settings.model_copy(update={"sweep_batch_size": 3})
