@@ -220,12 +220,13 @@ class WorkflowClient:
         rows = []
         for req in requests:
             check_workflow_name(req.workflow)
-            definition = self.definitions.get(req.workflow)
+            # Not validated against the input type here: one subscriber's bad type must not
+            # fail the publish. The run fails at execution with a clear InvalidInput error.
             rows.append(
                 {
                     "run_id": new_id(),
                     "workflow": req.workflow,
-                    "input": self._prepare_input(definition, req.workflow, req.input),
+                    "input": self._prepare_input(None, req.workflow, req.input),
                     "idempotency_key": req.idempotency_key,
                     "trace": req.trace,
                 }
@@ -233,8 +234,9 @@ class WorkflowClient:
         with map_errors():
             status = await conn.execute(store.INSERT_RUNS_BATCH, rows)
         created = int(status.rsplit(" ", 1)[-1])
-        for req in requests[:created] if created == len(requests) else ():
-            metrics.RUNS_STARTED.labels(req.workflow).inc()
+        if created == len(requests):
+            for req in requests:
+                metrics.RUNS_STARTED.labels(req.workflow).inc()
         return created
 
     def notify_runs_ready(self) -> None:

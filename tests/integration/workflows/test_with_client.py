@@ -1,0 +1,58 @@
+"""The workflow runtime composed by the platform `Client`: start, worker, topic fan-out to a
+workflow, and a topic publish resolving an event wait inside the publish transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ripple.platform.client import Client
+from ripple.subscribers import WorkflowTarget
+from ripple.workflows import RunStatus, Worker, WorkflowContext, workflow
+from tests.helpers import assert_eventually
+
+
+@workflow(name="greet")
+async def greet(ctx: WorkflowContext, inp: dict[str, Any]) -> str:
+    return str(await ctx.step.run("hello", lambda: f"hello {inp['userId']}"))
+
+
+@workflow(name="verify-user")
+async def verify_user(ctx: WorkflowContext, user: int) -> Any:
+    return await ctx.step.wait_for_event(
+        "verified", event="user.verified", match={"userId": user}, timeout=60
+    )
+
+
+async def test_client__start_and_result_through_the_platform_client(client: Client) -> None:
+    async with Worker(client, [greet], webhooks=False, sweeper=False):
+        handle = await client.start(greet, {"userId": 1})
+        assert await handle.result(timeout=10) == "hello 1"
+
+
+async def test_client__topic_fan_out_starts_a_run(client: Client) -> None:
+    await client.subscribe("user.*", WorkflowTarget("greet"))
+    async with Worker(client, [greet], webhooks=False, sweeper=False):
+        await client.publish("user.signup", {"userId": 42})
+
+        async def completed() -> list[Any]:
+            page = await client.list_runs(workflow="greet", status="completed")
+            return [r.output for r in page.items]
+
+        assert await assert_eventually(completed) == ["hello 42"]
+
+
+async def test_client__publish_resolves_matching_event_waits(client: Client) -> None:
+    async with Worker(client, [verify_user], webhooks=False, sweeper=False):
+        a = await client.start(verify_user, 1)
+        b = await client.start(verify_user, 2)
+
+        async def waiting() -> bool:
+            runs = [await client.get_run(h.run_id) for h in (a, b)]
+            return all(r is not None and r.status == RunStatus.WAITING for r in runs)
+
+        await assert_eventually(waiting)
+        await client.publish("user.verified", {"userId": 2, "via": "email"})
+        assert await b.result(timeout=10) == {"userId": 2, "via": "email"}
+        run = await client.get_run(a.run_id)
+        assert run is not None
+        assert run.status == RunStatus.WAITING
