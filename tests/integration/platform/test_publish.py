@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pytest
+from structlog.testing import capture_logs
 
 from ripple.platform.config import Settings
-from ripple.platform.db import Pool, create_pool
+from ripple.platform.db import Connection, Pool, create_pool
 from ripple.platform.errors import InvalidInput, NotFound
+from ripple.platform.fanout import PublishedEvent, SubscriptionRow
 from ripple.platform.publish import Publisher
 from ripple.platform.queues import Queues
 from ripple.platform.subscriptions import Subscriptions
@@ -215,3 +219,58 @@ async def test_targets__positional_construction() -> None:
         name = "from-definition"
 
     assert WorkflowTarget(Definition()).workflow == "from-definition"
+
+
+class ExplodingKind:
+    """A target kind that refuses payloads marked `boom` (to fail one event of a group)."""
+
+    kind = "queue"
+
+    def __init__(self, inner: QueueKind) -> None:
+        self._inner = inner
+
+    async def validate(self, target: dict[str, object]) -> dict[str, object]:
+        return await self._inner.validate(target)
+
+    async def fan_out(
+        self, conn: Connection, event: PublishedEvent, subs: Sequence[SubscriptionRow]
+    ) -> int:
+        if isinstance(event.payload, dict) and event.payload.get("boom"):
+            raise InvalidInput("boom")
+        return await self._inner.fan_out(conn, event, subs)
+
+    def after_commit(self, event: PublishedEvent, subs: Sequence[SubscriptionRow]) -> None:
+        self._inner.after_commit(event, subs)
+
+
+async def test_publish__group_commit_isolates_a_failing_event(
+    pool: Pool, settings: Settings
+) -> None:
+    waker = NullWaker(settings.poll_interval)
+    kinds = {"queue": ExplodingKind(QueueKind(waker))}
+    subscriptions = Subscriptions(pool, waker, settings, kinds)
+    publisher = Publisher(pool, waker, settings, subscriptions, kinds, None)
+    await subscriptions.subscribe("#", QueueTarget("q").to_row())
+
+    payloads = [{"n": i, "boom": i == 7} for i in range(40)]
+    with capture_logs() as logs:
+        results = await asyncio.gather(
+            *(publisher.publish("t", p) for p in payloads), return_exceptions=True
+        )
+    # The bad event was committed in a group with others, which were then retried alone.
+    assert max(e["size"] for e in logs if e["event"] == "publish_group_failed") > 1
+    failed = [i for i, r in enumerate(results) if isinstance(r, BaseException)]
+    assert failed == [7]
+    assert await pool.fetchval("SELECT count(*) FROM ripple_events") == 39
+    assert await pool.fetchval("SELECT count(*) FROM ripple_queue_messages") == 39
+
+
+async def test_publish__concurrent_same_key_writes_one_event(parts: Parts, pool: Pool) -> None:
+    await parts.subscriptions.subscribe("#", QueueTarget("q").to_row())
+    results = await asyncio.gather(
+        *(parts.publisher.publish("t", {"n": i}, "same-key") for i in range(20))
+    )
+    assert len({r.event_id for r in results}) == 1
+    assert sum(r.deliveries for r in results) == 1
+    assert sum(not r.duplicate for r in results) == 1
+    assert await pool.fetchval("SELECT count(*) FROM ripple_queue_messages") == 1
