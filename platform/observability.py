@@ -68,15 +68,26 @@ class GaugeCollector:
     async def refresh(self) -> None:
         """Recompute every gauge now. A failing group is logged and keeps its previous values."""
         async with self._lock:
-            await self._refresh_queues()
-            await self._refresh_stranded()
-            await self._refresh_webhooks()
-            self._refreshed_at = time.monotonic()
+            await self._refresh_locked()
 
-    async def refresh_if_stale(self, max_age: float = 1.0) -> None:
-        """Refresh unless a refresh finished less than `max_age` seconds ago (scrape coalescing)."""
-        if time.monotonic() - self._refreshed_at >= max_age:
-            await self.refresh()
+    async def refresh_if_stale(self, max_age: float = 0.0) -> None:
+        """Refresh unless a refresh finished within `max_age` seconds before this call.
+
+        With the default, only a refresh that finished while this call waited for the one in
+        progress counts: concurrent scrapes share one round of queries, yet never read values
+        computed before they asked.
+        """
+        asked = time.monotonic()
+        async with self._lock:
+            if self._refreshed_at >= asked - max_age:
+                return
+            await self._refresh_locked()
+
+    async def _refresh_locked(self) -> None:
+        await self._refresh_queues()
+        await self._refresh_stranded()
+        await self._refresh_webhooks()
+        self._refreshed_at = time.monotonic()
 
     async def _refresh_queues(self) -> None:
         try:
@@ -152,7 +163,8 @@ async def serve_metrics(
 ) -> asyncio.Server:
     """Serve `GET /metrics` on `host:port` from this event loop (for worker processes).
 
-    With a `collector`, gauges are refreshed (at most once a second) before each scrape. Port 0
+    With a `collector`, gauges are refreshed before each scrape (concurrent scrapes share one
+    refresh). Port 0
     picks a free port (read it from `server.sockets[0].getsockname()`). Close the returned
     server with `server.close(); await server.wait_closed()`.
     """

@@ -66,7 +66,7 @@ async def metrics(client: ClientDep) -> Response:
     """Prometheus metrics of this process (bearer token required when tokens are configured).
 
     Gauges computed from Postgres (queue depth, stranded runs, failing endpoints) are refreshed
-    first, at most once a second.
+    first (concurrent scrapes share one refresh).
     """
     body = await metrics_exposition(client.gauges)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
