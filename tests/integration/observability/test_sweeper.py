@@ -313,3 +313,25 @@ async def test_sweeper__stop_before_run_is_not_lost(pool: Pool, settings: Settin
     sweeper = Sweeper(pool, settings.model_copy(update={"sweep_interval": 3600}))
     sweeper.stop()
     await asyncio.wait_for(sweeper.run(), 5)
+
+
+async def test_sweeper__worker_runs_it_unless_switched_off(settings: Settings) -> None:
+    from ripple.platform.client import Client
+    from ripple.workflows import Worker
+
+    fast = settings.model_copy(update={"sweep_interval": 0.05})
+    async with Client(settings=fast) as client:
+        assert client.background_services(webhooks=False, sweeper=False) == []
+        (service,) = client.background_services(webhooks=False, sweeper=True)
+        assert service.name == "sweeper"
+        run_id = await make_run(client.pool, status="completed", age_days=31)
+        assert await client.hold(run_id) is True
+        expired = await make_run(client.pool, status="failed", age_days=31)
+
+        async with Worker(client, [], webhooks=False, sweeper=True):
+
+            async def swept() -> bool:
+                return not await exists(client.pool, expired)
+
+            await assert_eventually(swept)
+        assert await exists(client.pool, run_id)  # held
