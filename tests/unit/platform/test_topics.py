@@ -11,6 +11,7 @@ from ripple.platform.topics import (
     check_json,
     compile_pattern,
     contains,
+    encode_json,
     first_mismatch,
     validate_pattern,
     validate_topic,
@@ -141,3 +142,17 @@ def test_check_json__limits() -> None:
     with pytest.raises(InvalidInput, match="set"):
         check_json({"a": {1, 2}}, field="payload", max_depth=5)
     assert check_json({"a": [1, 2]}, field="payload", max_depth=5, max_bytes=100) == 11
+
+
+def test_encode_json__checks_limits_and_returns_text() -> None:
+    assert encode_json({"a": [1, "é"]}, field="body", max_depth=4, max_bytes=100) == '{"a":[1,"é"]}'
+    with pytest.raises(InvalidInput, match="not JSON"):
+        encode_json({"a": float("nan")}, field="body", max_depth=4, max_bytes=100)
+    with pytest.raises(InvalidInput, match="non-string object key"):
+        encode_json({"a": {1: 2}}, field="body", max_depth=4, max_bytes=100)
+    with pytest.raises(InvalidInput, match="nests deeper than 2"):
+        encode_json([[[1]]], field="body", max_depth=2, max_bytes=100)
+    with pytest.raises(InvalidInput, match="limit is 5 bytes"):
+        encode_json("éééé", field="body", max_depth=2, max_bytes=5)
+    # Brackets inside strings do not count as nesting.
+    assert encode_json({"s": "[[[[[["}, field="body", max_depth=2, max_bytes=100)
