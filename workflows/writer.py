@@ -293,3 +293,5 @@ class PgRunWriter:
             await self._fence(conn, entries)
             await conn.execute(store.RETRY_RUN, self.run_id, self.epoch, delay, error, step_count)
             await conn.execute(store.DELETE_UNFINISHED_STEPS, self.run_id)
+            if self.may_have_waits:
+                await conn.execute(store.DELETE_RUN_WAITS, self.run_id)
