@@ -56,6 +56,10 @@ class _TooLarge(Exception):
     pass
 
 
+#: Bytes of an oversized body read and dropped before answering 413 (then the connection closes).
+_DRAIN_LIMIT: Final = 64 * 1024 * 1024
+
+
 class RequestLimits:
     """ASGI middleware: 413 above `max_body_bytes`, 422 for JSON nested deeper than `max_depth`."""
 
@@ -121,6 +125,16 @@ class RequestLimits:
         return b"".join(chunks)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+        # Read (and drop) the rest of the body first, up to a bound: a client still sending when
+        # the connection closes sees a reset instead of this 413. Past the bound we answer anyway.
+        drained = 0
+        more = True
+        while more and drained < _DRAIN_LIMIT:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            drained += len(message.get("body", b""))
+            more = bool(message.get("more_body", False))
         response = problem_response(
             413,
             f"request body is larger than {self.max_body_bytes} bytes (RIPPLE_MAX_BODY_BYTES)",

@@ -1,8 +1,9 @@
-"""Fixtures for the API/CLI end-to-end tests: real `ripple` subprocesses on the test database.
+"""Fixtures for the API/CLI end-to-end tests: real `ripple` subprocesses on a test database.
 
-`api_server` runs `ripple serve` on a free port with a bearer token; `worker_process` runs
-`ripple worker --app examples.onboarding`; `ripple_cli` runs one CLI command and returns its
-output. Every process gets this test's database, Redis and Redis prefix via the environment.
+Processes are expensive to start, so one `ripple serve` (`api_server`) and one `ripple worker`
+(`worker_process`) serve all tests of a module, on a database of that module (cloned from the
+migrated template) and a Redis prefix of its own. Tests in a module therefore use distinct
+topics, queues and inputs. `ripple_cli` runs one CLI command and returns its output.
 """
 
 from __future__ import annotations
@@ -12,15 +13,19 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import httpx
 import pytest
 
-from tests.helpers import assert_eventually
+from tests.conftest import _admin, with_database
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RIPPLE = str(Path(sys.executable).parent / "ripple")
@@ -42,13 +47,24 @@ def base_env(**extra: str) -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def ripple_env(database_url: str, redis_url: str, redis_prefix: str) -> dict[str, str]:
-    """Environment of `ripple` processes for this test: its database, Redis and prefix."""
+@pytest.fixture(scope="module")
+def module_database_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
+    """A migrated database for this test module; dropped afterwards."""
+    name = f"e2e_{uuid.uuid4().hex[:16]}"
+    asyncio.run(_admin(pg_admin_url, f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"'))
+    try:
+        yield with_database(pg_admin_url, name)
+    finally:
+        asyncio.run(_admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="module")
+def ripple_env(module_database_url: str, redis_url: str) -> dict[str, str]:
+    """Environment of `ripple` processes of this module: its database, Redis and prefix."""
     return base_env(
-        RIPPLE_DATABASE_URL=database_url,
+        RIPPLE_DATABASE_URL=module_database_url,
         RIPPLE_REDIS_URL=redis_url,
-        RIPPLE_REDIS_PREFIX=redis_prefix,
+        RIPPLE_REDIS_PREFIX=f"e2e{uuid.uuid4().hex[:10]}:",
         RIPPLE_POLL_INTERVAL="0.25",
         RIPPLE_POOL_MIN_SIZE="1",
         RIPPLE_POOL_MAX_SIZE="5",
@@ -58,72 +74,66 @@ def ripple_env(database_url: str, redis_url: str, redis_prefix: str) -> dict[str
     )
 
 
-@dataclass
 class Process:
-    """A running `ripple` subprocess whose output is collected in the background."""
+    """A `ripple` subprocess whose stdout+stderr go to a log file (never a full pipe)."""
 
-    proc: asyncio.subprocess.Process
-    output: list[str] = field(default_factory=list)
-    _drain: asyncio.Task[None] | None = None
-
-    def start_draining(self) -> None:
-        async def drain() -> None:
-            assert self.proc.stdout is not None
-            while line := await self.proc.stdout.readline():
-                self.output.append(line.decode(errors="replace").rstrip("\n"))
-
-        self._drain = asyncio.create_task(drain())
+    def __init__(self, args: list[str], env: dict[str, str], cwd: Path, log: Path) -> None:
+        self.args = args
+        self.log = log
+        self._file: IO[bytes] = log.open("wb")
+        self.proc = subprocess.Popen(
+            [RIPPLE, *args],
+            env=env,
+            cwd=str(cwd),
+            stdout=self._file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def text(self) -> str:
-        return "\n".join(self.output)
-
-    async def wait_output(self, text: str, timeout: float = 60.0) -> None:
-        """Wait until a line containing `text` was printed (fails early if the process died)."""
-
-        def printed() -> bool:
-            if any(text in line for line in self.output):
-                return True
-            self.check_alive()
-            return False
-
-        await assert_eventually(printed, timeout=timeout, interval=0.05)
+        return self.log.read_text(errors="replace")
 
     def check_alive(self) -> None:
-        if self.proc.returncode is not None:
+        code = self.proc.poll()
+        if code is not None:
             raise AssertionError(
-                f"process exited with {self.proc.returncode}; output:\n{self.text()[-3000:]}"
+                f"ripple {' '.join(self.args)} exited with {code}:\n{self.text()[-3000:]}"
             )
 
-    async def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+    def wait_output(self, text: str, timeout: float = 90.0) -> None:
+        """Wait until `text` was printed (fails early if the process died)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.text():
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {text!r} within {timeout}s:\n{self.text()[-3000:]}")
+            time.sleep(0.05)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         """Send `sig` and wait for the exit code (SIGKILL after `timeout`)."""
-        if self.proc.returncode is None:
+        if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
-                await asyncio.wait_for(self.proc.wait(), timeout)
-            except TimeoutError:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
                 self.proc.kill()
-                await self.proc.wait()
-        if self._drain is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._drain, 5)
-        assert self.proc.returncode is not None
-        return self.proc.returncode
+                self.proc.wait()
+        self._file.close()
+        return int(self.proc.returncode)
 
 
-async def start_process(args: list[str], env: dict[str, str], cwd: Path = REPO_ROOT) -> Process:
-    """Start `ripple <args>` with stdout and stderr merged and collected."""
-    proc = await asyncio.create_subprocess_exec(
-        RIPPLE,
-        *args,
-        env=env,
-        cwd=str(cwd),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
-    )
-    process = Process(proc)
-    process.start_draining()
-    return process
+def wait_healthy(url: str, process: Process, timeout: float = 90.0) -> None:
+    """Wait until `url`/healthz answers 200 (failing early if the process died)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        process.check_alive()
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/healthz", timeout=2.0).status_code == 200:
+                return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{url} not healthy within {timeout}s:\n{process.text()[-3000:]}")
+        time.sleep(0.1)
 
 
 @dataclass
@@ -139,45 +149,37 @@ class ApiServer:
         return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30.0)
 
 
-async def wait_healthy(url: str, process: Process, timeout: float = 60.0) -> None:
-    """Wait until `url`/healthz answers 200 (failing early if the process died)."""
-
-    async def healthy() -> bool:
-        process.check_alive()
-        try:
-            async with httpx.AsyncClient(timeout=2.0) as http:
-                return (await http.get(f"{url}/healthz")).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    await assert_eventually(healthy, timeout=timeout, interval=0.1)
-
-
-@pytest.fixture
-async def api_server(ripple_env: dict[str, str]) -> AsyncIterator[ApiServer]:
-    """`ripple serve` on a free port with bearer token TOKEN, against this test's database."""
+@pytest.fixture(scope="module")
+def api_server(
+    ripple_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ApiServer]:
+    """`ripple serve --app examples.onboarding` on a free port with bearer token TOKEN."""
     port = free_port()
     env = {**ripple_env, "RIPPLE_API_TOKENS": f"other-token,{TOKEN}"}
     args = ["serve", "--host", "127.0.0.1", "--port", str(port), "--app", "examples.onboarding"]
-    process = await start_process(args, env)
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    process = Process(args, env, REPO_ROOT, log)
     url = f"http://127.0.0.1:{port}"
     try:
-        await wait_healthy(url, process)
+        wait_healthy(url, process)
         yield ApiServer(url, TOKEN, process)
     finally:
-        code = await process.stop()
+        code = process.stop()
         assert code == 0, f"ripple serve exited with {code}:\n{process.text()[-3000:]}"
 
 
-@pytest.fixture
-async def worker_process(ripple_env: dict[str, str]) -> AsyncIterator[Process]:
-    """`ripple worker --app examples.onboarding` against this test's database."""
-    process = await start_process(["worker", "--app", "examples.onboarding"], ripple_env)
+@pytest.fixture(scope="module")
+def worker_process(
+    ripple_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Process]:
+    """`ripple worker --app examples.onboarding` against this module's database."""
+    log = tmp_path_factory.mktemp("worker") / "worker.log"
+    process = Process(["worker", "--app", "examples.onboarding"], ripple_env, REPO_ROOT, log)
     try:
-        await process.wait_output("ripple worker running")
+        process.wait_output("ripple worker running")
         yield process
     finally:
-        code = await process.stop()
+        code = process.stop()
         assert code == 0, f"ripple worker exited with {code}:\n{process.text()[-3000:]}"
 
 

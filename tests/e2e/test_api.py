@@ -104,14 +104,16 @@ async def test_api__topics_subscriptions_and_queues(api_server: ApiServer) -> No
 
         # The example app's setup() (serve --app) subscribed `onboard-user` to user.signup.
         listed = (await http.get("/v1/subscriptions")).json()
-        assert [s["pattern"] for s in listed] == ["user.signup", "billing.#"]
+        assert [s["pattern"] for s in listed][:2] == ["user.signup", "billing.#"]
         assert (await http.get(f"/v1/subscriptions/{sub['id']}")).json()["id"] == sub["id"]
 
         explained = await http.get(
             "/v1/topics/billing.invoice.paid/explain", params={"payload": '{"plan": "free"}'}
         )
         assert explained.status_code == 200, explained.text
-        verdict = explained.json()["subscriptions"][-1]
+        (verdict,) = [
+            v for v in explained.json()["subscriptions"] if v["subscriptionId"] == sub["id"]
+        ]
         assert verdict["matched"] is False
         assert "plan" in verdict["reason"]
         problem(await http.get("/v1/topics/a.b/explain", params={"payload": "{nope"}), 400)
@@ -169,9 +171,8 @@ async def test_api__topics_subscriptions_and_queues(api_server: ApiServer) -> No
         resumed = await http.post(f"/v1/subscriptions/{sub['id']}/resume")
         assert resumed.json()["status"] == "active"
         assert (await http.delete(f"/v1/subscriptions/{sub['id']}")).status_code == 204
-        assert [s["pattern"] for s in (await http.get("/v1/subscriptions")).json()] == [
-            "user.signup"
-        ]
+        ids = [s["id"] for s in (await http.get("/v1/subscriptions")).json()]
+        assert sub["id"] not in ids
 
 
 async def _status(http: httpx.AsyncClient, run_id: str) -> str:
