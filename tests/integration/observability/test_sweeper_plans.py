@@ -1,0 +1,65 @@
+"""Query-plan guards: sweeper batches find expired rows by index, not by scanning live ones."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ripple.platform import sweeper_store
+from ripple.platform.db import Pool
+
+DAY = 86_400.0
+
+
+def walk(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    nodes = [plan]
+    for child in plan.get("Plans", []):
+        nodes.extend(walk(child))
+    return nodes
+
+
+async def plan_nodes(pool: Pool, sql: str, *args: Any) -> list[dict[str, Any]]:
+    raw = await pool.fetchval(f"EXPLAIN (FORMAT JSON) {sql}", *args)
+    document = json.loads(raw) if isinstance(raw, str) else raw
+    return walk(document[0]["Plan"])
+
+
+def scans(nodes: list[dict[str, Any]], table: str) -> list[str]:
+    return [n["Node Type"] for n in nodes if n.get("Relation Name") == table]
+
+
+async def test_sweeper_plans__runs_events_and_deliveries_use_indexes(pool: Pool) -> None:
+    await pool.execute(
+        """
+        INSERT INTO ripple_runs (run_id, workflow, status, completed_at)
+        SELECT 'r' || g, 'wf', CASE WHEN g % 100 = 0 THEN 'completed' ELSE 'sleeping' END,
+               CASE WHEN g % 100 = 0 THEN now() END
+        FROM generate_series(1, 20000) AS g
+        """
+    )
+    await pool.execute(
+        """
+        INSERT INTO ripple_events (id, topic, payload)
+        SELECT gen_random_uuid(), 'a.b', '{}' FROM generate_series(1, 20000)
+        """
+    )
+    await pool.execute(
+        """
+        INSERT INTO ripple_webhook_deliveries (id, subscription_id, event_id, topic, event_time,
+                                               status)
+        SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), 't', now(),
+               CASE WHEN g % 100 = 0 THEN 'delivered' ELSE 'pending' END
+        FROM generate_series(1, 20000) AS g
+        """
+    )
+    await pool.execute("ANALYZE ripple_runs, ripple_events, ripple_webhook_deliveries")
+
+    runs = await plan_nodes(pool, sweeper_store.DELETE_EXPIRED_RUNS, 90 * DAY, 500, 30 * DAY)
+    assert "Seq Scan" not in scans(runs, "ripple_runs"), runs
+    assert any(n.get("Index Name") == "ripple_runs_terminal" for n in runs), runs
+
+    events = await plan_nodes(pool, sweeper_store.DELETE_OLD_EVENTS, 7 * DAY, 500)
+    assert any(n.get("Index Name") == "ripple_events_created" for n in events), events
+
+    deliveries = await plan_nodes(pool, sweeper_store.DELETE_OLD_WEBHOOK_DELIVERIES, 7 * DAY, 500)
+    assert "Seq Scan" not in scans(deliveries, "ripple_webhook_deliveries"), deliveries
