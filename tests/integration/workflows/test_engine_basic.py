@@ -166,3 +166,76 @@ async def test_engine__concurrent_steps_with_gather(app: App) -> None:
         assert await handle.result(timeout=10) == [0, 1, 4, 9, 16]
     keys = [s.key for s in await app.workflows.list_steps(handle.run_id)]
     assert keys == ["sq", "sq:1", "sq:2", "sq:3", "sq:4"]
+
+
+@workflow(name="backoff")
+async def backoff_wf(ctx: WorkflowContext, delay: float) -> int:
+    from ripple.workflows import RetryAfterError
+
+    def later() -> int:
+        bump("later")
+        if calls["later"] == 1:
+            raise RetryAfterError("busy", delay)
+        return calls["later"]
+
+    return int(await ctx.step.run("later", later))
+
+
+async def test_engine__retry_after_parks_the_run_durably(app: App) -> None:
+    from tests.helpers import assert_eventually
+
+    calls.clear()
+    handle = await app.workflows.start(backoff_wf, 0.5)
+    async with app.worker(backoff_wf):
+
+        async def parked() -> bool:
+            run = await app.workflows.get_run(handle.run_id)
+            return run is not None and run.status == "sleeping"
+
+        await assert_eventually(parked)
+        steps = await app.workflows.list_steps(handle.run_id)
+        assert (steps[0].status, steps[0].attempts) == ("retrying", 1)
+        assert steps[0].error is not None
+        assert steps[0].error["type"] == "RetryAfterError"
+        assert await handle.result(timeout=10) == 2
+
+
+@workflow(name="slow-step")
+async def slow_step_wf(ctx: WorkflowContext) -> str:
+    async def slow() -> str:
+        bump("slow")
+        await asyncio.sleep(10)
+        return "never"
+
+    try:
+        await ctx.step.run("slow", slow, timeout=0.05, retry=RetryPolicy(max_attempts=2))
+    except TimeoutError:
+        return "timed out"
+    return "no"
+
+
+async def test_engine__step_timeout_counts_as_a_failed_attempt(app: App) -> None:
+    calls.clear()
+    handle = await app.workflows.start(slow_step_wf)
+    async with app.worker(slow_step_wf):
+        assert await handle.result(timeout=10) == "timed out"
+    assert calls["slow"] == 2
+
+
+@workflow(name="alarm")
+async def alarm_wf(ctx: WorkflowContext) -> str:
+    from datetime import timedelta
+
+    await ctx.step.sleep_until("wake", ctx.now() + timedelta(milliseconds=200))
+    return "up"
+
+
+async def test_engine__sleep_until_wakes_at_the_given_time(app: App) -> None:
+    handle = await app.workflows.start(alarm_wf)
+    async with app.worker(alarm_wf):
+        assert await handle.result(timeout=10) == "up"
+    steps = {s.key: s for s in await app.workflows.list_steps(handle.run_id)}
+    wake = steps["wake"]
+    assert wake.completed_at is not None
+    assert wake.due_at is not None
+    assert wake.completed_at >= wake.due_at

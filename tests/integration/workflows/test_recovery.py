@@ -179,3 +179,22 @@ async def test_recovery__stop_releases_runs_whose_step_outlasts_the_grace(app: A
         "SELECT available_at <= now() FROM ripple_runs WHERE run_id = $1", handle.run_id
     )
     assert due is True
+
+
+async def test_recovery__heartbeat_keeps_a_long_step_leased(app: App) -> None:
+    counts.clear()
+    app.settings = app.settings.model_copy(update={"lease_seconds": 0.3})
+
+    @workflow(name="long")
+    async def long(ctx: WorkflowContext) -> str:
+        async def body() -> str:
+            bump("long")
+            await asyncio.sleep(1.0)
+            return "done"
+
+        return str(await ctx.step.run("long", body))
+
+    handle = await app.workflows.start(long)
+    async with app.worker(long), app.worker(long):
+        assert await handle.result(timeout=10) == "done"
+    assert counts["long"] == 1
