@@ -128,8 +128,7 @@ class Worker:
             self._listener._set()
 
     async def run(self) -> None:
-        """Run until `stop()`."""
-        self._stopping = False
+        """Run until `stop()` (a stop requested before the loop started is honoured)."""
         services = self.client.background_services(webhooks=self._webhooks, sweeper=self._sweeper)
         await self._register()
         helpers = [
@@ -152,7 +151,6 @@ class Worker:
 
     async def run_until_idle(self) -> None:
         """Execute runs until none is due and none is in flight (for tests and scripts)."""
-        self._stopping = False
         self._until_idle = True
         await self._register()
         heartbeat = asyncio.create_task(self._heartbeat_loop())
@@ -166,6 +164,7 @@ class Worker:
             await self._unregister()
 
     async def __aenter__(self) -> Self:
+        self._stopping = False
         self._main = asyncio.create_task(self.run(), name="ripple-worker")
         return self
 

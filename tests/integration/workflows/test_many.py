@@ -51,3 +51,9 @@ async def test_run_until_idle__executes_due_runs_and_returns(app: App) -> None:
     runs = [await app.workflows.get_run(h.run_id) for h in handles]
     assert [r.output for r in runs if r is not None] == [2 * i for i in range(10)]
     assert await app.pool.fetchval("SELECT count(*) FROM ripple_workers") == 0
+
+
+async def test_worker__stopping_right_away_returns(app: App) -> None:
+    async with app.worker(quick):
+        pass
+    assert await app.pool.fetchval("SELECT count(*) FROM ripple_workers") == 0
