@@ -73,6 +73,17 @@ class WorkerProcess:
                 parsed.append(value)
         return parsed
 
+    async def release(self) -> None:
+        """Start a worker spawned with `hold=True` and wait until it is running."""
+        await self.release_nowait()
+        await self.wait_stdout("ready")
+
+    async def release_nowait(self) -> None:
+        """Tell a worker spawned with `hold=True` to start (it may be connecting still)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"go\n")
+        await self.proc.stdin.drain()
+
     def send(self, sig: signal.Signals) -> None:
         self.proc.send_signal(sig)
 
@@ -104,9 +115,18 @@ class Workers:
         self.started: list[WorkerProcess] = []
 
     async def start(
-        self, *, concurrency: int = 10, wait_ready: bool = True, **overrides: str
+        self,
+        *,
+        concurrency: int = 10,
+        wait_ready: bool = True,
+        hold: bool = False,
+        **overrides: str,
     ) -> WorkerProcess:
-        """Start a worker (env overrides as RIPPLE_* names) and wait for `ready`."""
+        """Start a worker (env overrides as RIPPLE_* names) and wait for `ready`.
+
+        With `hold`, the worker connects and then waits for `release()` before it claims
+        anything: a standby that starts at once, without paying for imports at that moment.
+        """
         env = {k: v for k, v in os.environ.items() if not k.startswith("RIPPLE_")}
         env.update(self.env)
         env.update(overrides)
@@ -118,16 +138,17 @@ class Workers:
             APP,
             "--concurrency",
             str(concurrency),
+            *(["--hold"] if hold else []),
             cwd=REPO_ROOT,
             env=env,
-            stdin=asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.PIPE if hold else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
         worker = WorkerProcess(proc)
         self.started.append(worker)
         if wait_ready:
-            await worker.wait_stdout("ready")
+            await worker.wait_stdout("connected" if hold else "ready")
         return worker
 
     async def reap_all(self) -> None:

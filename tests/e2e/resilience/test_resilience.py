@@ -19,10 +19,12 @@ from ripple.platform.client import Client
 from ripple.platform.config import Settings
 from tests.e2e.resilience import app
 from tests.e2e.resilience.conftest import Effects
-from tests.e2e.resilience.procs import Workers
+from tests.e2e.resilience.procs import WorkerProcess, Workers
 from tests.helpers import assert_eventually
 
-pytestmark = pytest.mark.slow
+# Real processes on a possibly busy machine: generous per-test budget (each test waits on
+# conditions, so a quiet machine finishes far sooner).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 TERMINAL = {"completed", "failed", "canceled"}
 
@@ -37,6 +39,18 @@ async def _recorded(client: Client, run_id: str, key: str) -> bool:
     return any(s.key == key and s.status == "completed" for s in await client.list_steps(run_id))
 
 
+def _fenced_out(worker: WorkerProcess, run_id: str) -> bool:
+    """Whether the worker logged that it lost the run's lease (write refused or task aborted)."""
+    return any(
+        line.get("run_id") == run_id
+        and (
+            line.get("event") == "run_lease_lost"
+            or (line.get("event") == "run_aborted" and line.get("reason") == "lease_lost")
+        )
+        for line in worker.logs()
+    )
+
+
 def _journal(steps: list[Any]) -> list[tuple[Any, ...]]:
     """The comparable content of a journal (what a stale writer must never change)."""
     return [
@@ -48,7 +62,7 @@ def _journal(steps: list[Any]) -> list[tuple[Any, ...]]:
 async def test_worker_sigkill__mid_step_resumes_on_another_worker(
     client: Client, effects: Effects, workers: Workers
 ) -> None:
-    w1 = await workers.start()
+    w1, w2 = await asyncio.gather(workers.start(), workers.start(hold=True))  # w2: standby
     handle = await client.start(app.gated, {"gate": "g"})
     run_id = handle.run_id
     await assert_eventually(lambda: effects.count(run_id, "slow.started", w1.pid))
@@ -56,7 +70,7 @@ async def test_worker_sigkill__mid_step_resumes_on_another_worker(
 
     w1.send(signal.SIGKILL)
     assert await w1.wait_exit() == -signal.SIGKILL
-    w2 = await workers.start()
+    await w2.release()
     # the lease of the dead worker expires and the second worker re-runs the unrecorded step
     await assert_eventually(lambda: effects.count(run_id, "slow.started", w2.pid), timeout=20)
     await effects.open_gate("g")
@@ -77,14 +91,14 @@ async def test_worker_sigkill__mid_step_resumes_on_another_worker(
 async def test_worker_sigstop__past_lease_is_fenced_after_sigcont(
     client: Client, effects: Effects, workers: Workers
 ) -> None:
-    w1 = await workers.start()
+    w1, w2 = await asyncio.gather(workers.start(), workers.start(hold=True))  # w2: standby
     handle = await client.start(app.gated, {"gate": "g"})
     run_id = handle.run_id
     await assert_eventually(lambda: effects.count(run_id, "slow.started", w1.pid))
     await assert_eventually(lambda: _recorded(client, run_id, "first"))
 
     w1.send(signal.SIGSTOP)  # frozen mid-step: no heartbeat, the lease runs out
-    w2 = await workers.start()
+    await w2.release()
     await assert_eventually(lambda: effects.count(run_id, "slow.started", w2.pid), timeout=20)
     await effects.open_gate("g")
     out = await handle.result(timeout=30)
@@ -92,10 +106,10 @@ async def test_worker_sigstop__past_lease_is_fenced_after_sigcont(
     run_before = await client.get_run(run_id)
     journal_before = _journal(await client.list_steps(run_id))
 
-    # the frozen worker wakes up, finishes its step body and tries to record it: refused
+    # the frozen worker wakes up and tries to go on with the run: its writes are refused
     w1.send(signal.SIGCONT)
-    await assert_eventually(lambda: effects.count(run_id, "slow.done", w1.pid), timeout=20)
-    w1.send(signal.SIGTERM)  # graceful: it settles its in-flight work before it exits
+    await assert_eventually(lambda: _fenced_out(w1, run_id), timeout=20)
+    w1.send(signal.SIGTERM)
     assert await w1.wait_exit() == 0
 
     run_after = await client.get_run(run_id)
@@ -105,11 +119,13 @@ async def test_worker_sigstop__past_lease_is_fenced_after_sigcont(
     assert run_after.output == {"first": w1.pid, "slow": w2.pid, "last": w2.pid}
     assert run_after.completed_at == run_before.completed_at
     assert _journal(await client.list_steps(run_id)) == journal_before
-    assert await effects.counts(run_id) == {
+    counts = await effects.counts(run_id)
+    # the stale body may or may not get to finish before the worker learns it lost the lease
+    assert counts.pop("slow.done") in (1, 2)
+    assert counts == {
         "first": 1,
         "slow.started": 2,
-        "slow.done": 2,  # both bodies finished; only the second worker's result is recorded
-        "last": 1,  # the stale worker did not go on to run later steps
+        "last": 1,  # a worker whose lease lapsed starts no further step
     }
 
 
@@ -136,7 +152,7 @@ async def test_two_workers__500_runs_run_each_step_body_once(
 async def test_worker_sigterm__in_flight_step_finishes_and_is_recorded(
     client: Client, effects: Effects, workers: Workers
 ) -> None:
-    w1 = await workers.start()
+    w1, w2 = await asyncio.gather(workers.start(), workers.start(hold=True))  # w2: standby
     handle = await client.start(app.gated, {"gate": "g"})
     run_id = handle.run_id
     await assert_eventually(lambda: effects.count(run_id, "slow.started", w1.pid))
@@ -152,7 +168,7 @@ async def test_worker_sigterm__in_flight_step_finishes_and_is_recorded(
     assert steps["slow"].output == {"pid": w1.pid}
     assert "last" not in steps  # a stopping worker finishes its step but starts no other
 
-    w2 = await workers.start()
+    await w2.release()
     out = await handle.result(timeout=30)
     assert out == {"first": w1.pid, "slow": w1.pid, "last": w2.pid}
     assert await effects.counts(run_id) == {
@@ -199,12 +215,15 @@ async def test_poison_step__fails_run_after_its_attempt_budget(
     handle = await client.start(app.poison)
     run_id = handle.run_id
     restarts = 0
+    fast = {"RIPPLE_LEASE_SECONDS": "1"}  # a dead worker's claim lapses sooner
+    standby = await workers.start(hold=True, wait_ready=False, **fast)
     while await _status(client, run_id) not in TERMINAL:
-        assert restarts < 6, "the poison step keeps killing workers: crash loop not bounded"
-        worker = await workers.start(wait_ready=False)
+        assert restarts < 8, "the poison step keeps killing workers: crash loop not bounded"
+        worker, standby = standby, await workers.start(hold=True, wait_ready=False, **fast)
+        await worker.release_nowait()
         restarts += 1
 
-        async def worker_died_or_run_ended(w: Any = worker) -> bool:
+        async def worker_died_or_run_ended(w: WorkerProcess = worker) -> bool:
             return w.proc.returncode is not None or await _status(client, run_id) in TERMINAL
 
         await assert_eventually(worker_died_or_run_ended, timeout=20, interval=0.05)
@@ -213,24 +232,29 @@ async def test_poison_step__fails_run_after_its_attempt_budget(
     assert run is not None
     assert run.status == "failed"
     assert run.error is not None
-    assert "poison" in str(run.error)
+    assert "'poison'" in run.error["message"]
+    assert "attempt" in run.error["message"]
     counts = await effects.counts(run_id)
-    assert counts["ok"] == 1
-    assert 1 <= counts["poison.started"] <= 3  # bounded by RetryPolicy(max_attempts=3)
-    assert restarts <= 4
+    # `ok` may run once more: its result is batched, not yet committed, when the poison step's
+    # first attempt kills the worker; every later (recovered) claim commits each attempt start
+    # before the body runs, so those attempts are charged against the budget
+    assert counts["ok"] in (1, 2)
+    # 3 charged attempts, plus at most the first one whose start was not committed yet
+    assert 3 <= counts["poison.started"] <= 4
+    assert restarts <= 5
 
 
 async def test_waiting_run__survives_worker_sigkill(
     client: Client, effects: Effects, workers: Workers
 ) -> None:
-    w1 = await workers.start()
+    w1, w2 = await asyncio.gather(workers.start(), workers.start(hold=True))  # w2: standby
     handle = await client.start(app.approval)
     run_id = handle.run_id
     await assert_eventually(lambda: _is(client, run_id, "waiting"), timeout=20)
 
     w1.send(signal.SIGKILL)
     await w1.wait_exit()
-    w2 = await workers.start()
+    await w2.release()
     result = await client.signal(run_id, "approve", {"by": "ann"})
     assert result.delivered
 

@@ -4,6 +4,8 @@
 from the RIPPLE_* environment, runs a `Worker` for every workflow definition found in the module
 (no webhook dispatcher, no sweeper), prints `ready` on stdout once running, and on SIGTERM prints
 `stopping` and stops gracefully (in-flight steps get the configured grace), exiting 0.
+With `--hold` it prints `connected` once connected and waits for a line on stdin before it starts
+the worker: a standby a test can start at once, without paying for imports at that moment.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 import asyncio
 import importlib
 import signal
+import sys
 from typing import Any
 
 from ripple.platform.client import Client
@@ -30,11 +33,14 @@ def definitions(module_name: str) -> list[WorkflowDefinition[Any, Any]]:
     return found
 
 
-async def main(app: str, concurrency: int) -> None:
+async def main(app: str, concurrency: int, hold: bool) -> None:
     workflows = definitions(app)
     settings = load_settings()
     configure_logging(console=settings.log_console, level=settings.log_level)
     async with Client(settings=settings) as client:
+        if hold:  # a standby worker: imported and connected, it starts when told to
+            print("connected", flush=True)
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         worker = Worker(client, workflows, concurrency=concurrency, webhooks=False, sweeper=False)
 
         def on_sigterm() -> None:
@@ -54,5 +60,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--app", required=True, help="module defining the workflows")
     parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--hold", action="store_true", help="connect, then wait for a stdin line")
     args = parser.parse_args()
-    asyncio.run(main(args.app, args.concurrency))
+    asyncio.run(main(args.app, args.concurrency, args.hold))
