@@ -210,6 +210,11 @@ def worker(
     sweeper: Annotated[
         bool, typer.Option("--sweeper/--no-sweeper", help="Run the retention sweeper.")
     ] = True,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(help="Serve Prometheus /metrics on this port (no auth).", min=0),
+    ] = None,
+    metrics_host: Annotated[str, typer.Option(help="Interface of --metrics-port.")] = "127.0.0.1",
 ) -> None:
     """Run workflows of an app module (plus webhook dispatcher and sweeper) until SIGTERM."""
     from ripple.platform.api.server import Services, load_app, run_services
@@ -225,6 +230,7 @@ def worker(
             concurrency=concurrency,
             webhooks=webhooks,
             sweeper=sweeper,
+            metrics=None if metrics_port is None else (metrics_host, metrics_port),
             on_ready=lambda: err.print(
                 f"ripple worker running {', '.join(w.name for w in module.workflows) or 'no'}"
                 " workflows; Ctrl-C to stop"

@@ -25,6 +25,7 @@ import uvicorn
 from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
 from ripple.platform.errors import ConfigError
+from ripple.platform.observability import serve_metrics
 from ripple.workflows.definition import WorkflowDefinition
 
 __all__ = ["AppModule", "Services", "load_app", "run_services"]
@@ -82,8 +83,24 @@ class Services:
     concurrency: int = 100
     webhooks: bool = True
     sweeper: bool = True
+    #: Serve Prometheus `/metrics` on this (host, port) beside the worker (no auth).
+    metrics: tuple[str, int] | None = None
     on_ready: Callable[[], None] | None = None
     extra_stop: list[Callable[[], None]] = field(default_factory=list)
+
+
+async def _start_metrics(client: Client, where: tuple[str, int] | None) -> asyncio.Server | None:
+    """The worker's own `/metrics` endpoint, when asked for."""
+    if where is None:
+        return None
+    host, port = where
+    return await serve_metrics(port, host=host, collector=client.gauges)
+
+
+async def _stop_metrics(server: asyncio.Server | None) -> None:
+    if server is not None:
+        server.close()
+        await server.wait_closed()
 
 
 async def run_services(client: Client, services: Services) -> None:
@@ -103,6 +120,7 @@ async def run_services(client: Client, services: Services) -> None:
     tasks: list[asyncio.Task[Any]] = []
     server: _Server | None = None
     worker: Worker | None = None
+    metrics_server: asyncio.Server | None = None
     try:
         if services.api is not None:
             host, port = services.api
@@ -127,6 +145,7 @@ async def run_services(client: Client, services: Services) -> None:
                 sweeper=services.sweeper,
             )
             tasks.append(asyncio.create_task(worker.run(), name="ripple-worker"))
+        metrics_server = await _start_metrics(client, services.metrics)
         ready = asyncio.create_task(_announce(server, services.on_ready))
         stopped = asyncio.create_task(stop.wait())
         await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -144,6 +163,7 @@ async def run_services(client: Client, services: Services) -> None:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        await _stop_metrics(metrics_server)
         await client.close()
         log.info("process_stopped")
 
