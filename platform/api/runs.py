@@ -27,6 +27,8 @@ WorkflowName = Annotated[
     ),
 ]
 RunIdPath = Annotated[str, Path(min_length=1, max_length=64, examples=["0193c2a4-..."])]
+#: Longest relative deadline accepted at the edge (ten years, in seconds).
+MAX_DEADLINE_SECONDS = 10 * 365 * 86_400
 RUN_STATUSES = ("pending", "running", "sleeping", "waiting", "completed", "failed", "canceled")
 
 
@@ -38,9 +40,10 @@ class StartRun(ApiModel):
     idempotency_key: str | None = Field(
         default=None, min_length=1, max_length=255, examples=["signup-42"]
     )
-    deadline: datetime | float | None = Field(
+    deadline: datetime | Annotated[float, Field(gt=0, le=MAX_DEADLINE_SECONDS)] | None = Field(
         default=None,
-        description="When the run fails if not finished: ISO-8601 time or seconds from now.",
+        description="When the run fails if not finished: ISO-8601 time or seconds from now "
+        "(at most ten years).",
         examples=[3600],
     )
 
