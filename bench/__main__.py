@@ -11,6 +11,8 @@ import importlib
 import os
 import platform
 
+from ripple.platform.logs import configure_logging
+
 SUITES = ["workflows", "waits", "publish", "queues", "webhooks"]
 
 
@@ -18,6 +20,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--only", default=",".join(SUITES), help="comma-separated suites")
     args = parser.parse_args()
+    configure_logging(level="warning")
     print(
         f"# ripple bench on {platform.node()}: {os.cpu_count()} cores, python "
         f"{platform.python_version()}",

@@ -8,10 +8,12 @@ import sys
 
 from bench.app import WORKFLOWS
 from ripple.platform.client import Client
+from ripple.platform.logs import configure_logging
 from ripple.workflows import Worker
 
 
 async def main(concurrency: int) -> None:
+    configure_logging(level="warning")
     async with Client() as client:
         worker = Worker(client, WORKFLOWS, concurrency=concurrency, webhooks=False, sweeper=False)
         loop = asyncio.get_running_loop()
