@@ -226,14 +226,16 @@ class Subscriptions:
             # context manager is kept referenced: collecting it would unregister the listener.
             self._listening = self._waker.listen(CH_SUBSCRIPTIONS)
             self._listener = await self._listening.__aenter__()
-        if await self._listener.wait(0):
+        if _take_hint(self._listener):
             self._set = None
         now = time.monotonic()
         current = self._set
         if current is not None and now - self._checked_at < self._settings.poll_interval:
             return current
         async with self._lock:
-            if self._set is not None and self._set is not current:
+            # Another caller may have reloaded or re-checked while this one waited.
+            fresh = time.monotonic() - self._checked_at < self._settings.poll_interval
+            if self._set is not None and (self._set is not current or fresh):
                 return self._set
             with db.map_errors():
                 async with self._pool.acquire() as conn:
@@ -247,6 +249,19 @@ class Subscriptions:
                         log.debug("subscriptions_loaded", count=len(records), version=version)
             self._checked_at = time.monotonic()
             return self._set
+
+
+def _take_hint(listener: Listener) -> bool:
+    """Whether a hint arrived since the last check (clearing it), without waiting.
+
+    `Listener.wait(0)` would yield to the event loop on every publish (it wraps a task), which
+    under load costs a loop iteration per publish; reading the flag is free.
+    """
+    event: asyncio.Event = listener._event
+    if event.is_set():
+        event.clear()
+        return True
+    return False
 
 
 def _is_uuid(value: str) -> bool:
