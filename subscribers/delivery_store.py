@@ -26,6 +26,7 @@ __all__ = [
     "claim_due",
     "disable_subscription",
     "fail_orphans",
+    "finish_attempt",
     "get_delivery",
     "insert_deliveries",
     "list_attempts",
@@ -65,33 +66,41 @@ FROM unnest($1::uuid[], $2::uuid[]) AS d(id, sub)
 ON CONFLICT (event_id, subscription_id) DO NOTHING
 """
 
-# $1 batch size, $2 subscription ids to skip (their endpoints are saturated)
-# Locks due deliveries of active subscriptions; the caller updates the ones it takes.
-SELECT_DUE: Final = """
-SELECT d.id, d.subscription_id
-FROM ripple_webhook_deliveries d
-JOIN ripple_subscriptions s ON s.id = d.subscription_id AND s.status = 'active'
-WHERE d.status = 'pending' AND d.next_attempt_at <= now()
-  AND NOT (d.subscription_id = ANY($2::uuid[]))
-ORDER BY d.next_attempt_at
-LIMIT $1
-FOR UPDATE OF d SKIP LOCKED
-"""
-
-# $1 delivery ids uuid[], $2 claim token, $3 default timeout seconds, $4 lease margin seconds
-# Counts the attempt at claim time (a dispatcher that keeps dying still uses up the budget) and
-# pushes next_attempt_at to the lease expiry, so a dead dispatcher's delivery becomes due again.
-CLAIM: Final = """
+# $1 batch size, $2 subscription ids to skip (saturated endpoints), $3/$4 in-flight counts
+# (subscription ids uuid[], counts int[]), $5 per-endpoint limit, $6 claim token,
+# $7 default timeout seconds, $8 lease margin seconds
+# One statement: lock due deliveries of active subscriptions (skipping rows others hold), keep
+# at most $5 in flight per subscription, and claim them. The claim counts the attempt (a
+# dispatcher that keeps dying still uses up the budget) and pushes next_attempt_at to the lease
+# expiry, so a dead dispatcher's delivery becomes due again by itself.
+CLAIM_DUE: Final = """
+WITH due AS (
+    SELECT d.id, d.subscription_id, d.next_attempt_at
+    FROM ripple_webhook_deliveries d
+    JOIN ripple_subscriptions s ON s.id = d.subscription_id AND s.status = 'active'
+    WHERE d.status = 'pending' AND d.next_attempt_at <= now()
+      AND NOT (d.subscription_id = ANY($2::uuid[]))
+    ORDER BY d.next_attempt_at
+    LIMIT $1
+    FOR UPDATE OF d SKIP LOCKED
+), busy AS (
+    SELECT b.sub, b.n FROM unnest($3::uuid[], $4::int[]) AS b(sub, n)
+), ranked AS (
+    SELECT due.id,
+           row_number() OVER (PARTITION BY due.subscription_id ORDER BY due.next_attempt_at)
+             + COALESCE(busy.n, 0) AS slot
+    FROM due LEFT JOIN busy ON busy.sub = due.subscription_id
+)
 UPDATE ripple_webhook_deliveries d
 SET attempts = d.attempts + 1,
-    claim_token = $2,
+    claim_token = $6,
     next_attempt_at = now() + make_interval(
-        secs => COALESCE((s.target->>'timeout')::float8, $3) + $4),
+        secs => COALESCE((s.target->>'timeout')::float8, $7) + $8),
     updated_at = now()
-FROM ripple_subscriptions s
-WHERE d.id = ANY($1::uuid[]) AND s.id = d.subscription_id
+FROM ranked r, ripple_subscriptions s
+WHERE d.id = r.id AND r.slot <= $5 AND s.id = d.subscription_id
 RETURNING d.id, d.subscription_id, d.event_id, d.topic, d.payload, d.event_time, d.attempts,
-          d.claim_token, d.trace, s.target, d.created_at
+          d.claim_token, d.trace, s.target
 """
 
 # $1 id, $2 claim token, $3 status code
@@ -119,6 +128,47 @@ SET status = 'failed', claim_token = NULL, last_status_code = $3, last_error = $
     updated_at = now()
 WHERE id = $1 AND claim_token = $2 AND status = 'pending'
 RETURNING id
+"""
+
+# $1 id, $2 claim token, $3 new status, $4 retry delay seconds (when pending), $5 status code,
+# $6 last error, $7 attempt number, $8 started at, $9 latency ms, $10 outcome, $11 attempt error,
+# $12 response head, $13 endpoint healthy, $14 disable-after seconds
+# One statement (atomic, one round trip): end the claim, record the attempt, and update the
+# endpoint's health. Nothing happens unless the claim token still matches (fencing).
+FINISH_ATTEMPT: Final = """
+WITH d AS (
+    UPDATE ripple_webhook_deliveries
+    SET status = $3, claim_token = NULL,
+        next_attempt_at = CASE WHEN $3 = 'pending'
+            THEN now() + make_interval(secs => $4::float8) ELSE next_attempt_at END,
+        last_status_code = $5, last_error = $6,
+        delivered_at = CASE WHEN $3 = 'delivered' THEN now() ELSE delivered_at END,
+        updated_at = now()
+    WHERE id = $1 AND claim_token = $2 AND status = 'pending'
+    RETURNING id, subscription_id
+), a AS (
+    INSERT INTO ripple_webhook_attempts
+        (delivery_id, attempt, started_at, latency_ms, outcome, status_code, error,
+         response_body)
+    SELECT d.id, $7, $8, $9, $10, $5, $11, $12 FROM d
+), h AS (
+    INSERT INTO ripple_webhook_health AS h
+        (subscription_id, failing_since, last_success_at, last_failure_at)
+    SELECT d.subscription_id,
+           CASE WHEN $13::boolean THEN NULL ELSE now() END,
+           CASE WHEN $13::boolean THEN now() END,
+           CASE WHEN $13::boolean THEN NULL ELSE now() END
+    FROM d
+    ON CONFLICT (subscription_id) DO UPDATE SET
+        failing_since = CASE WHEN $13::boolean THEN NULL
+                             ELSE COALESCE(h.failing_since, now()) END,
+        last_success_at = CASE WHEN $13::boolean THEN now() ELSE h.last_success_at END,
+        last_failure_at = CASE WHEN $13::boolean THEN h.last_failure_at ELSE now() END
+    RETURNING NOT $13::boolean
+              AND now() - h.failing_since >= make_interval(secs => $14::float8) AS exhausted
+)
+SELECT (SELECT count(*) FROM d) > 0 AS owned,
+       COALESCE((SELECT exhausted FROM h), false) AS exhausted
 """
 
 # $1 delivery id, $2 attempt, $3 started at, $4 latency ms, $5 outcome, $6 status code,
@@ -365,27 +415,67 @@ async def claim_due(
     default_timeout: float,
     lease_margin: float,
 ) -> list[ClaimedDelivery]:
-    """Claim up to `limit` due deliveries in the caller's transaction.
+    """Claim up to `limit` due deliveries (one statement; no transaction needed).
 
     A subscription (one endpoint) gets at most `endpoint_limit` deliveries in flight, counting
-    `in_flight`; deliveries beyond that stay unclaimed (their row locks end with the
-    transaction), and saturated subscriptions are skipped by the query itself.
+    `in_flight` (this process's attempts in progress).
     """
-    saturated = [uuid.UUID(s) for s, n in in_flight.items() if n >= endpoint_limit]
-    rows = await conn.fetch(SELECT_DUE, limit, saturated)
-    taken: list[uuid.UUID] = []
-    budget: dict[str, int] = {}
-    for row in rows:
-        sub = str(row["subscription_id"])
-        left = budget.get(sub, endpoint_limit - in_flight.get(sub, 0))
-        if left <= 0:
-            continue
-        budget[sub] = left - 1
-        taken.append(row["id"])
-    if not taken:
-        return []
-    claimed = await conn.fetch(CLAIM, taken, uuid.uuid4(), default_timeout, lease_margin)
-    return [ClaimedDelivery.from_row(row) for row in claimed]
+    subs = list(in_flight)
+    saturated = [uuid.UUID(s) for s in subs if in_flight[s] >= endpoint_limit]
+    rows = await conn.fetch(
+        CLAIM_DUE,
+        limit,
+        saturated,
+        [uuid.UUID(s) for s in subs],
+        [in_flight[s] for s in subs],
+        endpoint_limit,
+        uuid.uuid4(),
+        default_timeout,
+        lease_margin,
+    )
+    return [ClaimedDelivery.from_row(row) for row in rows]
+
+
+async def finish_attempt(
+    conn: Connection,
+    delivery: ClaimedDelivery,
+    *,
+    status: str,
+    delay: float,
+    status_code: int | None,
+    last_error: str | None,
+    started_at: datetime,
+    latency_ms: float,
+    outcome: str,
+    error: str | None,
+    response_body: str | None,
+    healthy: bool,
+    disable_after: float,
+) -> tuple[bool, bool]:
+    """End a claim with its outcome, record the attempt and the endpoint's health.
+
+    Returns (owned, exhausted): owned is False when the claim was lost (nothing written);
+    exhausted is True once the endpoint has failed continuously for `disable_after` seconds.
+    """
+    row = await conn.fetchrow(
+        FINISH_ATTEMPT,
+        delivery.id,
+        delivery.claim_token,
+        status,
+        delay,
+        status_code,
+        last_error,
+        delivery.attempt,
+        started_at,
+        latency_ms,
+        outcome,
+        error,
+        response_body,
+        healthy,
+        disable_after,
+    )
+    assert row is not None
+    return bool(row["owned"]), bool(row["exhausted"])
 
 
 async def record_attempt(

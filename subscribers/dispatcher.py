@@ -25,7 +25,7 @@ import structlog
 
 from ripple.platform import subscription_store
 from ripple.platform.config import Settings
-from ripple.platform.db import Pool, transaction
+from ripple.platform.db import Connection, Pool, map_errors, transaction
 from ripple.platform.errors import RippleError
 from ripple.platform.metrics import DELIVERIES, WEBHOOK_ENDPOINT_FAILING
 from ripple.platform.tracing import span
@@ -140,6 +140,8 @@ class WebhookDispatcher:
         try:
             async with self._waker.listen(CH_DELIVERIES) as listener:
                 while not self._stopping.is_set():
+                    # Cleared before claiming: a slot freed while the claim runs must wake us.
+                    self._slot_freed.clear()
                     claimed = await self._claim_round()
                     await self._maybe_sweep_orphans()
                     if claimed:
@@ -150,16 +152,24 @@ class WebhookDispatcher:
             log.info("webhook_dispatcher_stopped")
 
     async def run_until_idle(self) -> int:
-        """Deliver until nothing is due and nothing is in flight; return attempts made."""
+        """Deliver until nothing is due and nothing is in flight; return attempts made.
+
+        A database error while claiming is raised (it must not look like "idle").
+        """
         made = 0
         try:
             while True:
-                claimed = await self._claim_round()
+                # Attempts that end while the claim runs free slots the claim did not see,
+                # so "idle" needs an empty claim that started with nothing in flight.
+                busy = bool(self._tasks)
+                claimed = await self._claim_round(raise_errors=True)
                 made += claimed
-                if not claimed and not self._tasks:
-                    return made
-                if not claimed:
+                if claimed:
+                    continue
+                if self._tasks:
                     await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
+                elif not busy:
+                    return made
         finally:
             if self._tasks:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -173,7 +183,6 @@ class WebhookDispatcher:
 
     async def _idle(self, hint: Any) -> None:
         """Wait for a hint, a freed slot, stop, or the poll interval, whichever comes first."""
-        self._slot_freed.clear()
         waiters = {
             asyncio.ensure_future(hint),
             asyncio.ensure_future(self._slot_freed.wait()),
@@ -211,21 +220,24 @@ class WebhookDispatcher:
             )
         return self._http
 
-    async def _claim_round(self) -> int:
+    async def _claim_round(self, *, raise_errors: bool = False) -> int:
         free = self._settings.webhook_concurrency - len(self._tasks)
         if free <= 0:
             return 0
         try:
-            async with transaction(self._pool) as conn:
-                claimed = await store.claim_due(
-                    conn,
-                    limit=free,
-                    endpoint_limit=self._settings.webhook_endpoint_concurrency,
-                    in_flight=self._in_flight,
-                    default_timeout=self._settings.webhook_timeout,
-                    lease_margin=LEASE_MARGIN,
-                )
+            with map_errors():
+                async with self._pool.acquire() as conn:
+                    claimed = await store.claim_due(
+                        conn,
+                        limit=free,
+                        endpoint_limit=self._settings.webhook_endpoint_concurrency,
+                        in_flight=self._in_flight,
+                        default_timeout=self._settings.webhook_timeout,
+                        lease_margin=LEASE_MARGIN,
+                    )
         except RippleError as exc:
+            if raise_errors:
+                raise
             log.warning("webhook_claim_failed", error=str(exc))
             await asyncio.sleep(self._settings.poll_interval)
             return 0
@@ -347,66 +359,60 @@ class WebhookDispatcher:
         head: str | None,
     ) -> None:
         sub = delivery.subscription_id
-        disabled_reason: str | None = None
+        action = decision.action
+        status = {"delivered": "delivered", "retry": "pending"}.get(action, "failed")
+        disabled_reason = decision.reason if action == "disable" else None
         try:
-            async with transaction(self._pool) as conn:
-                reason = decision.reason or ""
-                if decision.action == "delivered":
-                    owned = await store.mark_delivered(
-                        conn, delivery.id, delivery.claim_token, status_code or 0
-                    )
-                elif decision.action == "retry":
-                    owned = await store.mark_retry(
-                        conn,
-                        delivery.id,
-                        delivery.claim_token,
-                        delay=decision.delay,
-                        status_code=status_code,
-                        error=reason,
-                    )
+            # Common case: one statement. Disabling (rare) joins it in one transaction.
+            async with contextlib.AsyncExitStack() as stack:
+                if disabled_reason is not None:
+                    conn = await stack.enter_async_context(transaction(self._pool))
                 else:
-                    owned = await store.mark_failed(
-                        conn,
-                        delivery.id,
-                        delivery.claim_token,
-                        status_code=status_code,
-                        error=reason,
-                    )
-                if not owned:
-                    raise _ClaimLost
-                await store.record_attempt(
+                    stack.enter_context(map_errors())
+                    conn = await stack.enter_async_context(self._pool.acquire())
+                owned, exhausted = await store.finish_attempt(
                     conn,
-                    delivery.id,
-                    delivery.attempt,
+                    delivery,
+                    status=status,
+                    delay=decision.delay,
+                    status_code=status_code,
+                    last_error=decision.reason,
                     started_at=started_at,
                     latency_ms=latency_ms,
-                    outcome=decision.action,
-                    status_code=status_code,
+                    outcome=action,
                     error=error,
                     response_body=head,
+                    healthy=action == "delivered",
+                    disable_after=self._settings.webhook_disable_after,
                 )
-                if decision.action == "delivered":
-                    await store.record_success(conn, sub)
-                elif decision.action == "disable":
-                    disabled_reason = reason
-                elif await store.record_failure(conn, sub, self._settings.webhook_disable_after):
-                    disabled_reason = (
-                        "endpoint failed continuously for "
-                        f"{self._settings.webhook_disable_after:.0f}s: subscription disabled"
-                    )
+                if not owned:
+                    raise _ClaimLost
                 if disabled_reason is not None:
-                    if await store.disable_subscription(conn, sub, disabled_reason):
-                        await subscription_store.bump_version(conn)
-                    else:
-                        disabled_reason = None
+                    disabled_reason = await self._disable(conn, sub, disabled_reason)
+            if exhausted and disabled_reason is None:
+                reason = (
+                    "endpoint failed continuously for "
+                    f"{self._settings.webhook_disable_after:.0f}s: subscription disabled"
+                )
+                # Own transaction: if it is lost, the next failure finds the endpoint
+                # still exhausted and disables it then.
+                async with transaction(self._pool) as conn:
+                    disabled_reason = await self._disable(conn, sub, reason)
         except _ClaimLost:
-            log.warning("webhook_claim_lost", outcome=decision.action)
+            log.warning("webhook_claim_lost", outcome=action)
             return
         except RippleError as exc:
             # Not recorded: the claim expires with its lease and the delivery is attempted again.
-            log.warning("webhook_record_failed", error=str(exc), outcome=decision.action)
+            log.warning("webhook_record_failed", error=str(exc), outcome=action)
             return
         self._observe(delivery, decision, status_code, latency_ms, disabled_reason)
+
+    async def _disable(self, conn: Connection, sub: str, reason: str) -> str | None:
+        """Disable the subscription in `conn`'s transaction; the reason, or None if it was."""
+        if not await store.disable_subscription(conn, sub, reason):
+            return None
+        await subscription_store.bump_version(conn)
+        return reason
 
     def _observe(
         self,

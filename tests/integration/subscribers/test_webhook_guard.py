@@ -202,5 +202,26 @@ async def test_webhook_claim__due_query_uses_partial_index(pool: Pool, hooks: Ho
     await hooks.publish([sub])
     async with transaction(pool) as conn:
         await conn.execute("SET LOCAL enable_seqscan = off")
-        plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + store.SELECT_DUE, 10, []))
+        plan = "\n".join(
+            r[0]
+            for r in await conn.fetch(
+                "EXPLAIN " + store.CLAIM_DUE, 10, [], [], [], 8, uuid.uuid4(), 15.0, 10.0
+            )
+        )
     assert "ripple_webhook_deliveries_due" in plan
+
+
+async def test_webhook_dispatcher__run_until_idle_drains_a_saturated_endpoint(
+    pool: Pool, hook_settings: Settings, hooks: Hooks
+) -> None:
+    # Regression: attempts ending while a claim ran (which skipped the then-saturated
+    # endpoint) made the dispatcher look idle with deliveries still due.
+    settings = hook_settings.model_copy(update={"webhook_endpoint_concurrency": 2})
+    async with Sink() as sink:
+        sub = await hooks.subscribe(sink.url())
+        for _ in range(60):
+            await hooks.publish([sub])
+        made = await WebhookDispatcher(pool, NullWaker(), settings).run_until_idle()
+    assert made == 60
+    assert {r["status"] for r in await hooks.deliveries(sub)} == {"delivered"}
+    assert len(sink.received) == 60
