@@ -7,6 +7,7 @@ import asyncio
 from ripple.platform.client import Client
 from ripple.platform.config import Settings
 from ripple.subscribers import QueueTarget
+from tests.helpers import assert_eventually
 
 
 async def test_queue_target__message_is_payload_with_topic_headers(client: Client) -> None:
@@ -36,3 +37,18 @@ async def test_queue_target__redis_down_still_delivers(settings: Settings) -> No
         await publisher.publish("x.y", {"n": 1})
         (message,) = await asyncio.wait_for(waiting, 20)
         assert message.body == {"n": 1}
+
+
+async def test_subscription_cache__redis_hint_reaches_other_client(settings: Settings) -> None:
+    # A poll interval far beyond the test's patience: only the Redis hint can refresh `a`.
+    slow = settings.model_copy(update={"poll_interval": 60.0})
+    async with Client(settings=slow) as a, Client(settings=slow) as b:
+        await a.waker.connected.wait()  # type: ignore[attr-defined]
+        await b.waker.connected.wait()  # type: ignore[attr-defined]
+        assert (await a.publish("x.y", {})).deliveries == 0  # a's cache is loaded and fresh
+        await b.subscribe("x.*", QueueTarget("q"))
+
+        async def delivered() -> bool:
+            return (await a.publish("x.y", {})).deliveries == 1
+
+        await assert_eventually(delivered, timeout=10)
