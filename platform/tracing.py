@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["current_context", "span"]
+__all__ = ["current_context", "recording", "span"]
 
 try:  # the extra is optional
     from opentelemetry import context as otel_context
@@ -50,6 +50,15 @@ def _inside(parent: dict[str, str]) -> bool:
         return False
     stored = trace.get_current_span(propagate.extract(parent)).get_span_context()
     return bool(stored.is_valid and stored.trace_id == current.trace_id)
+
+
+def recording() -> bool:
+    """True when spans are recorded (an SDK tracer provider is installed); hot paths skip
+    `span()` otherwise."""
+    if _tracer is None:
+        return False
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
 
 
 def current_context() -> dict[str, str] | None:

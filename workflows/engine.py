@@ -51,6 +51,8 @@ FLUSH_AFTER = 0.02
 #: Timers due sooner than this are waited for in memory instead of suspending the run.
 INLINE_WAIT = 0.05
 INFINITY = datetime.max.replace(tzinfo=UTC)
+#: Labelled step histograms, cached (label lookups are hot: one per step).
+_STEP_HISTOGRAMS: dict[tuple[str, str], Any] = {}
 
 
 class RunFacts(Protocol):
@@ -408,11 +410,12 @@ class RunExecution:
             if self.careful:
                 await self.flush()
             t0 = asyncio.get_running_loop().time()
+            tokens = structlog.contextvars.bind_contextvars(step=key)
             try:
-                with (
-                    tracing.span("workflow.step", parent=self.facts.trace, step=key),
-                    structlog.contextvars.bound_contextvars(step=key),
-                ):
+                if tracing.recording():
+                    with tracing.span("workflow.step", parent=self.facts.trace, step=key):
+                        result = await self._body(fn, args, kwargs, timeout)
+                else:
                     result = await self._body(fn, args, kwargs, timeout)
                 output = serde.dump(result, serde.return_annotation(fn))
             except (asyncio.CancelledError, LeaseLost):
@@ -449,6 +452,8 @@ class RunExecution:
                 await self._block("retry", key, due)
                 attempts, last_error = attempt, error
                 continue
+            finally:
+                structlog.contextvars.reset_contextvars(**tokens)
             self._observe(key, t0)
             self._record(
                 Entry(
@@ -468,7 +473,11 @@ class RunExecution:
 
     def _observe(self, key: str, t0: float) -> None:
         elapsed = asyncio.get_running_loop().time() - t0
-        metrics.STEP_DURATION.labels(self.facts.workflow, metrics.step_label(key)).observe(elapsed)
+        label = (self.facts.workflow, metrics.step_label(key))
+        histogram = _STEP_HISTOGRAMS.get(label)
+        if histogram is None:
+            histogram = _STEP_HISTOGRAMS[label] = metrics.STEP_DURATION.labels(*label)
+        histogram.observe(elapsed)
 
     async def _body(
         self,

@@ -299,13 +299,14 @@ class Worker:
         in_flight.inc()
         outcome: Outcome | None = None
         try:
-            with (
-                structlog.contextvars.bound_contextvars(
-                    run_id=claim.run_id, workflow=claim.workflow
-                ),
-                tracing.span("workflow.run", parent=claim.trace, run_id=claim.run_id),
+            with structlog.contextvars.bound_contextvars(
+                run_id=claim.run_id, workflow=claim.workflow
             ):
-                outcome = await engine.execute()
+                if tracing.recording():
+                    with tracing.span("workflow.run", parent=claim.trace, run_id=claim.run_id):
+                        outcome = await engine.execute()
+                else:
+                    outcome = await engine.execute()
         except LeaseLost:
             log.warning("run_lease_lost", run_id=claim.run_id, epoch=claim.epoch)
         except asyncio.CancelledError:
