@@ -225,3 +225,44 @@ async def test_webhook_dispatcher__run_until_idle_drains_a_saturated_endpoint(
     assert made == 60
     assert {r["status"] for r in await hooks.deliveries(sub)} == {"delivered"}
     assert len(sink.received) == 60
+
+
+async def test_webhook_dispatcher__woken_by_another_process_hint(
+    pool: Pool, hook_settings: Settings, redis_url: str, redis_prefix: str
+) -> None:
+    from ripple.platform.wake import RedisWaker
+    from ripple.subscribers.webhook import WebhookKind
+
+    # A poll interval far beyond the wait below: only the Redis hint can wake the dispatcher.
+    slow_poll = hook_settings.model_copy(update={"poll_interval": 60.0})
+    worker_waker = RedisWaker(redis_url, prefix=redis_prefix, poll_interval=60.0)
+    publisher_waker = RedisWaker(redis_url, prefix=redis_prefix, poll_interval=60.0)
+    await worker_waker.start()
+    await publisher_waker.start()
+    hooks = Hooks(pool, hook_settings)
+    hooks.kind = WebhookKind(hook_settings, publisher_waker)
+    d = WebhookDispatcher(pool, worker_waker, slow_poll)
+    try:
+        async with Sink() as sink:
+            sub = await hooks.subscribe(sink.url())
+            rounds: list[int] = []
+            claim_round = d._claim_round
+
+            async def counted(**kw: bool) -> int:
+                rounds.append(await claim_round(**kw))
+                return rounds[-1]
+
+            d._claim_round = counted  # type: ignore[method-assign]
+            await asyncio.wait_for(worker_waker.connected.wait(), 10)
+            task = asyncio.create_task(d.run())
+            # the dispatcher found nothing and is now waiting (for a hint, or 60 s)
+            await assert_eventually(lambda: rounds == [0])
+            event = await hooks.publish([sub])
+            hooks.kind.after_commit(event, [sub])
+            await assert_eventually(lambda: len(sink.received) == 1, timeout=20)
+            assert rounds[:2] == [0, 1]
+            d.stop()
+            await asyncio.wait_for(task, 10)
+    finally:
+        await worker_waker.close()
+        await publisher_waker.close()
