@@ -94,14 +94,13 @@ class WorkerProcess:
         return code
 
     async def reap(self) -> None:
-        """Make sure the process is gone (continue it if stopped, then SIGKILL)."""
-        if self.proc.returncode is None:
-            for sig in (signal.SIGCONT, signal.SIGKILL):
-                try:
-                    self.proc.send_signal(sig)
-                except ProcessLookupError:
-                    break
-            await self.proc.wait()
+        """Make sure the process and any it forked are gone (continue if stopped, SIGKILL)."""
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)  # its own session: the group is it and its children
+            except ProcessLookupError:
+                break
+        await self.proc.wait()
         for task in self._drains:
             task.cancel()
         await asyncio.gather(*self._drains, return_exceptions=True)
@@ -120,12 +119,15 @@ class Workers:
         concurrency: int = 10,
         wait_ready: bool = True,
         hold: bool = False,
+        restarts: int | None = None,
         **overrides: str,
     ) -> WorkerProcess:
         """Start a worker (env overrides as RIPPLE_* names) and wait for `ready`.
 
         With `hold`, the worker connects and then waits for `release()` before it claims
         anything: a standby that starts at once, without paying for imports at that moment.
+        With `restarts`, the process is a supervisor forking a fresh worker each time the
+        previous one dies (stdout gets `exited <code>` after each).
         """
         env = {k: v for k, v in os.environ.items() if not k.startswith("RIPPLE_")}
         env.update(self.env)
@@ -139,11 +141,13 @@ class Workers:
             "--concurrency",
             str(concurrency),
             *(["--hold"] if hold else []),
+            *(["--restarts", str(restarts)] if restarts is not None else []),
             cwd=REPO_ROOT,
             env=env,
             stdin=asyncio.subprocess.PIPE if hold else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
         )
         worker = WorkerProcess(proc)
         self.started.append(worker)

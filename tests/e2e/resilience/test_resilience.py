@@ -27,6 +27,8 @@ from tests.helpers import assert_eventually
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 TERMINAL = {"completed", "failed", "canceled"}
+#: Workers the poison test may go through before it calls the crash loop unbounded.
+MAX_RESTARTS = 6
 
 
 async def _status(client: Client, run_id: str) -> str | None:
@@ -214,26 +216,27 @@ async def test_poison_step__fails_run_after_its_attempt_budget(
 ) -> None:
     handle = await client.start(app.poison)
     run_id = handle.run_id
-    restarts = 0
-    fast = {"RIPPLE_LEASE_SECONDS": "1"}  # a dead worker's claim lapses sooner
-    standby = await workers.start(hold=True, wait_ready=False, **fast)
-    while await _status(client, run_id) not in TERMINAL:
-        assert restarts < 8, "the poison step keeps killing workers: crash loop not bounded"
-        worker, standby = standby, await workers.start(hold=True, wait_ready=False, **fast)
-        await worker.release_nowait()
-        restarts += 1
+    # a supervisor forks a fresh worker each time the previous one dies, like a process manager
+    # would restart it; a shorter lease lets a dead worker's claim lapse sooner
+    supervisor = await workers.start(restarts=MAX_RESTARTS, RIPPLE_LEASE_SECONDS="1")
 
-        async def worker_died_or_run_ended(w: WorkerProcess = worker) -> bool:
-            return w.proc.returncode is not None or await _status(client, run_id) in TERMINAL
+    async def run_ended() -> bool:
+        if supervisor.proc.returncode is not None:
+            raise AssertionError(
+                f"the poison step killed {MAX_RESTARTS + 1} workers: crash loop not bounded "
+                f"({supervisor.stdout})"
+            )
+        return await _status(client, run_id) in TERMINAL
 
-        await assert_eventually(worker_died_or_run_ended, timeout=20, interval=0.05)
-
+    await assert_eventually(run_ended, timeout=60, interval=0.05)
     run = await client.get_run(run_id)
     assert run is not None
     assert run.status == "failed"
     assert run.error is not None
     assert "'poison'" in run.error["message"]
     assert "attempt" in run.error["message"]
+    deaths = [line for line in supervisor.stdout if line.startswith("exited")]
+    assert deaths == [f"exited {-signal.SIGKILL}"] * len(deaths)
     counts = await effects.counts(run_id)
     # `ok` may run once more: its result is batched, not yet committed, when the poison step's
     # first attempt kills the worker; every later (recovered) claim commits each attempt start
@@ -241,7 +244,7 @@ async def test_poison_step__fails_run_after_its_attempt_budget(
     assert counts["ok"] in (1, 2)
     # 3 charged attempts, plus at most the first one whose start was not committed yet
     assert 3 <= counts["poison.started"] <= 4
-    assert restarts <= 5
+    assert len(deaths) == counts["poison.started"]
 
 
 async def test_waiting_run__survives_worker_sigkill(

@@ -6,6 +6,9 @@ from the RIPPLE_* environment, runs a `Worker` for every workflow definition fou
 `stopping` and stops gracefully (in-flight steps get the configured grace), exiting 0.
 With `--hold` it prints `connected` once connected and waits for a line on stdin before it starts
 the worker: a standby a test can start at once, without paying for imports at that moment.
+With `--restarts N` it acts as a supervisor: it imports everything once, then forks the worker
+and forks a fresh one each time the previous one dies (up to N times), printing `exited <code>`
+after each; SIGTERM is forwarded to the current worker and ends the supervision.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import os
 import signal
 import sys
 from typing import Any
@@ -56,10 +60,51 @@ async def main(app: str, concurrency: int, hold: bool) -> None:
         print("stopped", flush=True)
 
 
-if __name__ == "__main__":
+def supervise(app: str, concurrency: int, restarts: int) -> int:
+    """Fork the worker, and a fresh one whenever it dies, up to `restarts` times."""
+    definitions(app)  # import everything once, before forking
+    child = 0
+    stopping = False
+
+    def forward(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        if child:
+            os.kill(child, signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    code = 1
+    for _ in range(restarts + 1):
+        child = os.fork()
+        if child == 0:  # the worker: no supervisor duties, default signal handling
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            exit_code = 1
+            try:
+                asyncio.run(main(app, concurrency, hold=False))
+                exit_code = 0
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(exit_code)
+        _, status = os.waitpid(child, 0)
+        code = os.waitstatus_to_exitcode(status)
+        print(f"exited {code}", flush=True)
+        if code == 0 or stopping:
+            break
+    return code
+
+
+def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--app", required=True, help="module defining the workflows")
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--hold", action="store_true", help="connect, then wait for a stdin line")
+    parser.add_argument("--restarts", type=int, default=None, help="supervise: restart on death")
     args = parser.parse_args()
+    if args.restarts is not None:
+        sys.exit(supervise(args.app, args.concurrency, args.restarts))
     asyncio.run(main(args.app, args.concurrency, args.hold))
+
+
+if __name__ == "__main__":
+    cli()
