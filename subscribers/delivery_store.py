@@ -39,6 +39,7 @@ __all__ = [
     "record_success",
     "redrive",
     "redrive_failed",
+    "release_claims",
     "update_target",
     "webhook_target_for_update",
 ]
@@ -63,6 +64,17 @@ INSERT INTO ripple_webhook_deliveries
     (id, subscription_id, event_id, topic, payload, event_time, trace)
 SELECT d.id, d.sub, $3, $4, $5, $6, $7
 FROM unnest($1::uuid[], $2::uuid[]) AS d(id, sub)
+ON CONFLICT (event_id, subscription_id) DO NOTHING
+"""
+
+# $1 delivery ids uuid[], $2 subscription ids uuid[], $3 event ids uuid[], $4 topics text[],
+# $5 payloads jsonb[], $6 event times timestamptz[], $7 trace contexts jsonb[]: the deliveries
+# of many events in one statement (a publish group commit; see ripple.platform.publish_writer)
+INSERT_DELIVERIES_BATCH: Final = """
+INSERT INTO ripple_webhook_deliveries
+    (id, subscription_id, event_id, topic, payload, event_time, trace)
+SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::jsonb[],
+                     $6::timestamptz[], $7::jsonb[])
 ON CONFLICT (event_id, subscription_id) DO NOTHING
 """
 
@@ -101,6 +113,14 @@ FROM ranked r, ripple_subscriptions s
 WHERE d.id = r.id AND r.slot <= $5 AND s.id = d.subscription_id
 RETURNING d.id, d.subscription_id, d.event_id, d.topic, d.payload, d.event_time, d.attempts,
           d.claim_token, d.trace, s.target
+"""
+
+# $1 delivery ids uuid[], $2 their claim tokens uuid[]. Gives up claims (shutdown): due now.
+RELEASE_CLAIMS: Final = """
+UPDATE ripple_webhook_deliveries d
+SET claim_token = NULL, next_attempt_at = now(), updated_at = now()
+FROM unnest($1::uuid[], $2::uuid[]) AS c(id, token)
+WHERE d.id = c.id AND d.claim_token = c.token AND d.status = 'pending'
 """
 
 # $1 id, $2 claim token, $3 status code
@@ -406,6 +426,30 @@ async def insert_deliveries(
     return int(status.rsplit(" ", 1)[-1])
 
 
+async def insert_deliveries_batch(
+    conn: Connection,
+    ids: Sequence[str],
+    subscription_ids: Sequence[str],
+    event_ids: Sequence[str],
+    topics: Sequence[str],
+    payloads: Sequence[Any],
+    event_times: Sequence[datetime],
+    traces: Sequence[dict[str, str] | None],
+) -> int:
+    """Insert pending deliveries of many events (skipping existing pairs); return how many."""
+    status = await conn.execute(
+        INSERT_DELIVERIES_BATCH,
+        list(ids),
+        list(subscription_ids),
+        list(event_ids),
+        list(topics),
+        list(payloads),
+        list(event_times),
+        list(traces),
+    )
+    return int(status.rsplit(" ", 1)[-1])
+
+
 async def claim_due(
     conn: Connection,
     *,
@@ -476,6 +520,14 @@ async def finish_attempt(
     )
     assert row is not None
     return bool(row["owned"]), bool(row["exhausted"])
+
+
+async def release_claims(conn: Connection, claims: Sequence[ClaimedDelivery]) -> int:
+    """Give up claims still held (their attempts were cancelled); return how many."""
+    status = await conn.execute(
+        RELEASE_CLAIMS, [uuid.UUID(c.id) for c in claims], [c.claim_token for c in claims]
+    )
+    return int(status.rsplit(" ", 1)[-1])
 
 
 async def record_attempt(

@@ -118,6 +118,27 @@ class WebhookKind:
             trace=event.trace,
         )
 
+    async def fan_out_batch(
+        self,
+        conn: Connection,
+        items: Sequence[tuple[PublishedEvent, Sequence[SubscriptionRow]]],
+    ) -> list[int]:
+        """The deliveries of a whole publish group in one statement (added by helper B)."""
+        pairs = [(event, sub) for event, subscriptions in items for sub in subscriptions]
+        if pairs:
+            await store.insert_deliveries_batch(
+                conn,
+                [new_id() for _ in pairs],
+                [sub.id for _, sub in pairs],
+                [event.event_id for event, _ in pairs],
+                [event.topic for event, _ in pairs],
+                [event.payload for event, _ in pairs],
+                [event.created_at for event, _ in pairs],
+                [event.trace for event, _ in pairs],
+            )
+        # New events only reach here, so every pair is a new delivery.
+        return [len(subscriptions) for _, subscriptions in items]
+
     def after_commit(self, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]) -> None:
         """Wake dispatchers. Never raises."""
         if subscriptions and self._waker is not None:
