@@ -208,7 +208,9 @@ class RunExecution:
         self._active = 0
         self._blocked: dict[int, _Block] = {}
         self._progress = 0
-        self._suspend = asyncio.Event()
+        self._stop_reason: str | None = None
+        self._stalled: list[_Block] = []
+        self._task: asyncio.Task[Any] | None = None
         self._fatal: WorkflowFailed | None = None
         self._compensations: list[tuple[int, str, Callable[..., Any], Any]] = []
         #: Set once the outcome is being committed: canceling the task then could tear a commit.
@@ -286,7 +288,8 @@ class RunExecution:
     def _exit(self) -> None:
         self._active -= 1
         self._progress += 1
-        self._schedule_check()
+        if self._blocked:  # a stall needs a blocked call: nothing to check otherwise
+            self._schedule_check()
 
     def _schedule_check(self) -> None:
         asyncio.get_running_loop().call_soon(self._check, self._progress, 3)
@@ -294,7 +297,7 @@ class RunExecution:
     def _check(self, seen: int, hops: int) -> None:
         # A few loop iterations without progress: tasks started by the same gather had their
         # chance to enter their steps, so "every active step is blocked" is a real stall.
-        if seen != self._progress or self._suspend.is_set():
+        if seen != self._progress or self._stop_reason is not None:
             return
         if hops > 0:
             asyncio.get_running_loop().call_soon(self._check, seen, hops - 1)
@@ -306,7 +309,7 @@ class RunExecution:
             soonest = min((w for w in wakes if w is not None), default=None)
             if soonest is not None and (soonest - self.clock()).total_seconds() <= INLINE_WAIT:
                 return
-        self._suspend.set()
+        self._stop("suspend")
 
     async def _block(self, kind: str, key: str, wake_at: datetime | None) -> None:
         token = object()
@@ -734,43 +737,50 @@ class RunExecution:
             }
             return await self._fail(error)
         ctx = WorkflowContext(self, self.run_id, self.definition.name, self.facts.version, value)
-        wf_task = asyncio.ensure_future(self._call_workflow(ctx, value))
-        stall = asyncio.ensure_future(self._suspend.wait())
-        limit = None
+        # The workflow runs in this task; a stall (every active step blocked) or the deadline
+        # cancels it with `_stop_reason` set, which tells those apart from an outside cancel
+        # (run canceled, lease lost, worker shutdown), which propagates.
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        timer = None
         if deadline is not None:
             limit = max(0.0, (deadline - self.clock()).total_seconds())
+            timer = asyncio.get_running_loop().call_later(limit, self._stop, "deadline")
+        result: Any = None
+        failure: BaseException | None = None
         try:
-            done, _ = await asyncio.wait(
-                {wf_task, stall}, timeout=limit, return_when=asyncio.FIRST_COMPLETED
-            )
+            result = await self._call_workflow(ctx, value)
         except asyncio.CancelledError:
-            # Canceled run or lost lease: stop the workflow (and its running step) too.
-            stall.cancel()
-            wf_task.cancel()
-            await asyncio.gather(wf_task, return_exceptions=True)
-            raise
-        stall.cancel()
+            if self._stop_reason is None:
+                raise
+            task.uncancel()
+        except Exception as exc:
+            failure = exc
+        finally:
+            if timer is not None:
+                timer.cancel()
         self.concluding = True
-        if wf_task in done:
-            return await self._conclude(wf_task)
-        wf_task.cancel()
-        blocks = list(self._blocked.values())
-        await asyncio.gather(wf_task, return_exceptions=True)
-        if stall in done:
-            return await self._park(blocks)
-        return await self._fail(self._deadline_error().error)
+        if self._stop_reason == "suspend":
+            return await self._park(self._stalled)
+        if self._stop_reason == "deadline":
+            return await self._fail(self._deadline_error().error)
+        return await self._conclude(result, failure)
 
-    async def _conclude(self, wf_task: asyncio.Future[Any]) -> Outcome:
-        exc = wf_task.exception()
+    def _stop(self, reason: str) -> None:
+        if self._stop_reason is None and self._task is not None:
+            self._stop_reason = reason
+            self._stalled = list(self._blocked.values())
+            self._task.cancel()
+
+    async def _conclude(self, result: Any, exc: BaseException | None) -> Outcome:
         if exc is None:
             try:
-                output = serde.dump(wf_task.result(), self.definition.output_type)
+                output = serde.dump(result, self.definition.output_type)
             except Exception as dump_exc:
                 return await self._fail(serde.error_json(dump_exc))
             await self.writer.finish(self._take(), self.step_count, "completed", output, None)
             return Outcome("completed")
-        if isinstance(exc, LeaseLost):
-            raise exc
         if self._fatal is not None:
             return await self._fail(self._fatal.error)
         error = exc.error if isinstance(exc, StepFailedError) else serde.error_json(exc)
