@@ -123,6 +123,8 @@ class WebhookDispatcher:
         self._http: httpx.AsyncClient | None = None
         self._rng = rng or random.Random()
         self._tasks: set[asyncio.Task[None]] = set()
+        #: the claim each in-flight task holds, to release it if shutdown cancels the task
+        self._claims: dict[asyncio.Task[None], store.ClaimedDelivery] = {}
         self._in_flight: dict[str, int] = {}
         self._stopping = asyncio.Event()
         self._slot_freed = asyncio.Event()
@@ -202,11 +204,26 @@ class WebhookDispatcher:
             _done, pending = await asyncio.wait(
                 set(self._tasks), timeout=self._settings.shutdown_grace
             )
+            claims = [self._claims[t] for t in pending if t in self._claims]
             for task in pending:
-                task.cancel()  # its claim expires with the lease; another dispatcher retries
+                task.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
+            await self._release(claims)
         await self.aclose()
+
+    async def _release(self, claims: list[store.ClaimedDelivery]) -> None:
+        """Make cancelled attempts due again now (else they wait for their lease to expire)."""
+        if not claims:
+            return
+        try:
+            with map_errors():
+                async with self._pool.acquire() as conn:
+                    count = await store.release_claims(conn, claims)
+        except RippleError as exc:
+            log.warning("webhook_release_failed", error=str(exc), count=len(claims))
+            return
+        log.info("webhook_claims_released", count=count)
 
     # -- claiming ----------------------------------------------------------------------------
 
@@ -246,12 +263,14 @@ class WebhookDispatcher:
             self._in_flight[sub] = self._in_flight.get(sub, 0) + 1
             task = asyncio.create_task(self._attempt(delivery), name=f"webhook-{delivery.id}")
             self._tasks.add(task)
+            self._claims[task] = delivery
             task.add_done_callback(self._finished(sub))
         return len(claimed)
 
     def _finished(self, sub: str) -> Any:
         def done(task: asyncio.Task[None]) -> None:
             self._tasks.discard(task)
+            self._claims.pop(task, None)
             left = self._in_flight.get(sub, 1) - 1
             if left <= 0:
                 self._in_flight.pop(sub, None)

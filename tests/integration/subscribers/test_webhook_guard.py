@@ -125,6 +125,9 @@ async def test_webhook_dispatcher__slow_endpoint_does_not_block_others(
             await asyncio.wait_for(task, 15)
     slow_rows = await hooks.deliveries(slow_sub)
     assert {r["status"] for r in slow_rows} == {"pending"}
+    # shutdown cancelled the hung attempts and released their claims (due again at once)
+    assert all(r["claim_token"] is None for r in slow_rows)
+    assert [r["attempts"] for r in slow_rows].count(1) == len(slow.received)
 
 
 async def test_webhook_dispatcher__lost_lease_is_retried_and_stale_claim_fenced(
