@@ -10,9 +10,10 @@ What goes, each sweep (settings in parentheses):
 - delivered and failed webhook deliveries last changed before that cutoff, with their attempt
   log, and attempt log rows older than it of deliveries still retrying.
 
-Each batch (`sweep_batch_size` rows, `FOR UPDATE SKIP LOCKED`) is its own short transaction;
-a kind is swept until a batch comes back short. Several workers may sweep at once: locked rows
-are skipped, not waited for. Counts go to `sweeper_deleted_total{kind}`.
+Each batch (`sweep_batch_size` rows, `FOR UPDATE SKIP LOCKED`; a runs batch also stops at
+20 journal rows per run on average) is its own short transaction; a kind is swept until a
+batch comes back short. Several workers may sweep at once: locked rows are skipped, not
+waited for. Counts go to `sweeper_deleted_total{kind}`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ __all__ = ["KINDS", "Sweeper"]
 log = structlog.get_logger("ripple.sweeper")
 
 _DAY = 86_400.0
+#: Journal rows a runs batch may delete per run on average (a batch of long runs is cut short).
+_JOURNAL_ROWS_PER_RUN = 20
 
 #: The `kind` values of `sweeper_deleted_total` and of `sweep_once()`'s result.
 KINDS = (
@@ -44,7 +47,7 @@ KINDS = (
     "webhook_attempts",
 )
 
-_Batch = Callable[[Connection], Awaitable[dict[str, int]]]
+_Batch = Callable[[Connection], Awaitable[tuple[dict[str, int], bool]]]
 
 
 class Sweeper:
@@ -72,39 +75,39 @@ class Sweeper:
         events = self._settings.event_retention_days * _DAY
         totals = dict.fromkeys(KINDS, 0)
 
-        async def runs(conn: Connection) -> dict[str, int]:
-            counts = await sweeper_store.delete_expired_runs(conn, max_run, batch, default_run)
-            return counts | {"_batch": counts["runs"]}
+        async def runs(conn: Connection) -> tuple[dict[str, int], bool]:
+            return await sweeper_store.delete_expired_runs(
+                conn, max_run, batch, default_run, batch * _JOURNAL_ROWS_PER_RUN
+            )
 
-        async def old_events(conn: Connection) -> dict[str, int]:
+        async def old_events(conn: Connection) -> tuple[dict[str, int], bool]:
             deleted = await sweeper_store.delete_old_events(conn, events, batch)
-            return {"events": deleted, "_batch": deleted}
+            return {"events": deleted}, deleted >= batch
 
-        async def deliveries(conn: Connection) -> dict[str, int]:
+        async def deliveries(conn: Connection) -> tuple[dict[str, int], bool]:
             counts = await sweeper_store.delete_old_webhook_deliveries(conn, events, batch)
-            return counts | {"_batch": counts["webhook_deliveries"]}
+            return counts, counts["webhook_deliveries"] >= batch
 
-        async def attempts(conn: Connection) -> dict[str, int]:
+        async def attempts(conn: Connection) -> tuple[dict[str, int], bool]:
             deleted = await sweeper_store.delete_old_webhook_attempts(conn, events, batch)
-            return {"webhook_attempts": deleted, "_batch": deleted}
+            return {"webhook_attempts": deleted}, deleted >= batch
 
         for step in (runs, old_events, deliveries, attempts):
-            await self._drain(step, batch, totals)
+            await self._drain(step, totals)
         if any(totals.values()):
             log.info("sweep_finished", **totals)
         return totals
 
-    async def _drain(self, step: _Batch, batch: int, totals: dict[str, int]) -> None:
-        """Run `step` in its own transaction until a batch deletes fewer than `batch` rows."""
+    async def _drain(self, step: _Batch, totals: dict[str, int]) -> None:
+        """Run `step`, each batch in its own transaction, until it reports nothing more left."""
         while True:
             async with db.transaction(self._pool) as conn:
-                counts = await step(conn)
-            size = counts.pop("_batch")
+                counts, more = await step(conn)
             for kind, deleted in counts.items():
                 if deleted:
                     totals[kind] += deleted
                     metrics.SWEEPER_DELETED.labels(kind).inc(deleted)
-            if size < batch or self._stopping.is_set():
+            if not more or self._stopping.is_set():
                 return
 
     async def run(self) -> None:

@@ -19,19 +19,30 @@ __all__ = [
     "set_hold",
 ]
 
-# $1 server maximum retention in seconds (clamps each run's snapshot), $2 batch size,
-# $3 default retention in seconds (runs without a snapshot).
-# doomed: the oldest terminal, unheld runs past their retention, locked (busy rows skipped);
-# then their journal, waits and unconsumed signals, and the runs themselves, in one statement.
+# $1 server maximum retention in seconds (clamps each run's snapshot), $2 batch size (runs),
+# $3 default retention in seconds (runs without a snapshot), $4 journal budget (step rows).
+# candidates: the oldest terminal, unheld runs past their retention, locked (busy rows skipped);
+# doomed: a prefix of them whose journals (estimated by step_count) fit the budget, at least one,
+# so a batch of long runs stays bounded too; then their journal, waits and unconsumed signals,
+# and the runs themselves, in one statement. Candidates left out are unlocked at commit.
 DELETE_EXPIRED_RUNS: Final = """
-WITH doomed AS (
-    SELECT run_id FROM ripple_runs
+WITH candidates AS (
+    SELECT run_id, completed_at, step_count FROM ripple_runs
     WHERE status IN ('completed', 'failed', 'canceled')
       AND NOT hold
       AND completed_at < now() - make_interval(secs => least(coalesce(retention_seconds, $3), $1))
     ORDER BY completed_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
+), doomed AS (
+    SELECT run_id FROM (
+        SELECT run_id,
+               row_number() OVER w AS n,
+               sum(greatest(step_count, 1)) OVER w AS journal
+        FROM candidates
+        WINDOW w AS (ORDER BY completed_at, run_id)
+    ) AS c
+    WHERE n = 1 OR journal <= $4
 ), steps AS (
     DELETE FROM ripple_steps s USING doomed d WHERE s.run_id = d.run_id RETURNING 1
 ), waits AS (
@@ -41,7 +52,8 @@ WITH doomed AS (
 ), runs AS (
     DELETE FROM ripple_runs r USING doomed d WHERE r.run_id = d.run_id RETURNING 1
 )
-SELECT (SELECT count(*) FROM runs) AS runs,
+SELECT (SELECT count(*) FROM candidates) AS candidates,
+       (SELECT count(*) FROM runs) AS runs,
        (SELECT count(*) FROM steps) AS steps,
        (SELECT count(*) FROM waits) AS waits,
        (SELECT count(*) FROM signals) AS signals
@@ -103,12 +115,24 @@ def _count(status: str) -> int:
 
 
 async def delete_expired_runs(
-    conn: Connection, max_retention: float, batch: int, default_retention: float
-) -> dict[str, int]:
-    """Delete one batch of expired runs with their steps, waits and signals; counts per kind."""
-    row = await conn.fetchrow(DELETE_EXPIRED_RUNS, max_retention, batch, default_retention)
+    conn: Connection,
+    max_retention: float,
+    batch: int,
+    default_retention: float,
+    journal_budget: int,
+) -> tuple[dict[str, int], bool]:
+    """Delete one batch of expired runs with their steps, waits and signals.
+
+    Returns rows deleted per kind, and whether more expired runs may be left (a full batch of
+    candidates, or some left out by the journal budget).
+    """
+    row = await conn.fetchrow(
+        DELETE_EXPIRED_RUNS, max_retention, batch, default_retention, journal_budget
+    )
     assert row is not None
-    return {kind: int(row[kind]) for kind in ("runs", "steps", "waits", "signals")}
+    counts = {kind: int(row[kind]) for kind in ("runs", "steps", "waits", "signals")}
+    candidates = int(row["candidates"])
+    return counts, candidates >= batch or counts["runs"] < candidates
 
 
 async def delete_old_events(conn: Connection, retention: float, batch: int) -> int:

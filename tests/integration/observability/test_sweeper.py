@@ -164,14 +164,27 @@ async def test_sweeper__batches_are_bounded_and_drained(pool: Pool, settings: Se
     for _ in range(7):
         await make_run(pool, status="completed", age_days=31, steps=1)
     async with pool.acquire() as conn, conn.transaction():
-        one_batch = await sweeper_store.delete_expired_runs(conn, 90 * DAY, 3, 30 * DAY)
-    assert one_batch == {"runs": 3, "steps": 3, "waits": 3, "signals": 3}
+        one_batch = await sweeper_store.delete_expired_runs(conn, 90 * DAY, 3, 30 * DAY, 1000)
+    assert one_batch == ({"runs": 3, "steps": 3, "waits": 3, "signals": 3}, True)
 
     small = settings.model_copy(update={"sweep_batch_size": 3})
     result = await Sweeper(pool, small).sweep_once()
 
     assert result["runs"] == 4
     assert await pool.fetchval("SELECT count(*) FROM ripple_runs") == 0
+
+
+async def test_sweeper__a_batch_of_long_runs_is_cut_by_the_journal_budget(pool: Pool) -> None:
+    long_runs = [await make_run(pool, status="completed", age_days=31, steps=4) for _ in range(3)]
+    await pool.execute("UPDATE ripple_runs SET step_count = 4")
+
+    async with pool.acquire() as conn, conn.transaction():
+        counts, more = await sweeper_store.delete_expired_runs(conn, 90 * DAY, 10, 30 * DAY, 9)
+    assert (counts["runs"], counts["steps"], more) == (2, 8, True)  # 4 + 4 fit in 9, 12 not
+    async with pool.acquire() as conn, conn.transaction():
+        counts, more = await sweeper_store.delete_expired_runs(conn, 90 * DAY, 10, 30 * DAY, 1)
+    assert (counts["runs"], counts["steps"], more) == (1, 4, False)  # at least one run
+    assert not [r for r in long_runs if await exists(pool, r)]
 
 
 async def test_sweeper__skips_rows_locked_by_others(
