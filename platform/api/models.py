@@ -11,10 +11,23 @@ import enum
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-__all__ = ["ApiModel", "OutModel", "camel", "jsonable"]
+__all__ = [
+    "ApiModel",
+    "OutModel",
+    "Published",
+    "RunOut",
+    "RunPage",
+    "StepOut",
+    "SubscriptionOut",
+    "camel",
+    "jsonable",
+    "run_out",
+    "step_out",
+    "subscription_out",
+]
 
 
 class ApiModel(BaseModel):
@@ -65,3 +78,81 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple | set | frozenset):
         return [jsonable(v) for v in value]
     return str(value)
+
+
+# -- response shapes shared by the routes and the CLI (no FastAPI import here) ------------
+
+
+class RunOut(OutModel):
+    run_id: str
+    workflow: str
+    version: int | None = None
+    status: str
+    input: Any = None
+    output: Any = None
+    error: Any = None
+    attempt: int | None = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    parent_run_id: str | None = None
+
+
+class RunPage(OutModel):
+    items: list[RunOut]
+    next_cursor: str | None = None
+
+
+class StepOut(OutModel):
+    key: str
+    kind: str
+    status: str
+    attempts: int | None = None
+    output: Any = None
+    error: Any = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    due_at: datetime | None = Field(default=None, description="When a sleep or wait ends.")
+    duration_ms: float | None = None
+
+
+def run_out(run: Any) -> RunOut:
+    return RunOut.model_validate(jsonable(run))
+
+
+def step_out(step: Any) -> StepOut:
+    data = jsonable(step)
+    started, completed = getattr(step, "started_at", None), getattr(step, "completed_at", None)
+    if started is not None and completed is not None:
+        data["durationMs"] = round((completed - started).total_seconds() * 1000, 3)
+    return StepOut.model_validate(data)
+
+
+class SubscriptionOut(OutModel):
+    id: str
+    pattern: str
+    target: dict[str, Any]
+    filter: dict[str, Any] | None = None
+    status: str | None = None
+    status_reason: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+def subscription_out(sub: Any, *, mask: bool = True) -> SubscriptionOut:
+    """The API form of a subscription; `mask` hides a webhook's secret."""
+    data = jsonable(sub)
+    target = data.get("target")
+    if mask and isinstance(target, dict) and "secret" in target:
+        # Secrets are shown once, at creation; later reads mask them.
+        data["target"] = {**target, "secret": "whsec_…"}
+    return SubscriptionOut.model_validate(data)
+
+
+class Published(OutModel):
+    event_id: str
+    deliveries: int = Field(description="Deliveries written (0 for an idempotent repeat).")
+    duplicate: bool = Field(
+        default=False, description="True when the idempotency key was seen before."
+    )
+    waits_resolved: int = Field(default=0, description="Waiting workflow runs it resumed.")

@@ -8,15 +8,15 @@ CLI renders and `--json`-prints one format whichever way it talks to Ripple. Fai
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 import httpx
 
-from ripple.platform.api.models import jsonable
-from ripple.platform.api.runs import run_out, step_out
-from ripple.platform.api.subscriptions import subscription_out
-from ripple.platform.client import Client
+from ripple.platform.api.models import Published, jsonable, run_out, step_out, subscription_out
 from ripple.platform.errors import NotFound, RippleError
+
+if TYPE_CHECKING:
+    from ripple.platform.client import Client
 
 __all__ = ["LocalOperator", "Operator", "OperatorError", "RemoteOperator"]
 
@@ -88,8 +88,6 @@ class LocalOperator:
             raise OperatorError(exc.message) from exc
 
     async def publish(self, topic: str, payload: Json, idempotency_key: str | None) -> Json:
-        from ripple.platform.api.topics import Published
-
         result = await self.client.publish(topic, payload, idempotency_key)
         return Published.model_validate(jsonable(result)).model_dump(mode="json", by_alias=True)
 

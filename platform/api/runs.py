@@ -9,12 +9,20 @@ from fastapi import APIRouter, Body, Path, Query
 from pydantic import Field
 
 from ripple.platform.api.deps import ClientDep, Limit
-from ripple.platform.api.models import ApiModel, OutModel, jsonable
+from ripple.platform.api.models import (
+    ApiModel,
+    OutModel,
+    RunOut,
+    RunPage,
+    StepOut,
+    run_out,
+    step_out,
+)
 from ripple.platform.api.problems import ProblemError, problem_responses
 from ripple.platform.api.workflow_stats import workflow_counts
 from ripple.platform.errors import InvalidInput
 
-__all__ = ["RunOut", "RunPage", "StepOut", "router", "run_out", "step_out"]
+__all__ = ["router"]
 
 router = APIRouter(tags=["workflows"])
 
@@ -53,39 +61,6 @@ class Started(OutModel):
     status: str
 
 
-class RunOut(OutModel):
-    run_id: str
-    workflow: str
-    version: int | None = None
-    status: str
-    input: Any = None
-    output: Any = None
-    error: Any = None
-    attempt: int | None = None
-    created_at: datetime | None = None
-    started_at: datetime | None = None
-    completed_at: datetime | None = None
-    parent_run_id: str | None = None
-
-
-class RunPage(OutModel):
-    items: list[RunOut]
-    next_cursor: str | None = None
-
-
-class StepOut(OutModel):
-    key: str
-    kind: str
-    status: str
-    attempts: int | None = None
-    output: Any = None
-    error: Any = None
-    started_at: datetime | None = None
-    completed_at: datetime | None = None
-    due_at: datetime | None = Field(default=None, description="When a sleep or wait ends.")
-    duration_ms: float | None = None
-
-
 class SignalOut(OutModel):
     delivered: bool
     buffered: bool
@@ -99,18 +74,6 @@ class Canceled(OutModel):
 class WorkflowSummary(OutModel):
     name: str
     runs: dict[str, int] = Field(description="Run counts by status.")
-
-
-def run_out(run: Any) -> RunOut:
-    return RunOut.model_validate(jsonable(run))
-
-
-def step_out(step: Any) -> StepOut:
-    data = jsonable(step)
-    started, completed = getattr(step, "started_at", None), getattr(step, "completed_at", None)
-    if started is not None and completed is not None:
-        data["durationMs"] = round((completed - started).total_seconds() * 1000, 3)
-    return StepOut.model_validate(data)
 
 
 async def _run_of(client: ClientDep, name: str | None, run_id: str) -> Any:

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response
 from pydantic import Field
 
 from ripple.platform.api.deps import ClientDep
-from ripple.platform.api.models import ApiModel, OutModel, jsonable
+from ripple.platform.api.models import ApiModel, SubscriptionOut, subscription_out
 from ripple.platform.api.problems import ProblemError, problem_responses
 from ripple.subscribers import Target
 
-__all__ = ["SubscriptionOut", "router", "subscription_out"]
+__all__ = ["router"]
 
 router = APIRouter(tags=["subscriptions"])
 
@@ -45,27 +44,6 @@ class SubscribeIn(ApiModel):
         description="Deliver only events whose payload contains this JSON.",
         examples=[{"plan": "pro"}],
     )
-
-
-class SubscriptionOut(OutModel):
-    id: str
-    pattern: str
-    target: dict[str, Any]
-    filter: dict[str, Any] | None = None
-    status: str | None = None
-    status_reason: str | None = None
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-
-
-def subscription_out(sub: Any, *, mask: bool = True) -> SubscriptionOut:
-    """The API form of a subscription; `mask` hides a webhook's secret."""
-    data = jsonable(sub)
-    target = data.get("target")
-    if mask and isinstance(target, dict) and "secret" in target:
-        # Secrets are shown once, at creation; later reads mask them.
-        data["target"] = {**target, "secret": "whsec_…"}
-    return SubscriptionOut.model_validate(data)
 
 
 async def _get(client: ClientDep, subscription_id: str) -> Any:

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query
 from pydantic import Field
 
 from ripple.platform.api.deps import ClientDep
-from ripple.platform.api.models import ApiModel, OutModel, jsonable
+from ripple.platform.api.models import ApiModel, OutModel, Published, jsonable
 from ripple.platform.api.problems import ProblemError, problem_responses
 
 __all__ = ["router"]
@@ -32,15 +32,6 @@ class PublishIn(ApiModel):
     idempotency_key: str | None = Field(
         default=None, min_length=1, max_length=255, examples=["signup-42"]
     )
-
-
-class Published(OutModel):
-    event_id: str
-    deliveries: int = Field(description="Deliveries written (0 for an idempotent repeat).")
-    duplicate: bool = Field(
-        default=False, description="True when the idempotency key was seen before."
-    )
-    waits_resolved: int = Field(default=0, description="Waiting workflow runs it resumed.")
 
 
 @router.post(
