@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 CODE := platform subscribers workflows
 
-.PHONY: setup run dev test test-unit test-int test-e2e lint fmt typecheck bench clean
+.PHONY: setup run dev test test-unit test-int test-e2e lint fmt typecheck bench bench-dbos clean
 
 # uv installs itself into .tools when it is missing; `uv sync --locked` is idempotent and
 # re-installs the project (strict editable) only when its files change.
@@ -51,6 +51,10 @@ typecheck: setup
 
 bench: setup
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# DBOS on the same Postgres for comparison, in a throwaway environment (not a project dependency).
+bench-dbos: $(UV)
+	$(UV) run --no-project --with dbos --with asyncpg python bench/dbos_compare.py
 
 clean:
 	rm -rf $(VENV) .tools build .ripple .pytest_cache .mypy_cache .ruff_cache
