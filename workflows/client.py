@@ -178,12 +178,7 @@ class WorkflowClient:
         deadline_at = _deadline_at(deadline)
         if deadline_at is None and definition is not None and definition.deadline is not None:
             deadline_at = datetime.now(UTC) + definition.deadline
-        retention = definition.retention if definition is not None else None
-        retention_s = None
-        if retention is not None:
-            retention_s = min(
-                retention.total_seconds(), self.settings.max_run_retention_days * 86400
-            )
+        retention_s = self._retention_seconds(definition)
         run_id = new_id()
         args = (
             run_id,
@@ -229,6 +224,10 @@ class WorkflowClient:
                     "input": self._prepare_input(None, req.workflow, req.input),
                     "idempotency_key": req.idempotency_key,
                     "trace": req.trace,
+                    # known here when this process registered the workflow; else the default
+                    "retention_seconds": self._retention_seconds(
+                        self.definitions.get(req.workflow)
+                    ),
                 }
             )
         with map_errors():
@@ -238,6 +237,13 @@ class WorkflowClient:
             for req in requests:
                 metrics.RUNS_STARTED.labels(req.workflow).inc()
         return created
+
+    def _retention_seconds(self, definition: WorkflowDefinition[Any, Any] | None) -> float | None:
+        """The retention snapshot of a new run: the workflow's, capped by the server maximum."""
+        if definition is None or definition.retention is None:
+            return None  # the sweeper applies settings.default_run_retention_days
+        cap = self.settings.max_run_retention_days * 86400
+        return min(definition.retention.total_seconds(), cap)
 
     def notify_runs_ready(self) -> None:
         """Tell workers that runs are available (after the creating transaction committed)."""

@@ -34,12 +34,13 @@ SELECT_RUN_BY_KEY: Final = """
 SELECT run_id FROM ripple_runs WHERE workflow = $1 AND idempotency_key = $2
 """
 
-# $1 jsonb array of {run_id, workflow, input, idempotency_key, trace}
+# $1 jsonb array of {run_id, workflow, input, idempotency_key, trace, retention_seconds}
 INSERT_RUNS_BATCH: Final = """
-INSERT INTO ripple_runs (run_id, workflow, input, idempotency_key, trace)
-SELECT r.run_id, r.workflow, r.input, r.idempotency_key, r.trace
+INSERT INTO ripple_runs (run_id, workflow, input, idempotency_key, trace, retention_seconds)
+SELECT r.run_id, r.workflow, r.input, r.idempotency_key, r.trace, r.retention_seconds
 FROM jsonb_to_recordset($1::jsonb)
-     AS r(run_id text, workflow text, input jsonb, idempotency_key text, trace jsonb)
+     AS r(run_id text, workflow text, input jsonb, idempotency_key text, trace jsonb,
+          retention_seconds double precision)
 ON CONFLICT (workflow, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 """
 

@@ -348,3 +348,35 @@ async def test_sweeper__worker_runs_it_unless_switched_off(settings: Settings) -
 
             await assert_eventually(swept)
         assert await exists(client.pool, run_id)  # held
+
+
+async def test_sweeper__runs_started_by_fan_out_snapshot_the_workflows_retention(
+    settings: Settings,
+) -> None:
+    from datetime import timedelta
+
+    from ripple.platform.client import Client
+    from ripple.subscribers import WorkflowTarget
+    from ripple.workflows import WorkflowContext, workflow
+
+    @workflow(name="short-lived", retention=timedelta(days=2))
+    async def short_lived(ctx: WorkflowContext, inp: dict[str, int]) -> None:
+        return None
+
+    @workflow(name="long-lived", retention=timedelta(days=365))
+    async def long_lived(ctx: WorkflowContext, inp: dict[str, int]) -> None:
+        return None
+
+    async with Client(settings=settings) as client:
+        client.workflows.register(short_lived, long_lived)
+        await client.subscribe("retention.*", WorkflowTarget(short_lived))
+        await client.subscribe("retention.*", WorkflowTarget(long_lived))
+        await client.subscribe("retention.*", WorkflowTarget("unknown-here"))
+        await client.publish("retention.test", {"n": 1})
+        rows = await client.pool.fetch("SELECT workflow, retention_seconds FROM ripple_runs")
+
+    assert {r["workflow"]: r["retention_seconds"] for r in rows} == {
+        "short-lived": 2 * DAY,
+        "long-lived": settings.max_run_retention_days * DAY,
+        "unknown-here": None,  # the sweeper applies the default retention
+    }
