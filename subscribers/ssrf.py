@@ -24,6 +24,7 @@ __all__ = [
     "BlockedAddress",
     "Resolver",
     "SystemResolver",
+    "Unresolvable",
     "canonical",
     "check_url",
     "parse_target_url",
@@ -80,6 +81,10 @@ class BlockedAddress(ValueError):
     """The webhook URL reaches an address outside the public internet."""
 
 
+class Unresolvable(BlockedAddress):
+    """The webhook host does not resolve (now); nothing can be connected to."""
+
+
 def canonical(address: IPAddress) -> IPAddress:
     """The IPv4 address an IPv6 form embeds (mapped, compatible, 6to4, NAT64), else itself."""
     if isinstance(address, ipaddress.IPv4Address):
@@ -128,7 +133,7 @@ class AddressPolicy:
     def check(self, host: str, addresses: Sequence[str]) -> list[str]:
         """Every address of `host` checked; raise BlockedAddress if any is refused."""
         if not addresses:
-            raise BlockedAddress(f"webhook host {host!r} did not resolve to any address")
+            raise Unresolvable(f"webhook host {host!r} did not resolve to any address")
         for addr in addresses:
             why = self.refusal(addr)
             if why is not None:
@@ -154,7 +159,7 @@ class SystemResolver:
         try:
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except socket.gaierror as exc:
-            raise BlockedAddress(f"webhook host {host!r} does not resolve: {exc}") from exc
+            raise Unresolvable(f"webhook host {host!r} does not resolve: {exc}") from exc
         seen: list[str] = []
         for _family, _type, _proto, _name, sockaddr in infos:
             addr = str(sockaddr[0]).split("%", 1)[0]

@@ -8,11 +8,14 @@ rotating for the API and CLI. The loop itself is `WebhookDispatcher` (`dispatche
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import structlog
 
 from ripple.platform import subscription_store
 from ripple.platform.config import Settings
@@ -25,7 +28,13 @@ from ripple.subscribers import delivery_store as store
 from ripple.subscribers.delivery_store import Attempt, Delivery, DeliveryPage, DeliveryStatus
 from ripple.subscribers.dispatcher import WebhookDispatcher
 from ripple.subscribers.signing import decode_secret, generate_secret
-from ripple.subscribers.ssrf import AddressPolicy, Resolver, SystemResolver, check_url
+from ripple.subscribers.ssrf import (
+    AddressPolicy,
+    Resolver,
+    SystemResolver,
+    Unresolvable,
+    check_url,
+)
 from ripple.workflows.retry import RetryPolicy, seconds
 
 __all__ = [
@@ -44,6 +53,10 @@ __all__ = [
     "rotate_secret",
 ]
 
+log = structlog.get_logger("ripple.webhooks")
+
+#: Seconds a subscription waits for DNS when checking a webhook host.
+RESOLVE_TIMEOUT = 5.0
 #: Longest per-attempt timeout a target may ask for, in seconds.
 MAX_TIMEOUT = 300.0
 
@@ -67,7 +80,11 @@ class WebhookKind:
         if not isinstance(url, str) or not url:
             raise InvalidInput("webhook target needs a `url` (http:// or https://)", field="url")
         try:
-            await check_url(url, self._policy, self._resolver)
+            async with asyncio.timeout(RESOLVE_TIMEOUT):
+                await check_url(url, self._policy, self._resolver)
+        except (Unresolvable, TimeoutError) as exc:
+            # Nothing to connect to, so nothing to refuse yet: every attempt checks again.
+            log.warning("webhook_host_unresolved", url=url, error=str(exc) or "timed out")
         except ValueError as exc:
             raise InvalidInput(str(exc), field="url") from exc
         out = dict(target)

@@ -250,6 +250,31 @@ async def test_webhook_kind__validate_checks_url_secret_and_options(
         await lenient.validate({"type": "webhook", "url": "http://127.0.0.1/", "timeout": 0})
 
 
+class _Resolver:
+    def __init__(self, answers: dict[str, list[str]]) -> None:
+        self.answers = answers
+
+    async def resolve(self, host: str, port: int) -> list[str]:
+        from ripple.subscribers.ssrf import Unresolvable
+
+        if host not in self.answers:
+            raise Unresolvable(f"webhook host {host!r} does not resolve")
+        return self.answers[host]
+
+
+async def test_webhook_kind__validate_resolves_names(settings: Settings) -> None:
+    kind = WebhookKind(
+        settings,
+        resolver=_Resolver({"internal.example": ["10.0.0.7"], "public.example": ["8.8.8.8"]}),
+    )
+    with pytest.raises(InvalidInput, match=r"internal\.example.*10\.0\.0\.7"):
+        await kind.validate({"type": "webhook", "url": "https://internal.example/h"})
+    await kind.validate({"type": "webhook", "url": "https://public.example/h"})
+    # A host that does not resolve yet has nothing to refuse; every attempt checks it again.
+    ok = await kind.validate({"type": "webhook", "url": "https://not-yet.example/h"})
+    assert ok["url"] == "https://not-yet.example/h"
+
+
 async def test_webhook_list_deliveries__filters_and_pages(pool: Pool, hooks: Hooks) -> None:
     a = await hooks.subscribe("http://127.0.0.1:9/a")
     b = await hooks.subscribe("http://127.0.0.1:9/b")
