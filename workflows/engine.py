@@ -358,12 +358,19 @@ class RunExecution:
                 self._register_compensation(seq, key, compensate, value)
                 return value
             if entry is not None and entry.status == "failed":
-                raise StepFailedError(key, entry.error or {})
+                raise self._recorded_failure(key, entry.error or {})
             value = await self._execute(key, seq, kind, entry, fn, args, kwargs, retry, timeout)
             self._register_compensation(seq, key, compensate, value)
             return value
         finally:
             self._exit()
+
+    def _recorded_failure(self, key: str, error: dict[str, Any]) -> Exception:
+        """The exception a replayed failed step raises: its recorded class when importable (so
+        `except ValueError` in workflow code behaves as in the first pass), else
+        StepFailedError."""
+        rebuilt = serde.rebuild_error(error)
+        return rebuilt if rebuilt is not None else StepFailedError(key, error)
 
     async def _execute(
         self,

@@ -7,7 +7,9 @@ annotation the stored JSON itself is returned. Errors become structured JSON
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import sys
 import traceback
 import typing
 from collections.abc import Callable
@@ -16,7 +18,16 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-__all__ = ["NO_TYPE", "dump", "error_json", "load", "return_annotation", "validate"]
+__all__ = [
+    "NO_TYPE",
+    "STORED_ERROR",
+    "dump",
+    "error_json",
+    "load",
+    "rebuild_error",
+    "return_annotation",
+    "validate",
+]
 
 #: Marker for "no usable annotation": values pass through as JSON.
 NO_TYPE: Any = object()
@@ -84,9 +95,47 @@ def return_annotation(fn: Callable[..., Any]) -> Any:
 
 
 def error_json(exc: BaseException) -> dict[str, Any]:
-    """Structured JSON of an exception: {type, message, traceback}."""
+    """Structured JSON of an exception: {type, message, traceback} (+ where its class lives)."""
+    stored = getattr(exc, STORED_ERROR, None)
+    if isinstance(stored, dict):
+        return stored
+    cls = type(exc)
     return {
-        "type": type(exc).__name__,
+        "type": cls.__name__,
         "message": str(exc),
         "traceback": "".join(traceback.format_exception(exc))[-8000:],
+        "module": cls.__module__,
+        "qualname": cls.__qualname__,
     }
+
+
+#: Attribute carrying the stored error JSON on a rebuilt exception.
+STORED_ERROR = "__ripple_error__"
+
+
+def rebuild_error(error: dict[str, Any]) -> Exception | None:
+    """An exception of the recorded class with the recorded message (for replays), or None
+    when the class cannot be found. `__init__` is bypassed: only `args` are set."""
+    module_name, qualname = error.get("module"), error.get("qualname")
+    if not isinstance(module_name, str) or not isinstance(qualname, str):
+        return None
+    module = sys.modules.get(module_name)
+    if module is None:
+        try:
+            module = importlib.import_module(module_name)
+        except Exception:
+            return None
+    target: Any = module
+    for part in qualname.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            return None
+    if not (isinstance(target, type) and issubclass(target, Exception)):
+        return None
+    try:
+        exc: Exception = target.__new__(target)
+        exc.args = (error.get("message", ""),)
+        setattr(exc, STORED_ERROR, error)
+    except Exception:
+        return None
+    return exc

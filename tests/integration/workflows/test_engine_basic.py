@@ -239,3 +239,29 @@ async def test_engine__sleep_until_wakes_at_the_given_time(app: App) -> None:
     assert wake.completed_at is not None
     assert wake.due_at is not None
     assert wake.completed_at >= wake.due_at
+
+
+class PaymentDeclined(Exception):
+    pass
+
+
+@workflow(name="catcher")
+async def catcher_wf(ctx: WorkflowContext) -> str:
+    def decline() -> None:
+        bump("decline")
+        raise PaymentDeclined("card declined")
+
+    try:
+        await ctx.step.run("pay", decline, retry=RetryPolicy(max_attempts=1))
+    except PaymentDeclined as exc:
+        outcome = f"declined: {exc}"
+    await ctx.step.sleep("replay-after", 0.2)  # the next pass replays the failed step
+    return outcome
+
+
+async def test_engine__replayed_failed_step_raises_its_recorded_exception_type(app: App) -> None:
+    calls.clear()
+    handle = await app.workflows.start(catcher_wf)
+    async with app.worker(catcher_wf):
+        assert await handle.result(timeout=10) == "declined: card declined"
+    assert calls["decline"] == 1
