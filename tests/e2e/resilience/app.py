@@ -112,4 +112,4 @@ async def napper(ctx: WorkflowContext) -> int:
     """`a`, a durable 0.3 s sleep, then `b` (timers must fire without Redis)."""
     await ctx.step.run("a", record_effect, ctx.run_id, "a")
     await ctx.step.sleep("nap", 0.3)
-    return await ctx.step.run("b", record_effect, ctx.run_id, "b")
+    return int(await ctx.step.run("b", record_effect, ctx.run_id, "b"))
