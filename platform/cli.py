@@ -180,12 +180,13 @@ def serve(
     ] = None,
 ) -> None:
     """Run the HTTP API (tokens from RIPPLE_API_TOKENS; none = loopback only, no auth)."""
+    settings = _settings()
+    _check_bind(host, settings)
+    configure_logging(console=settings.log_console, level=settings.log_level)
+
     from ripple.platform.api.server import Services, load_app, run_services
     from ripple.platform.client import Client
 
-    settings = _settings()
-    configure_logging(console=settings.log_console, level=settings.log_level)
-    _check_bind(host, settings)
     if not settings.api_tokens:
         err.print("[yellow]auth is off[/yellow]: no RIPPLE_API_TOKENS; serving on loopback only")
 

@@ -26,12 +26,10 @@ _EXAMPLE_SIGNUP = '{"userId": 42, "email": "ann@example.com"}'
 _EXAMPLE_VERIFIED = '{"userId": 42}'
 
 
-def banner(
-    *, url: str, app: AppModule | None, database: str, redis: str | None, embedded: bool
-) -> str:
+def banner(*, url: str, app: AppModule | None, redis: str | None, embedded: Path | None) -> str:
     """What `ripple dev` prints once it is ready."""
     workflows = ", ".join(w.name for w in app.workflows) if app is not None else ""
-    where = "embedded (data under .ripple/)" if embedded else "from RIPPLE_DATABASE_URL"
+    where = f"embedded (data under {embedded}/)" if embedded else "from RIPPLE_DATABASE_URL"
     lines = [
         "",
         "[bold green]ripple dev is running[/bold green]",
@@ -84,9 +82,8 @@ def run_dev(
                 banner(
                     url=url,
                     app=module,
-                    database=str(settings.database_url),
                     redis=settings.redis_url,
-                    embedded=embedded is not None,
+                    embedded=data_dir if embedded is not None else None,
                 ),
                 highlight=False,
             )
