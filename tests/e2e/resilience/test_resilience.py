@@ -134,7 +134,9 @@ async def test_worker_sigstop__past_lease_is_fenced_after_sigcont(
 async def test_two_workers__500_runs_run_each_step_body_once(
     client: Client, effects: Effects, workers: Workers
 ) -> None:
-    w1, w2 = await asyncio.gather(workers.start(concurrency=50), workers.start(concurrency=50))
+    # no takeovers wanted here: a lease that a starved heartbeat cannot lose on a busy machine
+    steady = {"concurrency": 50, "RIPPLE_LEASE_SECONDS": "15"}
+    w1, w2 = await asyncio.gather(workers.start(**steady), workers.start(**steady))
     for _ in range(10):
         await asyncio.gather(*(client.start(app.three_steps) for _ in range(50)))
 
