@@ -190,8 +190,12 @@ class RunExecution:
         max_steps: int,
         is_stopping: Callable[[], bool],
         resolve: Callable[[str], WorkflowDefinition[Any, Any] | None],
+        lease: float = 30.0,
     ) -> None:
         self.facts = facts
+        self.lease = lease
+        #: Loop time until which the lease is known to hold (claim, flushes, heartbeats).
+        self._lease_until = asyncio.get_running_loop().time() + lease
         self.run_id = facts.run_id
         self.attempt = facts.attempt
         self.definition = definition
@@ -231,12 +235,24 @@ class RunExecution:
         self._pending.clear()
         return entries
 
-    async def flush(self) -> None:
+    async def flush(self, *, force: bool = False) -> None:
         """Commit the batched journal writes now (and extend the lease)."""
         async with self._flush_lock:
             entries = self._take()
-            if entries:
+            if entries or force:
+                sent = asyncio.get_running_loop().time()
                 await self.writer.flush(entries, self.step_count)
+                self.renew_lease(sent)
+
+    def renew_lease(self, sent: float) -> None:
+        """The lease was extended by a write sent at loop time `sent`."""
+        self._lease_until = max(self._lease_until, sent + self.lease)
+
+    async def _check_lease(self) -> None:
+        # A worker that missed its heartbeats (paused, partitioned) must not start another
+        # step on a lease that may be gone: confirm (and extend) it with a fenced write first.
+        if asyncio.get_running_loop().time() > self._lease_until - self.lease / 2:
+            await self.flush(force=True)
 
     def _fail_fatal(self, exc: WorkflowFailed) -> WorkflowFailed:
         if self._fatal is None:
@@ -414,6 +430,7 @@ class RunExecution:
                 )
                 raise StepFailedError(key, error)
             await self._gate()
+            await self._check_lease()
             self._count_execution()
             started_at = self.clock()
             self._record(Entry(key, seq, kind, "running", attempt, started_at=started_at))

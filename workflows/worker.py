@@ -293,6 +293,7 @@ class Worker:
             max_steps=self.settings.max_steps_per_run,
             is_stopping=lambda: self._stopping,
             resolve=self.client.workflows.resolve,
+            lease=self.settings.lease_seconds,
         )
         slot.engine = engine
         in_flight = metrics.RUNS_IN_FLIGHT.labels(claim.workflow)
@@ -343,6 +344,7 @@ class Worker:
                     async with self.client.pool.acquire() as conn:
                         await conn.execute(store.HEARTBEAT_WORKER, self.worker_id)
                         if slots:
+                            sent = asyncio.get_running_loop().time()
                             rows = await conn.fetch(
                                 store.EXTEND_LEASES,
                                 [s.run_id for s in slots],
@@ -350,6 +352,9 @@ class Worker:
                                 self.settings.lease_seconds,
                             )
                             kept = {row["run_id"] for row in rows}
+                            for slot in slots:
+                                if slot.run_id in kept and slot.engine is not None:
+                                    slot.engine.renew_lease(sent)
                             lost = [s.run_id for s in slots if s.run_id not in kept]
                             self._abort(lost, "lease_lost")
             except RippleError as exc:
