@@ -44,7 +44,8 @@ app.add_typer(runs_app, name="runs")
 app.add_typer(queues_app, name="queues")
 app.add_typer(deliveries_app, name="deliveries")
 
-out = Console(soft_wrap=True)
+# Piped output (not a terminal) gets a wide console, so tables never wrap ids in files or tests.
+out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, soft_wrap=True)
 
 # -- shared options ------------------------------------------------------------------------
@@ -134,6 +135,12 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
 
 def _short_time(value: str | None) -> str:
     return "" if not value else value.replace("T", " ")[:23]
+
+
+def _duration(ms: float | None) -> str:
+    if ms is None:
+        return ""
+    return f"{ms:.1f} ms" if ms < 1000 else f"{ms / 1000:.2f} s"
 
 
 def _clock(value: str | None) -> str:
@@ -499,7 +506,7 @@ def runs_show(
             s["status"],
             s.get("attempts"),
             _clock(s.get("startedAt")),
-            "" if s.get("durationMs") is None else f"{s['durationMs']:.1f} ms",
+            _duration(s.get("durationMs")),
             _error_text(s.get("error")),
         ]
         for s in steps
