@@ -372,7 +372,9 @@ class WorkflowClient:
         """Resolve, in the caller's transaction, every wait on `topic` whose match `payload`
         contains; returns how many (send RunReady after commit when not zero)."""
         with map_errors():
-            await conn.fetch(store.LOCK_EVENT_WAIT_RUNS, topic, payload)
+            locked = await conn.fetch(store.LOCK_EVENT_WAIT_RUNS, topic, payload)
+            if not locked:
+                return 0  # the common case: no run waits on this topic
             count: int = await conn.fetchval(store.RESOLVE_EVENT_WAITS, topic, payload)
         return count
 
