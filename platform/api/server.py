@@ -13,9 +13,10 @@ import importlib
 import inspect
 import os
 import signal
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -86,7 +87,6 @@ class Services:
     #: Serve Prometheus `/metrics` on this (host, port) beside the worker (no auth).
     metrics: tuple[str, int] | None = None
     on_ready: Callable[[], None] | None = None
-    extra_stop: list[Callable[[], None]] = field(default_factory=list)
 
 
 async def _start_metrics(client: Client, where: tuple[str, int] | None) -> asyncio.Server | None:
@@ -103,11 +103,35 @@ async def _stop_metrics(server: asyncio.Server | None) -> None:
         await server.wait_closed()
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, or a `ConfigError` that says what to change."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"cannot listen on {host}:{port} ({exc.strerror}); pick another --port or --host"
+        ) from None
+    sock.set_inheritable(True)
+    return sock
+
+
 async def run_services(client: Client, services: Services) -> None:
     """Run the API and/or a worker until SIGINT/SIGTERM, then stop them gracefully."""
     from ripple.workflows.worker import Worker
 
-    await client.connect()
+    # Bind first: a port in use is a clear error before anything else starts.
+    sock = _listen(*services.api) if services.api is not None else None
+    try:
+        await client.connect()
+    except BaseException:
+        if sock is not None:
+            sock.close()
+        raise
     if services.app is not None:
         # Known definitions let `start` by name validate input before anything is written.
         client.workflows.register(*services.app.workflows)
@@ -122,19 +146,9 @@ async def run_services(client: Client, services: Services) -> None:
     worker: Worker | None = None
     metrics_server: asyncio.Server | None = None
     try:
-        if services.api is not None:
-            host, port = services.api
-            config = uvicorn.Config(
-                create_app(client),
-                host=host,
-                port=port,
-                log_config=None,
-                access_log=False,
-                lifespan="on",
-                timeout_graceful_shutdown=5,
-            )
-            server = _Server(config)
-            tasks.append(asyncio.create_task(server.serve(), name="ripple-api"))
+        if sock is not None:
+            server = _api_server(client, sock)
+            tasks.append(asyncio.create_task(server.serve(sockets=[sock]), name="ripple-api"))
         if services.worker:
             workflows = services.app.workflows if services.app is not None else []
             worker = Worker(
@@ -157,15 +171,33 @@ async def run_services(client: Client, services: Services) -> None:
             worker.stop()
         results = await asyncio.gather(*tasks, return_exceptions=True)
         stopped.cancel()
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
-                raise result
+        _raise_failure(results)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         await _stop_metrics(metrics_server)
         await client.close()
         log.info("process_stopped")
+
+
+def _api_server(client: Client, sock: socket.socket) -> _Server:
+    host, port = sock.getsockname()[:2]
+    config = uvicorn.Config(
+        create_app(client),
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+    return _Server(config)
+
+
+def _raise_failure(results: list[Any]) -> None:
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+            raise result
 
 
 async def _announce(server: _Server | None, on_ready: Callable[[], None] | None) -> None:
