@@ -175,6 +175,28 @@ def _check_bind(host: str, settings: Settings) -> None:
 
 
 @app.command()
+def dev(
+    app_path: Annotated[
+        str | None, typer.Option("--app", help="Module with your workflows.")
+    ] = None,
+    host: Annotated[str, typer.Option(help="Interface for the API.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port for the API.")] = 8080,
+    data_dir: Annotated[
+        Path, typer.Option(help="Where the embedded Postgres and Redis keep their data.")
+    ] = Path(".ripple"),
+    concurrency: Annotated[int, typer.Option(min=1)] = 100,
+) -> None:
+    """All in one process: API + worker (+ embedded Postgres/Redis when no RIPPLE_DATABASE_URL)."""
+    from ripple.platform.api.dev import run_dev
+
+    _check_bind(host, _settings())
+    try:
+        run_dev(app_path, host=host, port=port, data_dir=data_dir, concurrency=concurrency)
+    except RippleError as exc:
+        raise _fail(exc.message) from None
+
+
+@app.command()
 def serve(
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
@@ -270,28 +292,6 @@ def migrate() -> None:
     except RippleError as exc:
         raise _fail(exc.message) from None
     out.print(f"applied {applied} migration(s); the schema is current")
-
-
-@app.command()
-def dev(
-    app_path: Annotated[
-        str | None, typer.Option("--app", help="Module with your workflows.")
-    ] = None,
-    host: Annotated[str, typer.Option(help="Interface for the API.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port for the API.")] = 8080,
-    data_dir: Annotated[
-        Path, typer.Option(help="Where the embedded Postgres and Redis keep their data.")
-    ] = Path(".ripple"),
-    concurrency: Annotated[int, typer.Option(min=1)] = 100,
-) -> None:
-    """All in one process: API + worker (+ embedded Postgres/Redis when no RIPPLE_DATABASE_URL)."""
-    from ripple.platform.api.dev import run_dev
-
-    _check_bind(host, _settings())
-    try:
-        run_dev(app_path, host=host, port=port, data_dir=data_dir, concurrency=concurrency)
-    except RippleError as exc:
-        raise _fail(exc.message) from None
 
 
 # -- topics and subscriptions ----------------------------------------------------------------
