@@ -1,0 +1,85 @@
+"""The OpenAPI document covers API.md's REST table and documents problem responses (no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import pytest
+
+from ripple.platform.api.app import create_app
+from ripple.platform.api.models import jsonable
+from ripple.platform.config import load_settings
+
+#: API.md's REST table (plus the extras documented in docs/api.md).
+ROUTES = [
+    ("post", "/v1/workflows/{name}/runs"),
+    ("get", "/v1/workflows/{name}/runs"),
+    ("get", "/v1/workflows/{name}/runs/{run_id}"),
+    ("delete", "/v1/workflows/{name}/runs/{run_id}"),
+    ("post", "/v1/workflows/{name}/runs/{run_id}/signals/{signal}"),
+    ("get", "/v1/workflows/{name}/runs/{run_id}/steps"),
+    ("get", "/v1/workflows"),
+    ("post", "/v1/signals"),
+    ("post", "/v1/topics/{topic}/events"),
+    ("get", "/v1/topics/{topic}/explain"),
+    ("post", "/v1/subscriptions"),
+    ("get", "/v1/subscriptions"),
+    ("delete", "/v1/subscriptions/{subscription_id}"),
+    ("post", "/v1/subscriptions/{subscription_id}/pause"),
+    ("post", "/v1/queues/{queue}/messages"),
+    ("post", "/v1/queues/{queue}/messages/receive"),
+    ("delete", "/v1/queues/{queue}/messages/{receipt}"),
+    ("get", "/v1/queues/{queue}/stats"),
+    ("get", "/v1/deliveries"),
+    ("post", "/v1/deliveries/{delivery_id}/redrive"),
+    ("get", "/metrics"),
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+]
+
+
+@pytest.fixture(scope="module")
+def openapi() -> dict:
+    app = create_app(load_settings(database_url="postgresql://unused@127.0.0.1:1/none"))
+    return app.openapi()
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+def test_api_openapi__route_is_documented(openapi: dict, method: str, path: str) -> None:
+    assert method in openapi["paths"][path]
+
+
+def test_api_openapi__v1_routes_document_problems_and_bearer_auth(openapi: dict) -> None:
+    assert openapi["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    for path, item in openapi["paths"].items():
+        if not path.startswith("/v1"):
+            continue
+        for method, operation in item.items():
+            for status in ("401", "413", "422"):
+                content = operation["responses"][status]["content"]
+                assert "application/problem+json" in content, (method, path, status)
+            assert operation.get("security"), (method, path)
+
+
+def test_api_openapi__bodies_are_camel_case_with_examples(openapi: dict) -> None:
+    start = openapi["components"]["schemas"]["StartRun"]["properties"]
+    assert {"input", "version", "idempotencyKey", "deadline"} <= set(start)
+    assert start["idempotencyKey"]["examples"] == ["signup-42"]
+
+
+@dataclass
+class _Record:
+    run_id: str
+    created_at: datetime
+    input: dict
+
+
+def test_api_models__jsonable_camel_cases_fields_but_not_user_data() -> None:
+    when = datetime(2026, 1, 2, tzinfo=UTC)
+    record = _Record("r1", when, {"user_id": 1, "nested": {"snake_key": [1]}})
+    assert jsonable(record) == {
+        "runId": "r1",
+        "createdAt": "2026-01-02T00:00:00+00:00",
+        "input": {"user_id": 1, "nested": {"snake_key": [1]}},
+    }
