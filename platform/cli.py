@@ -326,6 +326,36 @@ def publish(
 
 
 @app.command()
+def explain(
+    topic: Annotated[str, typer.Argument(help="Topic, e.g. user.signup.")],
+    payload: Annotated[str | None, typer.Argument(help="JSON payload.")] = None,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Dry run: which subscriptions and waiting runs an event would reach, and why not others."""
+    value = _json_arg(payload, "payload")
+    result = _operate(api, token, lambda op: op.explain(topic, value))
+    if as_json:
+        _print_json(result)
+        return
+    rows = [
+        [
+            v["subscriptionId"],
+            v["pattern"],
+            _target_text(v["target"]),
+            v["status"],
+            "yes" if v["matched"] else "no",
+            v.get("reason") or "",
+        ]
+        for v in result.get("subscriptions", [])
+    ]
+    _table(f"{topic}", ["subscription", "pattern", "target", "status", "delivers", "why not"], rows)
+    if result.get("waits") is not None:
+        out.print(f"waiting runs it would resume: {result['waits']}")
+
+
+@app.command()
 def signal(
     event: Annotated[str, typer.Argument(help="Event name the runs wait on.")],
     payload: Annotated[str | None, typer.Argument(help="JSON payload.")] = None,

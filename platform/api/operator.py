@@ -92,7 +92,11 @@ class LocalOperator:
         return Published.model_validate(jsonable(result)).model_dump(mode="json", by_alias=True)
 
     async def explain(self, topic: str, payload: Json) -> Json:
-        return jsonable(await self.client.explain(topic, payload))
+        result = jsonable(await self.client.explain(topic, payload))
+        for verdict in result.get("subscriptions", []):
+            if isinstance(verdict.get("target"), dict) and "secret" in verdict["target"]:
+                verdict["target"]["secret"] = "whsec_…"
+        return result
 
     async def subscribe(self, pattern: str, target: Json, filter: Json) -> Json:
         from pydantic import TypeAdapter, ValidationError

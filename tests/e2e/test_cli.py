@@ -63,7 +63,15 @@ async def test_cli__subscriptions_publish_and_queues(ripple_cli: CliRunner) -> N
     assert event["eventId"] in repeat.stdout
     assert "duplicate" in repeat.stdout
 
-    stats = parsed((await ripple_cli("queues", "stats", "cli-audit", "--json")).stdout)
+    stats_json, explained = await asyncio.gather(
+        ripple_cli("queues", "stats", "cli-audit", "--json"),
+        ripple_cli("explain", "audit.logout", "{}", "--json"),
+    )
+    stats = parsed(stats_json.stdout)
+    (verdict,) = [
+        v for v in parsed(explained.stdout)["subscriptions"] if v["subscriptionId"] == sub["id"]
+    ]
+    assert verdict["matched"] is True
     assert stats["visible"] == 2
     received = parsed(
         (
