@@ -9,7 +9,12 @@ from typing import Any
 from ripple.workflows import WorkflowContext, workflow
 
 
-def _noop() -> None:
+async def _noop() -> None:
+    return None
+
+
+def _noop_sync() -> None:
+    """A sync step body: Ripple runs it in a thread so it cannot block the event loop."""
     return None
 
 
@@ -18,6 +23,13 @@ async def noop3(ctx: WorkflowContext) -> None:
     await ctx.step.run("a", _noop)
     await ctx.step.run("b", _noop)
     await ctx.step.run("c", _noop)
+
+
+@workflow(name="noop3-sync")
+async def noop3_sync(ctx: WorkflowContext) -> None:
+    await ctx.step.run("a", _noop_sync)
+    await ctx.step.run("b", _noop_sync)
+    await ctx.step.run("c", _noop_sync)
 
 
 @workflow(name="one-step")
@@ -56,4 +68,4 @@ async def parent(ctx: WorkflowContext, value: int) -> int:
     return out
 
 
-WORKFLOWS = [noop3, one_step, sleeper, waiter, child, parent]
+WORKFLOWS = [noop3, noop3_sync, one_step, sleeper, waiter, child, parent]

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
-from bench.app import noop3, one_step, sleeper
+from bench.app import noop3, noop3_sync, one_step, sleeper
 from bench.common import bench_database, report, subprocess_module, summary, xact_commits
 from ripple.platform.client import Client
+from ripple.workflows.definition import WorkflowDefinition
 
 RUNS = 2000
 LATENCY_RUNS = 200
@@ -23,7 +25,7 @@ def _env(url: str, redis_url: str | None, prefix: str) -> dict[str, str]:
     }
 
 
-async def throughput() -> None:
+async def throughput(definition: WorkflowDefinition[Any, Any] = noop3, label: str = "") -> None:
     async with bench_database() as db, Client(settings=db.settings) as client:
         env = _env(db.url, db.settings.redis_url, db.settings.redis_prefix)
         async with subprocess_module("bench.worker", "100", env=env):
@@ -32,13 +34,13 @@ async def throughput() -> None:
             handles = []
             for batch in range(0, RUNS, 100):
                 handles += await asyncio.gather(
-                    *(client.start(noop3) for _ in range(batch, min(RUNS, batch + 100)))
+                    *(client.start(definition) for _ in range(batch, min(RUNS, batch + 100)))
                 )
             await asyncio.gather(*(h.result(timeout=300) for h in handles))
             elapsed = time.perf_counter() - started
             after = await xact_commits(db)
         report(
-            "workflow throughput (3-step no-op)",
+            f"workflow throughput (3-step no-op{label})",
             f"{RUNS / elapsed:,.0f} runs/s ({RUNS} runs in {elapsed:.2f} s, concurrency 100)",
         )
         report(
@@ -77,5 +79,6 @@ async def sleep_lateness() -> None:
 
 async def run() -> None:
     await throughput()
+    await throughput(noop3_sync, ", sync steps")
     await latency()
     await sleep_lateness()

@@ -230,6 +230,9 @@ class Worker:
 
     def _note_due(self, wake_at: datetime) -> None:
         """A run this worker suspended is due at `wake_at`: wake the loop then."""
+        if wake_at.tzinfo is None:
+            # asyncpg decodes timestamptz 'infinity' as the naive datetime.max: never due.
+            return
         loop = asyncio.get_running_loop()
         due = loop.time() + (wake_at - datetime.now(UTC)).total_seconds()
         if self._due is None or due < self._due:
