@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar, overload
 
 from ripple.platform import migrate
 from ripple.platform.config import Settings, load_settings
@@ -33,6 +33,8 @@ from ripple.workflows.client import Page, Run, RunHandle, SignalResult, StepReco
 from ripple.workflows.definition import WorkflowDefinition
 
 __all__ = ["Client"]
+
+OutT = TypeVar("OutT")
 
 
 class Client:
@@ -153,6 +155,30 @@ class Client:
 
     # -- workflows ---------------------------------------------------------------------------
 
+    @overload
+    async def start(
+        self,
+        workflow: WorkflowDefinition[Any, OutT],
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        deadline: datetime | timedelta | float | None = None,
+        version: int | None = None,
+        conn: Connection | None = None,
+    ) -> RunHandle[OutT]: ...
+
+    @overload
+    async def start(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        deadline: datetime | timedelta | float | None = None,
+        version: int | None = None,
+        conn: Connection | None = None,
+    ) -> RunHandle[Any]: ...
+
     async def start(
         self,
         workflow: WorkflowDefinition[Any, Any] | str,
@@ -162,8 +188,12 @@ class Client:
         deadline: datetime | timedelta | float | None = None,
         version: int | None = None,
         conn: Connection | None = None,
-    ) -> RunHandle:
-        """Start a run of `workflow` (a definition or a registered name) and return its handle."""
+    ) -> RunHandle[Any]:
+        """Start a run of `workflow` (a definition or a registered name) and return its handle.
+
+        With `conn`, the run is created inside the caller's transaction (it exists if and only
+        if that transaction commits).
+        """
         return await self.workflows.start(
             workflow,
             input,
@@ -173,7 +203,7 @@ class Client:
             conn=conn,
         )
 
-    def handle(self, run_id: str) -> RunHandle:
+    def handle(self, run_id: str) -> RunHandle[Any]:
         """A handle to an existing run (to await its result)."""
         return self.workflows.handle(run_id)
 
