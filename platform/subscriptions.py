@@ -254,14 +254,9 @@ class Subscriptions:
 def _take_hint(listener: Listener) -> bool:
     """Whether a hint arrived since the last check (clearing it), without waiting.
 
-    `Listener.wait(0)` would yield to the event loop on every publish (it wraps a task), which
-    under load costs a loop iteration per publish; reading the flag is free.
+    `Listener.wait(0)` would yield to the event loop on every publish; `take()` is free.
     """
-    event: asyncio.Event = listener._event
-    if event.is_set():
-        event.clear()
-        return True
-    return False
+    return listener.take()
 
 
 def _is_uuid(value: str) -> bool:

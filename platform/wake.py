@@ -158,6 +158,12 @@ class Listener:
     def _set(self) -> None:
         self._event.set()
 
+    def take(self) -> bool:
+        """Whether a hint arrived since the last check (clearing it), without waiting."""
+        woke = self._event.is_set()
+        self._event.clear()
+        return woke
+
     async def wait(self, timeout: float | None = None) -> bool:
         """Wait for a hint, at most `timeout` and never past the poll interval.
 
