@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -24,6 +23,7 @@ from ripple.workflows import (
     WorkflowFailed,
     workflow,
 )
+from tests.helpers import assert_eventually
 
 
 class OrderIn(BaseModel):
@@ -37,7 +37,7 @@ class OrderOut(BaseModel):
 
 @dataclass
 class Signup:
-    userId: int  # noqa: N815 - event payload field names are camelCase
+    userId: int
 
 
 def price(order_id: int) -> float:
@@ -125,13 +125,14 @@ async def test_contract__client_and_worker_as_documented(settings: Settings) -> 
             same = await client.start("order", {"id": 1}, idempotency_key="k1")
             assert same.run_id == again.run_id
 
-            async def waiting(run_id: str) -> None:
-                while (run := await client.get_run(run_id)) is None or run.status != "waiting":
-                    await asyncio.sleep(0.02)
+            async def waiting(run_id: str) -> bool:
+                run = await client.get_run(run_id)
+                return run is not None and run.status == "waiting"
 
-            await asyncio.wait_for(waiting(handle.run_id), 20)
+            await assert_eventually(lambda: waiting(handle.run_id), timeout=20)
             res = await client.signal(handle.run_id, "approved", {"ok": True, "by": "ann"})
-            assert res.delivered and not res.buffered
+            assert res.delivered
+            assert not res.buffered
             out = await handle.result(timeout=30)
             assert out == OrderOut(id=2, total=3.0)
 
@@ -177,7 +178,7 @@ async def test_contract__client_and_worker_as_documented(settings: Settings) -> 
                 await (await client.start(fails)).result(timeout=30)
 
             pending = await client.start("order", {"id": 9})
-            await asyncio.wait_for(waiting(pending.run_id), 20)
+            await assert_eventually(lambda: waiting(pending.run_id), timeout=20)
             assert await client.cancel(pending.run_id) is True
             assert await client.cancel(pending.run_id) is False
             with pytest.raises(WorkflowCanceled):
@@ -204,16 +205,14 @@ async def test_contract__client_and_worker_as_documented(settings: Settings) -> 
                 ),
             )
             ev = await client.publish("user.signup", {"userId": 42}, idempotency_key=None)
-            assert ev.event_id and ev.deliveries == 2  # the workflow and the audit queue
+            assert ev.event_id
+            assert ev.deliveries == 2  # the workflow and the audit queue
 
             async def onboarding_waits() -> int:
-                while True:
-                    runs = await client.list_runs(workflow="onboard-user", status="waiting")
-                    if runs.items:
-                        return len(runs.items)
-                    await asyncio.sleep(0.02)
+                runs = await client.list_runs(workflow="onboard-user", status="waiting")
+                return len(runs.items)
 
-            await asyncio.wait_for(onboarding_waits(), 20)
+            await assert_eventually(onboarding_waits, timeout=20)
             assert await client.signal_matching("user.verified", {"userId": 42}) == 1
             await client.unsubscribe(sub.id)
             await client.unsubscribe(hook.id)
