@@ -108,6 +108,7 @@ class Worker:
         self._until_idle = False
         #: loop time at which the next known run becomes due (None: unknown, poll)
         self._due: float | None = None
+        self._due_checked = float("-inf")
         self._listener: Listener | None = None
         self._main: asyncio.Task[None] | None = None
         client.workflows.register(*workflows)
@@ -217,14 +218,22 @@ class Worker:
                         if until_idle and claimed == 0 and not self._inflight:
                             return
                         # Nothing else is due now: sleep exactly until the next run is due.
-                        secs = await self._next_due()
-                        self._due = None if secs is None else loop.time() + secs
+                        # After a claim that found work, the cached due time is kept for a
+                        # quarter poll interval: the next claim finds any due run anyway, and
+                        # this worker's own timers are tracked exactly by `_note_due`. This
+                        # halves the queries per claim cycle under a stream of starts.
+                        if claimed == 0 or loop.time() - self._due_checked > poll / 4:
+                            secs = await self._next_due()
+                            self._due_checked = loop.time()
+                            self._due = None if secs is None else loop.time() + secs
                     timeout = poll
                     if self._due is not None:
                         timeout = min(poll, max(0.001, self._due - loop.time()))
                     await listener.wait(timeout)
                     if self._due is not None and loop.time() >= self._due:
+                        # Consumed: the next due time must come from Postgres again.
                         self._due = None
+                        self._due_checked = float("-inf")
             finally:
                 self._listener = None
 
