@@ -428,6 +428,38 @@ def unsubscribe(
 
 
 @app.command()
+def pause(
+    subscription_id: Annotated[str, typer.Argument(help="Subscription id.")],
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Stop delivering events to a subscription until it is resumed (events still publish)."""
+    _set_paused(subscription_id, True, api, token, as_json)
+
+
+@app.command()
+def resume(
+    subscription_id: Annotated[str, typer.Argument(help="Subscription id.")],
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Deliver to a paused (or disabled) subscription again, from the next event on."""
+    _set_paused(subscription_id, False, api, token, as_json)
+
+
+def _set_paused(
+    subscription_id: str, paused: bool, api: str | None, token: str | None, as_json: bool
+) -> None:
+    result = _operate(api, token, lambda op: op.set_paused(subscription_id, paused))
+    if as_json:
+        _print_json(result)
+    else:
+        out.print(f"subscription {subscription_id} is {result['status']}")
+
+
+@app.command()
 def subscriptions(api: ApiOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """List subscriptions."""
     result = _operate(api, token, lambda op: op.subscriptions())

@@ -41,6 +41,7 @@ class Operator(Protocol):
     async def explain(self, topic: str, payload: Json) -> Json: ...
     async def subscribe(self, pattern: str, target: Json, filter: Json) -> Json: ...
     async def unsubscribe(self, subscription_id: str) -> bool: ...
+    async def set_paused(self, subscription_id: str, paused: bool) -> Json: ...
     async def subscriptions(self) -> Json: ...
     async def start(self, workflow: str, input: Json, idempotency_key: str | None) -> Json: ...
     async def list_runs(
@@ -112,6 +113,11 @@ class LocalOperator:
 
     async def unsubscribe(self, subscription_id: str) -> bool:
         return await self.client.unsubscribe(subscription_id)
+
+    async def set_paused(self, subscription_id: str, paused: bool) -> Json:
+        change = self.client.pause_subscription if paused else self.client.resume_subscription
+        sub = await change(subscription_id)
+        return subscription_out(sub).model_dump(mode="json", by_alias=True)
 
     async def subscriptions(self) -> Json:
         subs = await self.client.list_subscriptions()
@@ -242,6 +248,10 @@ class RemoteOperator:
     async def subscribe(self, pattern: str, target: Json, filter: Json) -> Json:
         body = {"pattern": pattern, "target": target, "filter": filter}
         return await self._call("POST", "/v1/subscriptions", json=body)
+
+    async def set_paused(self, subscription_id: str, paused: bool) -> Json:
+        verb = "pause" if paused else "resume"
+        return await self._call("POST", f"/v1/subscriptions/{subscription_id}/{verb}")
 
     async def unsubscribe(self, subscription_id: str) -> bool:
         try:

@@ -61,6 +61,13 @@ async def test_cli__subscriptions_publish_and_queues(ripple_cli: CliRunner) -> N
     assert event["eventId"] in repeat.stdout
     assert "duplicate" in repeat.stdout
 
+    paused = await ripple_cli("pause", sub["id"])
+    assert "paused" in paused.stdout
+    skipped = parsed((await ripple_cli("publish", "audit.skip", "{}", "--json")).stdout)
+    assert skipped["deliveries"] == 0
+    resumed = parsed((await ripple_cli("resume", sub["id"], "--json")).stdout)
+    assert resumed["status"] == "active"
+
     stats_json, explained = await asyncio.gather(
         ripple_cli("queues", "stats", "cli-audit", "--json"),
         ripple_cli("explain", "audit.logout", "{}", "--json"),
@@ -163,6 +170,13 @@ async def test_cli__operator_commands_through_the_api(
     assert "items" in parsed(runs.stdout)
     assert isinstance(parsed(subs.stdout), list)
     assert parsed(deliveries.stdout)["items"] == []
+    hooked = parsed(
+        (await ripple_cli("subscribe", "api.#", "--queue", "api-q", *api, "--json")).stdout
+    )
+    paused = parsed((await ripple_cli("pause", hooked["id"], *api, "--json")).stdout)
+    assert paused["status"] == "paused"
+    resumed = await ripple_cli("resume", hooked["id"], *api)
+    assert "active" in resumed.stdout
     redrive, denied = await asyncio.gather(
         ripple_cli("deliveries", "redrive", "--all-failed", *api),
         ripple_cli("runs", "list", "--api", api_server.url, "--token", "nope", check=False),
