@@ -62,10 +62,6 @@ TokenOpt = Annotated[
     str | None, typer.Option("--token", envvar="RIPPLE_API_TOKEN", help="Bearer token for --api.")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
-AppOpt = Annotated[
-    str | None,
-    typer.Option("--app", help="Python module with your workflows, e.g. `myapp.workflows`."),
-]
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:

@@ -211,10 +211,3 @@ def _settle(item: PendingEvent, outcome: WrittenEvent | BaseException) -> None:
         future.set_exception(outcome)
     else:
         future.set_result(outcome)
-
-
-def group_for_hints(
-    written: Sequence[WrittenEvent],
-) -> list[tuple[PublishedEvent, dict[str, list[SubscriptionRow]]]]:
-    """(event, rows by kind) of the events that were written, for after-commit hints."""
-    return [(w.event, w.by_kind) for w in written if w.event is not None]

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -389,8 +388,3 @@ class WorkflowClient:
             metrics.SIGNALS.labels("delivered").inc(count)
             self.waker.notify(RunReady())
         return count
-
-
-async def wait_all(handles: Sequence[RunHandle[Any]], timeout: float | None = None) -> list[Any]:
-    """Results of several handles (helper for tests and scripts)."""
-    return list(await asyncio.gather(*(h.result(timeout) for h in handles)))

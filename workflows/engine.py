@@ -152,10 +152,6 @@ class RunWriter(Protocol):
     ) -> None: ...
 
 
-class _Fatal(WorkflowError):
-    """Internal wrapper for errors that fail a run regardless of workflow code."""
-
-
 @dataclass(slots=True)
 class _Block:
     kind: str
