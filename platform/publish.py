@@ -10,14 +10,13 @@ through `TargetKind`); reads the workflow waits table only to probe and explain.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import structlog
 
-from ripple.platform import db, event_store, metrics, tracing
+from ripple.platform import db, event_store, metrics, tracing, wake
 from ripple.platform.config import Settings
 from ripple.platform.errors import InvalidInput
 from ripple.platform.fanout import EventWaitResolver, PublishedEvent, SubscriptionRow, TargetKind
@@ -37,10 +36,6 @@ __all__ = ["Explanation", "PublishResult", "Publisher", "SubscriptionVerdict"]
 log = structlog.get_logger("ripple.publish")
 
 MAX_IDEMPOTENCY_KEY: Final = 255
-#: When publishing inside a caller's transaction we cannot see its commit, so hints are sent at
-#: once and again after these delays; a receiver that still looks too early is covered by its
-#: poll interval (hints are only ever a latency optimisation).
-_OUTBOX_HINT_DELAYS: Final = (0.05, 0.5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,11 +157,8 @@ class Publisher:
             else:
                 async with db.transaction(self._pool, conn) as tx:
                     (written,) = await write_events(tx, [item], self._kinds, self._resolver)
-                # The caller commits later: hint now and again shortly (see _OUTBOX_HINT_DELAYS).
-                self._after_commit([written])
-                loop = asyncio.get_running_loop()
-                for delay in _OUTBOX_HINT_DELAYS:
-                    loop.call_later(delay, self._after_commit, [written])
+                # The caller commits later: hint now and again shortly.
+                wake.hint_around_caller_commit(lambda: self._after_commit([written]))
         if written.duplicate:
             log.info("event_duplicate", event_id=written.event_id, idempotency_key=idempotency_key)
         else:

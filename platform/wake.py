@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Literal, Protocol
 
 import redis.asyncio as aioredis
@@ -37,6 +37,7 @@ __all__ = [
     "WakeHint",
     "Waker",
     "create_waker",
+    "hint_around_caller_commit",
 ]
 
 log = structlog.get_logger("ripple.wake")
@@ -356,6 +357,23 @@ class RedisWaker(NullWaker):
         finally:
             with contextlib.suppress(Exception):
                 await client.aclose()
+
+
+#: Delays after which hints for work written in a caller's open transaction are sent again.
+UNCOMMITTED_HINT_DELAYS = (0.05, 0.5)
+
+
+def hint_around_caller_commit(send: Callable[[], None]) -> None:
+    """Run `send` (which sends hints) now and again after `UNCOMMITTED_HINT_DELAYS`.
+
+    For work written inside a caller's transaction: its commit is not visible here, so a hint
+    sent at once may reach a receiver that still sees nothing. Receivers re-check Postgres on
+    every hint and poll anyway, so early or repeated hints only cost a query.
+    """
+    send()
+    loop = asyncio.get_running_loop()
+    for delay in UNCOMMITTED_HINT_DELAYS:
+        loop.call_later(delay, send)
 
 
 def create_waker(

@@ -17,7 +17,14 @@ from ripple.platform.config import Settings
 from ripple.platform.db import Connection, Pool, map_errors, transaction
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
 from ripple.platform.ids import new_id
-from ripple.platform.wake import NullWaker, RunCanceled, RunFinished, RunReady, run_channel
+from ripple.platform.wake import (
+    NullWaker,
+    RunCanceled,
+    RunFinished,
+    RunReady,
+    hint_around_caller_commit,
+    run_channel,
+)
 from ripple.workflows import serde, store
 from ripple.workflows.definition import WorkflowDefinition, check_workflow_name
 from ripple.workflows.errors import WorkflowCanceled, WorkflowFailed
@@ -200,8 +207,11 @@ class WorkflowClient:
                 run_id = await target.fetchval(store.SELECT_RUN_BY_KEY, name, idempotency_key)
         if created is not None:
             metrics.RUNS_STARTED.labels(name).inc()
+            hint = RunReady(workflow=name)
             if conn is None:
-                self.waker.notify(RunReady(workflow=name))
+                self.waker.notify(hint)
+            else:  # the caller commits later: hint now and again shortly
+                hint_around_caller_commit(lambda: self.waker.notify(hint))
         output_type = definition.output_type if definition is not None else serde.NO_TYPE
         return RunHandle(self, run_id, output_type)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ripple.platform.client import Client
+from ripple.platform.config import Settings
 from ripple.subscribers import WorkflowTarget
 from ripple.workflows import RunStatus, Worker, WorkflowContext, workflow
 from tests.helpers import assert_eventually
@@ -56,3 +57,21 @@ async def test_client__publish_resolves_matching_event_waits(client: Client) -> 
         run = await client.get_run(a.run_id)
         assert run is not None
         assert run.status == RunStatus.WAITING
+
+
+async def test_client__start_in_callers_transaction_wakes_worker_after_commit(
+    settings: Settings,
+) -> None:
+    # A 60 s poll interval and lease (the worker also wakes when an in-flight run's lease would
+    # expire): only a hint sent after the caller's commit gets this run picked up in time.
+    slow_poll = settings.model_copy(update={"poll_interval": 60.0, "lease_seconds": 60.0})
+    async with (
+        Client(settings=slow_poll) as starter,
+        Client(settings=slow_poll) as host,
+        Worker(host, [greet], webhooks=False, sweeper=False),
+    ):
+        # A first run proves both processes' wake layers are connected and the worker is idle.
+        assert await (await starter.start(greet, {"userId": 6})).result(timeout=10) == "hello 6"
+        async with starter.pool.acquire() as conn, conn.transaction():
+            handle = await starter.start(greet, {"userId": 7}, conn=conn)
+        assert await handle.result(timeout=10) == "hello 7"
