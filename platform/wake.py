@@ -156,7 +156,8 @@ class Listener:
         self._event = asyncio.Event()
         self._poll = poll_interval
 
-    def _set(self) -> None:
+    def poke(self) -> None:
+        """Wake this listener's next (or current) `wait()` as a hint would."""
         self._event.set()
 
     def take(self) -> bool:
@@ -204,12 +205,12 @@ class NullWaker:
 
     def _dispatch(self, channel: str) -> None:
         for listener in self._listeners.get(channel, ()):
-            listener._set()
+            listener.poke()
 
     def _dispatch_all(self) -> None:
         for listeners in self._listeners.values():
             for listener in listeners:
-                listener._set()
+                listener.poke()
 
     def notify(self, *hints: AnyHint) -> None:
         for hint in hints:

@@ -126,7 +126,7 @@ class Worker:
 
     def _kick(self) -> None:
         if self._listener is not None:
-            self._listener._set()
+            self._listener.poke()
 
     async def run(self) -> None:
         """Run until `stop()` (a stop requested before the loop started is honoured)."""
