@@ -7,7 +7,14 @@ import time
 from typing import Any
 
 from bench.app import noop3, noop3_sync, one_step, sleeper
-from bench.common import bench_database, report, subprocess_module, summary, xact_commits
+from bench.common import (
+    bench_database,
+    cpu_seconds,
+    report,
+    subprocess_module,
+    summary,
+    xact_commits,
+)
 from ripple.platform.client import Client
 from ripple.workflows.definition import WorkflowDefinition
 
@@ -33,8 +40,9 @@ async def throughput(definition: WorkflowDefinition[Any, Any] = noop3, label: st
     """
     async with bench_database() as db, Client(settings=db.settings) as client:
         env = _env(db.url, db.settings.redis_url, db.settings.redis_prefix)
-        async with subprocess_module("bench.worker", "100", env=env):
+        async with subprocess_module("bench.worker", "100", env=env) as worker:
             before = await xact_commits(db)
+            cpu_before = cpu_seconds(worker.pid)
             started = time.perf_counter()
             for batch in range(0, RUNS, 100):
                 await asyncio.gather(
@@ -48,6 +56,7 @@ async def throughput(definition: WorkflowDefinition[Any, Any] = noop3, label: st
                     "SELECT count(*) FROM ripple_runs WHERE status = 'completed'"
                 )
             elapsed = time.perf_counter() - started
+            worker_cpu = cpu_seconds(worker.pid) - cpu_before
             after = await xact_commits(db)
         report(
             f"workflow throughput (3-step no-op{label})",
@@ -59,6 +68,7 @@ async def throughput(definition: WorkflowDefinition[Any, Any] = noop3, label: st
             "  db transactions per run",
             f"{per_run:.2f} with the client's start, {per_run - 1:.2f} by the worker",
         )
+        report("  worker process CPU per run", f"{worker_cpu / RUNS * 1e6:.0f} µs")
 
 
 async def latency() -> None:
