@@ -67,24 +67,36 @@ ORDER BY run_id DESC
 LIMIT $7
 """  # noqa: S608
 
-# Claim due runs of the registered (workflow, version) pairs.
-# $1 worker_id, $2 lease seconds, $3 limit, $4 workflow names text[], $5 versions int[]
-# (parallel arrays: the pairs this worker serves).
-# c: due active runs, oldest availability first, skipping rows other claimers hold;
-# a run with NULL version is pinned to the newest version this worker serves for its name.
-CLAIM_RUNS: Final = """
-WITH c AS (
-    SELECT r.run_id, r.status AS prev_status, r.lease_owner AS prev_owner,
-           r.started_at IS NULL AS fresh
-    FROM ripple_runs r
-    WHERE r.status IN ('pending', 'running', 'sleeping', 'waiting')
-      AND r.available_at <= now()
-      AND r.workflow = ANY($4::text[])
+def _served(names: str, versions: str) -> str:
+    """SQL: run `r` is of a served (workflow, version) pair, given by these array parameters."""
+    return f"""
       AND (r.version IS NULL OR (r.workflow, r.version) IN
-           (SELECT p.w, p.v FROM unnest($4::text[], $5::int[]) AS p(w, v)))
-    ORDER BY r.available_at
+           (SELECT p.w, p.v FROM unnest({names}::text[], {versions}::int[]) AS p(w, v)))"""
+
+
+# Claim due runs of the registered (workflow, version) pairs.
+# $1 worker_id, $2 lease seconds, $3 limit, $4 distinct workflow names text[],
+# $5 names text[], $6 versions int[] (parallel arrays: the pairs this worker serves).
+# c: per served workflow, its due active runs in availability order from ripple_runs_claim
+# (stopping after $3), skipping rows other claimers hold; then the $3 oldest of those.
+# A run with NULL version is pinned to the newest version this worker serves for its name.
+CLAIM_RUNS: Final = f"""
+WITH c AS (
+    SELECT x.run_id, x.prev_status, x.prev_owner, x.fresh
+    FROM unnest($4::text[]) AS n(workflow)
+    CROSS JOIN LATERAL (
+        SELECT r.run_id, r.status AS prev_status, r.lease_owner AS prev_owner,
+               r.started_at IS NULL AS fresh, r.available_at
+        FROM ripple_runs r
+        WHERE r.workflow = n.workflow
+          AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
+          AND r.available_at <= now(){_served("$5", "$6")}
+        ORDER BY r.available_at
+        LIMIT $3
+        FOR UPDATE OF r SKIP LOCKED
+    ) AS x
+    ORDER BY x.available_at
     LIMIT $3
-    FOR UPDATE OF r SKIP LOCKED
 )
 UPDATE ripple_runs r
 SET status = 'running',
@@ -93,7 +105,7 @@ SET status = 'running',
     available_at = now() + $2 * interval '1 second',
     attempt = greatest(r.attempt, 1),
     started_at = coalesce(r.started_at, now()),
-    version = coalesce(r.version, (SELECT max(p.v) FROM unnest($4::text[], $5::int[]) AS p(w, v)
+    version = coalesce(r.version, (SELECT max(p.v) FROM unnest($5::text[], $6::int[]) AS p(w, v)
                                    WHERE p.w = r.workflow)),
     updated_at = now()
 FROM c
@@ -101,19 +113,23 @@ WHERE r.run_id = c.run_id
 RETURNING r.run_id, r.workflow, r.version, r.input, r.attempt, r.epoch, r.deadline, r.trace,
           r.step_count, r.created_at, r.parent_run_id, c.prev_status, c.prev_owner, c.fresh,
           now() AS db_now
-"""
+"""  # noqa: S608 - composed of constants only
 
-# $1 workflow names text[], $2 versions int[]: seconds until the next run this worker may claim
-# becomes available (NULL: none; negative: due but held by another claimer).
-NEXT_DUE: Final = """
-SELECT extract(epoch FROM min(r.available_at) - clock_timestamp())::float8
-FROM ripple_runs r
-WHERE r.status IN ('pending', 'running', 'sleeping', 'waiting')
-  AND r.available_at < 'infinity'
-  AND r.workflow = ANY($1::text[])
-  AND (r.version IS NULL OR (r.workflow, r.version) IN
-       (SELECT p.w, p.v FROM unnest($1::text[], $2::int[]) AS p(w, v)))
-"""
+# $1 distinct workflow names text[], $2 names text[], $3 versions int[] (the served pairs):
+# seconds until the next run this worker may claim becomes available (NULL: none; negative:
+# due but held by another claimer). One index probe per served workflow.
+NEXT_DUE: Final = f"""
+SELECT extract(epoch FROM min(x.available_at) - clock_timestamp())::float8
+FROM unnest($1::text[]) AS n(workflow)
+CROSS JOIN LATERAL (
+    SELECT r.available_at FROM ripple_runs r
+    WHERE r.workflow = n.workflow
+      AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
+      AND r.available_at < 'infinity'{_served("$2", "$3")}
+    ORDER BY r.available_at
+    LIMIT 1
+) AS x
+"""  # noqa: S608 - composed of constants only
 
 # $1 run ids text[]: which of them were canceled.
 SELECT_CANCELED: Final = """
@@ -453,7 +469,9 @@ async def claim_runs(
     """Claim up to `limit` due runs of the given (workflow, version) pairs."""
     names = [p[0] for p in pairs]
     versions = [p[1] for p in pairs]
-    rows = await conn.fetch(CLAIM_RUNS, worker_id, lease, limit, names, versions)
+    rows = await conn.fetch(
+        CLAIM_RUNS, worker_id, lease, limit, sorted(set(names)), names, versions
+    )
     return [ClaimedRun.from_row(row) for row in rows]
 
 
@@ -468,7 +486,8 @@ async def load_journals(conn: Connection, run_ids: list[str]) -> dict[str, list[
 
 async def next_due(conn: Connection, pairs: Sequence[tuple[str, int]]) -> float | None:
     """Seconds until the next run this worker may claim is due (None: none is scheduled)."""
+    names = [p[0] for p in pairs]
     value: float | None = await conn.fetchval(
-        NEXT_DUE, [p[0] for p in pairs], [p[1] for p in pairs]
+        NEXT_DUE, sorted(set(names)), names, [p[1] for p in pairs]
     )
     return value
