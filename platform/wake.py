@@ -13,12 +13,13 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Annotated, Literal, Protocol
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 import structlog
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
 __all__ = [
@@ -34,7 +35,6 @@ __all__ = [
     "RunFinished",
     "RunReady",
     "SubscriptionsChanged",
-    "WakeHint",
     "Waker",
     "create_waker",
     "hint_around_caller_commit",
@@ -44,6 +44,11 @@ log = structlog.get_logger("ripple.wake")
 
 #: Longest `RedisWaker.close()` waits for unsent hints to reach Redis.
 _CLOSE_FLUSH_SECONDS = 1.0
+#: Longest `listen()` waits for Redis to confirm a new channel subscription (then it polls).
+_CONFIRM_SECONDS = 1.0
+#: Run channels are covered by one pattern subscription per process (see RedisWaker).
+_RUN_PREFIX = "run:"
+_RUN_PATTERN = _RUN_PREFIX + "*"
 
 #: Channel names, relative to the deployment's prefix.
 CH_RUNS = "runs"  # some workflow run became available
@@ -54,7 +59,7 @@ CH_CANCELS = "cancels"  # runs were canceled (workers stop executing them)
 
 def run_channel(run_id: str) -> str:
     """Channel of one run's terminal hint (what `result()` waits on)."""
-    return f"run:{run_id}"
+    return f"{_RUN_PREFIX}{run_id}"
 
 
 def queue_channel(queue: str) -> str:
@@ -62,14 +67,10 @@ def queue_channel(queue: str) -> str:
     return f"queue:{queue}"
 
 
-class _Hint(BaseModel):
-    model_config = {"frozen": True}
-
-
-class RunReady(_Hint):
+@dataclass(frozen=True, slots=True)
+class RunReady:
     """A run is available to claim now."""
 
-    type: Literal["run_ready"] = "run_ready"
     workflow: str = ""
 
     @property
@@ -77,10 +78,10 @@ class RunReady(_Hint):
         return CH_RUNS
 
 
-class RunFinished(_Hint):
+@dataclass(frozen=True, slots=True)
+class RunFinished:
     """A run reached a terminal state (or changed state a result() caller cares about)."""
 
-    type: Literal["run_finished"] = "run_finished"
     run_id: str
 
     @property
@@ -88,21 +89,21 @@ class RunFinished(_Hint):
         return run_channel(self.run_id)
 
 
-class RunCanceled(_Hint):
+@dataclass(frozen=True, slots=True)
+class RunCanceled:
     """Runs were canceled; a worker executing one cancels its task."""
 
-    type: Literal["run_canceled"] = "run_canceled"
-    run_ids: list[str]
+    run_ids: Sequence[str]
 
     @property
     def channel(self) -> str:
         return CH_CANCELS
 
 
-class QueueReady(_Hint):
+@dataclass(frozen=True, slots=True)
+class QueueReady:
     """A queue has messages to receive."""
 
-    type: Literal["queue_ready"] = "queue_ready"
     queue: str
 
     @property
@@ -110,20 +111,18 @@ class QueueReady(_Hint):
         return queue_channel(self.queue)
 
 
-class DeliveriesReady(_Hint):
+@dataclass(frozen=True, slots=True)
+class DeliveriesReady:
     """Webhook deliveries are due."""
-
-    type: Literal["deliveries_ready"] = "deliveries_ready"
 
     @property
     def channel(self) -> str:
         return CH_DELIVERIES
 
 
-class SubscriptionsChanged(_Hint):
+@dataclass(frozen=True, slots=True)
+class SubscriptionsChanged:
     """The subscription set changed; cached copies must reload."""
-
-    type: Literal["subscriptions_changed"] = "subscriptions_changed"
 
     @property
     def channel(self) -> str:
@@ -131,15 +130,6 @@ class SubscriptionsChanged(_Hint):
 
 
 AnyHint = RunReady | RunFinished | RunCanceled | QueueReady | DeliveriesReady | SubscriptionsChanged
-WakeHint = Annotated[AnyHint, Field(discriminator="type")]
-
-
-class _Envelope(BaseModel):
-    src: str
-    hint: WakeHint
-
-
-_ENVELOPE = TypeAdapter(_Envelope)
 
 
 class Listener:
@@ -173,8 +163,11 @@ class Listener:
         """
         limit = self._poll if timeout is None else max(0.0, min(timeout, self._poll))
         if not self._event.is_set():
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
+            # races with the event being set (a stopping worker's loop then never ends).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._event.wait(), limit)
+                async with asyncio.timeout(limit):
+                    await self._event.wait()
         woke = self._event.is_set()
         self._event.clear()
         return woke
@@ -216,18 +209,31 @@ class NullWaker:
         for hint in hints:
             self._dispatch(hint.channel)
 
+    def _add(self, listener: Listener) -> bool:
+        """Register; True if it is the channel's first listener."""
+        group = self._listeners.setdefault(listener.channel, set())
+        group.add(listener)
+        return len(group) == 1
+
+    def _remove(self, listener: Listener) -> bool:
+        """Unregister; True if it was the channel's last listener."""
+        group = self._listeners.get(listener.channel)
+        if group is None:
+            return False
+        group.discard(listener)
+        if group:
+            return False
+        del self._listeners[listener.channel]
+        return True
+
     @contextlib.asynccontextmanager
     async def listen(self, channel: str) -> AsyncIterator[Listener]:
         listener = Listener(channel, self.poll_interval)
-        self._listeners.setdefault(channel, set()).add(listener)
+        self._add(listener)
         try:
             yield listener
         finally:
-            group = self._listeners.get(channel)
-            if group is not None:
-                group.discard(listener)
-                if not group:
-                    del self._listeners[channel]
+            self._remove(listener)
 
     async def start(self) -> None:
         return None
@@ -239,22 +245,38 @@ class NullWaker:
 class RedisWaker(NullWaker):
     """Hints go to waiters in this process at once and to other processes via Redis pub/sub.
 
-    One subscriber connection per process pattern-subscribes to the deployment prefix and
-    reconnects with backoff after any failure; on every (re)connect all local listeners are
-    woken, since hints may have been missed while disconnected. Publishing is done by a
-    background task from a bounded buffer: `notify()` never waits on Redis.
+    A process subscribes only to what it listens on, so a worker never parses other runs'
+    completion hints: a channel is subscribed on its first listener and unsubscribed after its
+    last. Run channels (`run:<id>`, what `result()` waits on) are one pattern subscription
+    instead, made on the first `result()` of the process and kept, so later calls cost no Redis
+    round trip. `listen()` returns once Redis confirmed the subscription (or after
+    `_CONFIRM_SECONDS`, then the listener polls), so a hint published after it returned is not
+    missed. One subscriber connection per process reconnects with backoff after any failure,
+    resubscribes, and wakes every local listener, since hints may have been missed meanwhile.
+    A hint on the wire is its channel and the sender's id: hints carry no data. A background
+    task publishes from a bounded buffer, each channel once per batch: `notify()` never waits.
     """
 
     def __init__(self, url: str, *, prefix: str = "ripple:", poll_interval: float = 1.0) -> None:
         super().__init__(poll_interval)
         self._url = url
         self._prefix = prefix
-        self._src = f"{os.getpid()}-{id(self):x}"
+        self._src = f"{os.getpid()}-{id(self):x}".encode()
         self._outbox: asyncio.Queue[AnyHint] = asyncio.Queue(maxsize=10_000)
+        #: (Redis command, subscription) in call order, sent by one task so order is kept.
+        self._control: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
         #: Hints accepted by notify() and not yet sent or dropped (close() flushes them).
         self._unsent = 0
+        #: The subscriber connection while it is up.
+        self._pubsub: PubSub | None = None
+        #: Patterns this process wants (kept for its lifetime).
+        self._patterns: set[str] = set()
+        #: Subscriptions (channels and patterns) Redis confirmed on the current connection.
+        self._live: set[str] = set()
+        #: Listeners waiting for Redis to confirm a subscription.
+        self._confirming: dict[str, list[asyncio.Future[None]]] = {}
         #: True while the subscriber connection is up (for health reporting and tests).
         self.connected = asyncio.Event()
 
@@ -274,10 +296,57 @@ class RedisWaker(NullWaker):
                 self._outbox.put_nowait(hint)
                 self._unsent += 1
 
+    @contextlib.asynccontextmanager
+    async def listen(self, channel: str) -> AsyncIterator[Listener]:
+        listener = Listener(channel, self.poll_interval)
+        first = self._add(listener)
+        if channel.startswith(_RUN_PREFIX):
+            request = _RUN_PATTERN not in self._patterns
+            self._patterns.add(_RUN_PATTERN)
+            await self._confirmed(_RUN_PATTERN, "PSUBSCRIBE" if request else None)
+        else:
+            await self._confirmed(channel, "SUBSCRIBE" if first else None)
+        try:
+            yield listener
+        finally:
+            last = self._remove(listener)
+            if last and self._pubsub is not None and not channel.startswith(_RUN_PREFIX):
+                self._control.put_nowait(("UNSUBSCRIBE", channel))
+
+    async def _confirmed(self, name: str, command: str | None) -> None:
+        """Send `command` for subscription `name` (if given) and wait until Redis confirmed it.
+
+        Returns at once when disconnected: the reconnect subscribes every listener's channel
+        and wakes them all.
+        """
+        if self._pubsub is None or name in self._live:
+            return
+        confirmed = asyncio.get_running_loop().create_future()
+        self._confirming.setdefault(name, []).append(confirmed)
+        if command is not None:
+            self._control.put_nowait((command, name))
+        try:
+            async with asyncio.timeout(_CONFIRM_SECONDS):
+                await confirmed
+        except TimeoutError:
+            log.debug("wake_subscribe_unconfirmed", subscription=name)
+        finally:
+            waiting = self._confirming.get(name)
+            if waiting is not None and confirmed in waiting:
+                waiting.remove(confirmed)
+                if not waiting:
+                    del self._confirming[name]
+
+    def _confirm(self, name: str) -> None:
+        for future in self._confirming.pop(name, ()):
+            if not future.done():
+                future.set_result(None)
+
     async def start(self) -> None:
         if not self._tasks:
             self._tasks = [
                 asyncio.create_task(self._subscribe_loop(), name="ripple-wake-subscriber"),
+                asyncio.create_task(self._control_loop(), name="ripple-wake-control"),
                 asyncio.create_task(self._publish_loop(), name="ripple-wake-publisher"),
             ]
 
@@ -298,19 +367,34 @@ class RedisWaker(NullWaker):
 
     async def _subscribe_loop(self) -> None:
         backoff = 0.05
+        # A channel nobody publishes on: the connection always has a subscription.
+        idle = self._prefix + "_process:" + self._src.decode()
         while not self._closing:
             client = self._client()
-            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            pubsub = client.pubsub()
             try:
-                await pubsub.psubscribe(self._prefix + "*")
+                await pubsub.subscribe(idle)
+                # Listeners registered from now on subscribe themselves (through _control);
+                # the ones registered before are in this snapshot.
+                self._pubsub = pubsub
+                channels = [
+                    self._prefix + channel
+                    for channel in self._listeners
+                    if not channel.startswith(_RUN_PREFIX)
+                ]
+                patterns = [self._prefix + pattern for pattern in self._patterns]
+                if channels:
+                    await pubsub.subscribe(*channels)
+                if patterns:
+                    await pubsub.psubscribe(*patterns)
                 self.connected.set()
                 backoff = 0.05
-                log.debug("wake_subscribed", prefix=self._prefix)
+                log.debug("wake_subscribed", prefix=self._prefix, channels=len(channels))
                 self._dispatch_all()
                 while True:
                     message = await pubsub.get_message(timeout=5.0)
                     if message is not None:
-                        self._receive(message.get("data"))
+                        self._receive(message)
             except (RedisError, OSError) as exc:
                 if self.connected.is_set():
                     log.warning("wake_redis_lost", error=str(exc))
@@ -318,22 +402,54 @@ class RedisWaker(NullWaker):
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
             finally:
+                self._pubsub = None
+                self._live.clear()
                 self.connected.clear()
+                for channel in list(self._confirming):
+                    self._confirm(channel)  # don't keep listeners waiting: they poll
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
                 with contextlib.suppress(Exception):
                     await client.aclose()
 
-    def _receive(self, data: object) -> None:
-        if not isinstance(data, bytes | str):
+    def _receive(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        raw = message.get("channel")
+        if not isinstance(raw, bytes):
             return
-        try:
-            envelope = _ENVELOPE.validate_json(data)
-        except ValidationError:
-            log.debug("wake_bad_message")
-            return
-        if envelope.src != self._src:
-            self._dispatch(envelope.hint.channel)
+        name = raw.decode()[len(self._prefix) :]
+        if kind in ("message", "pmessage"):
+            if message.get("data") != self._src:  # our own hints were dispatched locally
+                self._dispatch(name)
+        elif kind in ("subscribe", "psubscribe"):
+            self._live.add(name)
+            self._confirm(name)
+        elif kind == "unsubscribe":
+            self._live.discard(name)
+
+    async def _control_loop(self) -> None:
+        """Send (un)subscribe requests in call order, each only if still wanted when sent."""
+        while True:
+            command, name = await self._control.get()
+            pubsub = self._pubsub
+            if command == "PSUBSCRIBE":
+                wanted = True
+            else:
+                wanted = (name in self._listeners) == (command == "SUBSCRIBE")
+            if pubsub is None or not wanted:
+                self._confirm(name)  # disconnected or superseded: nobody should wait on it
+                continue
+            try:
+                if command == "SUBSCRIBE":
+                    await pubsub.subscribe(self._prefix + name)
+                elif command == "PSUBSCRIBE":
+                    await pubsub.psubscribe(self._prefix + name)
+                else:
+                    await pubsub.unsubscribe(self._prefix + name)
+            except (RedisError, OSError) as exc:
+                # The subscriber loop sees the broken connection and resubscribes everything.
+                log.debug("wake_control_failed", error=str(exc))
+                self._confirm(name)
 
     async def _publish_loop(self) -> None:
         client = self._client()
@@ -343,11 +459,12 @@ class RedisWaker(NullWaker):
                 batch = [first]
                 while not self._outbox.empty() and len(batch) < 500:
                     batch.append(self._outbox.get_nowait())
+                # Hints carry no data: one message per channel wakes its listeners.
+                channels = dict.fromkeys(hint.channel for hint in batch)
                 try:
                     async with client.pipeline(transaction=False) as pipe:
-                        for hint in batch:
-                            body = _Envelope(src=self._src, hint=hint).model_dump_json()
-                            pipe.publish(self._prefix + hint.channel, body)
+                        for channel in channels:
+                            pipe.publish(self._prefix + channel, self._src)
                         await pipe.execute()
                 except (RedisError, OSError) as exc:
                     # Dropped on purpose: other processes fall back to their poll interval.

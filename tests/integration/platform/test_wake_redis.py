@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from ripple.platform.wake import RedisWaker, RunFinished
+from ripple.platform.wake import QueueReady, RedisWaker, RunFinished
 from tests.helpers import assert_eventually
 
 
@@ -145,3 +145,53 @@ async def test_wake__redis_unreachable_at_start() -> None:
             server.kill()
     finally:
         await waker.close()
+
+
+async def test_wake__subscribes_only_to_channels_it_listens_on(
+    redis_process: RedisProcess,
+) -> None:
+    waker = RedisWaker(redis_process.url, prefix="w:", poll_interval=30)
+    await waker.start()
+    admin = redis.Redis(port=redis_process.port)
+
+    def subscribers(channel: str) -> int:
+        return int(dict(admin.pubsub_numsub("w:" + channel))[("w:" + channel).encode()])
+
+    try:
+        await asyncio.wait_for(waker.connected.wait(), 5)
+        assert subscribers("runs") == 0
+        async with waker.listen("runs"):
+            # listen() returns once Redis confirmed the subscription
+            assert subscribers("runs") == 1
+            assert subscribers("queue:other") == 0
+        await assert_eventually(lambda: subscribers("runs") == 0)
+        # Run channels (result() waiters) are one pattern, made on first use and kept.
+        assert admin.pubsub_numpat() == 0
+        async with waker.listen("run:r1"):
+            assert admin.pubsub_numpat() == 1
+        async with waker.listen("run:r2"):
+            pass
+        assert admin.pubsub_numpat() == 1
+    finally:
+        admin.close()
+        await waker.close()
+
+
+async def test_wake__listening_again_on_a_channel_still_receives(
+    redis_process: RedisProcess,
+) -> None:
+    # Each exit unsubscribes and each entry subscribes again: the requests must reach Redis in
+    # order, or a fast re-listen would end up unsubscribed (and fall back to polling).
+    sender = RedisWaker(redis_process.url, prefix="w:", poll_interval=30)
+    receiver = RedisWaker(redis_process.url, prefix="w:", poll_interval=30)
+    await sender.start()
+    await receiver.start()
+    try:
+        await asyncio.wait_for(receiver.connected.wait(), 5)
+        for _ in range(20):
+            async with receiver.listen("queue:again") as listener:
+                sender.notify(QueueReady(queue="again"))
+                assert await asyncio.wait_for(listener.wait(10), 10) is True
+    finally:
+        await sender.close()
+        await receiver.close()

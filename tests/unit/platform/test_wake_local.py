@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from ripple.platform.wake import NullWaker, QueueReady, RunFinished
 
 
@@ -33,3 +35,17 @@ async def test_wake__other_channels_do_not_wake() -> None:
     async with waker.listen("run:a") as listener:
         waker.notify(RunFinished(run_id="b"))
         assert await listener.wait(0.01) is False
+
+
+async def test_wake__cancel_racing_a_hint_is_not_swallowed() -> None:
+    # A worker's helper loop waits in listener.wait() and is canceled on shutdown; if a hint
+    # lands in the same loop iteration the cancellation must still end the task (3.11's
+    # asyncio.wait_for swallowed it, and the loop ran forever).
+    waker = NullWaker(poll_interval=30)
+    async with waker.listen("runs") as listener:
+        waiting = asyncio.create_task(listener.wait(None))
+        await asyncio.sleep(0)  # the task is now blocked in wait()
+        listener.poke()
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting

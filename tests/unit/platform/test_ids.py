@@ -1,0 +1,41 @@
+"""Run, event and message ids: version 7 UUIDs that sort by creation."""
+
+from __future__ import annotations
+
+import uuid
+from unittest import mock
+
+import pytest
+
+from ripple.platform import ids
+
+
+def test_uuid7__is_version_7_with_rfc_variant() -> None:
+    value = ids.uuid7()
+    assert value.version == 7
+    assert value.variant == uuid.RFC_4122
+
+
+def test_new_id__strictly_increasing_within_one_millisecond() -> None:
+    with mock.patch.object(ids.time, "time_ns", return_value=1_700_000_000_000_000_000):
+        made = [ids.new_id() for _ in range(1000)]
+    assert made == sorted(made)
+    assert len(set(made)) == len(made)
+
+
+def test_new_id__increasing_when_the_clock_steps_back() -> None:
+    first = ids.new_id()
+    with mock.patch.object(ids.time, "time_ns", return_value=0):
+        later = ids.new_id()
+    assert later > first
+    assert uuid.UUID(later).version == 7
+
+
+def test_uuid7__counter_overflow_borrows_the_next_millisecond(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ids, "_last", (5_000, (1 << ids._RAND_BITS) - 1))
+    with mock.patch.object(ids.time, "time_ns", return_value=5_000 * 1_000_000):
+        value = ids.uuid7()
+    assert value.int >> 80 == 5_001
+    assert value.version == 7
