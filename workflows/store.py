@@ -67,20 +67,13 @@ ORDER BY run_id DESC
 LIMIT $7
 """  # noqa: S608
 
-def _served(names: str, versions: str) -> str:
-    """SQL: run `r` is of a served (workflow, version) pair, given by these array parameters."""
-    return f"""
-      AND (r.version IS NULL OR (r.workflow, r.version) IN
-           (SELECT p.w, p.v FROM unnest({names}::text[], {versions}::int[]) AS p(w, v)))"""
-
-
 # Claim due runs of the registered (workflow, version) pairs.
 # $1 worker_id, $2 lease seconds, $3 limit, $4 distinct workflow names text[],
 # $5 names text[], $6 versions int[] (parallel arrays: the pairs this worker serves).
 # c: per served workflow, its due active runs in availability order from ripple_runs_claim
 # (stopping after $3), skipping rows other claimers hold; then the $3 oldest of those.
 # A run with NULL version is pinned to the newest version this worker serves for its name.
-CLAIM_RUNS: Final = f"""
+CLAIM_RUNS: Final = """
 WITH c AS (
     SELECT x.run_id, x.prev_status, x.prev_owner, x.fresh
     FROM unnest($4::text[]) AS n(workflow)
@@ -90,7 +83,9 @@ WITH c AS (
         FROM ripple_runs r
         WHERE r.workflow = n.workflow
           AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
-          AND r.available_at <= now(){_served("$5", "$6")}
+          AND r.available_at <= now()
+          AND (r.version IS NULL OR (r.workflow, r.version) IN
+               (SELECT p.w, p.v FROM unnest($5::text[], $6::int[]) AS p(w, v)))
         ORDER BY r.available_at
         LIMIT $3
         FOR UPDATE OF r SKIP LOCKED
@@ -113,23 +108,25 @@ WHERE r.run_id = c.run_id
 RETURNING r.run_id, r.workflow, r.version, r.input, r.attempt, r.epoch, r.deadline, r.trace,
           r.step_count, r.created_at, r.parent_run_id, c.prev_status, c.prev_owner, c.fresh,
           now() AS db_now
-"""  # noqa: S608 - composed of constants only
+"""
 
 # $1 distinct workflow names text[], $2 names text[], $3 versions int[] (the served pairs):
 # seconds until the next run this worker may claim becomes available (NULL: none; negative:
 # due but held by another claimer). One index probe per served workflow.
-NEXT_DUE: Final = f"""
+NEXT_DUE: Final = """
 SELECT extract(epoch FROM min(x.available_at) - clock_timestamp())::float8
 FROM unnest($1::text[]) AS n(workflow)
 CROSS JOIN LATERAL (
     SELECT r.available_at FROM ripple_runs r
     WHERE r.workflow = n.workflow
       AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
-      AND r.available_at < 'infinity'{_served("$2", "$3")}
+      AND r.available_at < 'infinity'
+      AND (r.version IS NULL OR (r.workflow, r.version) IN
+           (SELECT p.w, p.v FROM unnest($2::text[], $3::int[]) AS p(w, v)))
     ORDER BY r.available_at
     LIMIT 1
 ) AS x
-"""  # noqa: S608 - composed of constants only
+"""
 
 # $1 run ids text[]: which of them were canceled.
 SELECT_CANCELED: Final = """

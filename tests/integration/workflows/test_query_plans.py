@@ -75,4 +75,5 @@ async def test_claim__takes_the_oldest_due_runs_of_served_pairs_only(app: App) -
         assert [c.run_id for c in rest] == ["new-a"]
         due = await store.next_due(conn, pairs)
     # 'later-b' is next (an hour away); the claimed runs' leases expire in 30 s.
-    assert due is not None and 25 < due <= 30
+    assert due is not None
+    assert 25 < due <= 30
