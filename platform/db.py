@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any, TypeAlias
 
 import asyncpg
@@ -26,6 +26,7 @@ from ripple.platform.errors import (
 
 __all__ = [
     "Connection",
+    "DedicatedConnection",
     "Pool",
     "create_pool",
     "dumps",
@@ -61,14 +62,19 @@ async def _release_reset(conn: Connection) -> None:
     explicitly)."""
 
 
-async def create_pool(settings: Settings, *, dsn: str | None = None, **kwargs: Any) -> Pool:
-    """Open a pool to `dsn` (default `settings.database_url`) with Ripple's codecs."""
+def _database_url(settings: Settings, dsn: str | None = None) -> str:
     url = dsn or settings.database_url
     if url is None:
         raise Unavailable(
             "no database configured: set RIPPLE_DATABASE_URL, or run `ripple dev` for an "
             "embedded Postgres"
         )
+    return url
+
+
+async def create_pool(settings: Settings, *, dsn: str | None = None, **kwargs: Any) -> Pool:
+    """Open a pool to `dsn` (default `settings.database_url`) with Ripple's codecs."""
+    url = _database_url(settings, dsn)
     with map_errors():
         pool: Pool = await asyncpg.create_pool(
             url,
@@ -80,6 +86,40 @@ async def create_pool(settings: Settings, *, dsn: str | None = None, **kwargs: A
             **{"reset": _release_reset, **kwargs},
         )
     return pool
+
+
+class DedicatedConnection:
+    """One connection held for a sequential loop (a worker's claims): no pool hand-off per
+    statement, and session settings of its own. Opened on first use; after a failure that
+    `discard()`s it, the next `get()` reconnects."""
+
+    def __init__(self, settings: Settings, **server_settings: str) -> None:
+        self._settings = settings
+        self._server_settings = {"application_name": "ripple", **server_settings}
+        self._conn: asyncpg.Connection[asyncpg.Record] | None = None
+
+    async def get(self) -> asyncpg.Connection[asyncpg.Record]:
+        """The open connection (connecting if needed); driver errors are mapped."""
+        if self._conn is None or self._conn.is_closed():
+            with map_errors():
+                conn: asyncpg.Connection[asyncpg.Record] = await asyncpg.connect(
+                    _database_url(self._settings), server_settings=self._server_settings
+                )
+                await init_connection(conn)
+            self._conn = conn
+        return self._conn
+
+    def discard(self) -> None:
+        """Drop the connection after an error (it may be broken or mid-transaction)."""
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.is_closed():
+            conn.terminate()
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.is_closed():
+            with suppress(Exception):
+                await conn.close(timeout=2)
 
 
 @contextmanager

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -210,6 +211,9 @@ class WorkflowClient:
             hint = RunReady(workflow=name)
             if conn is None:
                 self.waker.notify(hint)
+                # Let the wake layer's publisher send the hint before the caller goes on (it
+                # usually awaits result() next, whose first read would delay the hint).
+                await asyncio.sleep(0)
             else:  # the caller commits later: hint now and again shortly
                 hint_around_caller_commit(lambda: self.waker.notify(hint))
         output_type = definition.output_type if definition is not None else serde.NO_TYPE

@@ -25,7 +25,7 @@ import structlog
 
 from ripple.platform import metrics, tracing
 from ripple.platform.config import Settings
-from ripple.platform.db import Pool, map_errors
+from ripple.platform.db import DedicatedConnection, Pool, map_errors
 from ripple.platform.errors import RippleError
 from ripple.platform.ids import new_id
 from ripple.platform.services import BackgroundService
@@ -111,6 +111,13 @@ class Worker:
         self._due_checked = float("-inf")
         self._listener: Listener | None = None
         self._main: asyncio.Task[None] | None = None
+        # The claim loop's own connection. Its commits are asynchronous (not waiting for the
+        # WAL flush): a claim lost with a Postgres crash only returns the run to the queue,
+        # and its epoch is unique (a timestamp), so a claimer whose claim was lost is fenced
+        # out even if the run is claimed again. Journal writes stay synchronous.
+        self._claimer = DedicatedConnection(
+            client.settings, application_name="ripple-worker", synchronous_commit="off"
+        )
         client.workflows.register(*workflows)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -148,6 +155,7 @@ class Worker:
                 task.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
             await self._unregister()
+            await self._claimer.close()
             log.info("worker_stopped", worker_id=self.worker_id)
 
     async def run_until_idle(self) -> None:
@@ -163,6 +171,7 @@ class Worker:
             await asyncio.gather(heartbeat, return_exceptions=True)
             await self._drain()
             await self._unregister()
+            await self._claimer.close()
 
     async def __aenter__(self) -> Self:
         self._stopping = False
@@ -251,23 +260,25 @@ class Worker:
 
     async def _next_due(self) -> float | None:
         try:
+            conn = await self._claimer.get()
             with map_errors():
-                async with self.client.pool.acquire() as conn:
-                    return await store.next_due(conn, self._pairs)
+                return await store.next_due(conn, self._pairs)
         except RippleError as exc:
+            self._claimer.discard()
             log.warning("worker_poll_failed", error=str(exc))
             return None
 
     async def _claim(self, limit: int) -> int:
         try:
+            conn = await self._claimer.get()
             with map_errors():
-                async with self.client.pool.acquire() as conn:
-                    claims = await store.claim_runs(
-                        conn, self.worker_id, self.settings.lease_seconds, limit, self._pairs
-                    )
-                    resumed = [c.run_id for c in claims if not c.fresh]
-                    journals = await store.load_journals(conn, resumed) if resumed else {}
+                claims = await store.claim_runs(
+                    conn, self.worker_id, self.settings.lease_seconds, limit, self._pairs
+                )
+                resumed = [c.run_id for c in claims if not c.fresh]
+                journals = await store.load_journals(conn, resumed) if resumed else {}
         except RippleError as exc:
+            self._claimer.discard()
             log.warning("worker_claim_failed", error=str(exc))
             await asyncio.sleep(self.settings.poll_interval)
             return 0

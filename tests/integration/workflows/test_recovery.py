@@ -7,8 +7,10 @@ import asyncio
 
 import pytest
 
-from ripple.workflows import RetryPolicy, WorkflowContext, WorkflowFailed, workflow
+from ripple.workflows import RetryPolicy, WorkflowContext, WorkflowFailed, store, workflow
+from ripple.workflows.errors import LeaseLost
 from ripple.workflows.records import RunStatus
+from ripple.workflows.writer import PgRunWriter
 from tests.helpers import assert_eventually
 from tests.integration.workflows.conftest import App
 
@@ -198,3 +200,42 @@ async def test_recovery__heartbeat_keeps_a_long_step_leased(app: App) -> None:
     async with app.worker(long), app.worker(long):
         assert await handle.result(timeout=10) == "done"
     assert counts["long"] == 1
+
+
+async def test_fencing__a_claim_lost_in_a_database_crash_does_not_share_its_epoch(
+    app: App,
+) -> None:
+    # Workers commit claims without waiting for the WAL flush. If Postgres crashes before the
+    # flush, the claim is lost: the row is back as it was, while the worker that claimed still
+    # holds the epoch. The next claim must get a different epoch, so that worker is fenced out.
+    handle = await app.workflows.start(two_steps)
+    before = await app.pool.fetchrow(
+        "SELECT status, epoch, lease_owner, available_at, started_at, attempt "
+        "FROM ripple_runs WHERE run_id = $1",
+        handle.run_id,
+    )
+    pairs = [("two-steps", 1)]
+    async with app.pool.acquire() as conn:
+        (lost,) = await store.claim_runs(conn, "worker-a", 30.0, 1, pairs)
+        # The crash: the claim never reached the disk.
+        await conn.execute(
+            "UPDATE ripple_runs SET status = $2, epoch = $3, lease_owner = $4, "
+            "available_at = $5, started_at = $6, attempt = $7 WHERE run_id = $1",
+            handle.run_id,
+            *before.values(),
+        )
+        (again,) = await store.claim_runs(conn, "worker-b", 30.0, 1, pairs)
+    assert again.epoch != lost.epoch
+    stale = PgRunWriter(
+        app.pool,
+        app.waker,
+        run_id=handle.run_id,
+        epoch=lost.epoch,
+        workflow="two-steps",
+        lease=30.0,
+        trace=None,
+        may_have_waits=False,
+        has_parent=False,
+    )
+    with pytest.raises(LeaseLost):
+        await stale.flush([], 0)
