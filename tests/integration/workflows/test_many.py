@@ -57,3 +57,12 @@ async def test_worker__stopping_right_away_returns(app: App) -> None:
     async with app.worker(quick):
         pass
     assert await app.pool.fetchval("SELECT count(*) FROM ripple_workers") == 0
+
+
+async def test_worker__opens_its_connections_before_claiming(app: App) -> None:
+    # Opening a connection stalls the worker's event loop for 10-20 ms; the worker pays that
+    # before its first claim instead of in the middle of a burst of runs.
+    handle = await app.workflows.start(quick, 1)
+    async with app.worker(quick, concurrency=5):
+        await handle.result(timeout=10)
+        assert app.pool.get_size() >= min(5 + 2, app.pool.get_max_size())
