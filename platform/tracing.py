@@ -7,10 +7,11 @@ join its publisher's trace across processes and resumes.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["current_context", "recording", "span"]
+__all__ = ["current_context", "recording", "refresh", "span"]
 
 try:  # the extra is optional
     from opentelemetry import context as otel_context
@@ -52,18 +53,38 @@ def _inside(parent: dict[str, str]) -> bool:
     return bool(stored.is_valid and stored.trace_id == current.trace_id)
 
 
+#: Once an SDK provider is installed it stays (OpenTelemetry allows setting it once); until then
+#: the check (which reads environment variables) runs at most once per second.
+_RECHECK_SECONDS = 1.0
+_recording = False
+_checked_at = float("-inf")
+
+
 def recording() -> bool:
     """True when spans are recorded (an SDK tracer provider is installed); hot paths skip
-    `span()` otherwise."""
-    if _tracer is None:
+    `span()` and context propagation otherwise."""
+    global _recording, _checked_at
+    if _recording or _tracer is None:
+        return _recording
+    now = time.monotonic()
+    if now - _checked_at < _RECHECK_SECONDS:
         return False
+    _checked_at = now
     provider = trace.get_tracer_provider()
-    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+    _recording = not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+    return _recording
+
+
+def refresh() -> None:
+    """Look for a tracer provider again on the next call (after installing one mid-process;
+    otherwise it is noticed within a second)."""
+    global _checked_at
+    _checked_at = float("-inf")
 
 
 def current_context() -> dict[str, str] | None:
     """The current trace context as a storable dict, or None when not tracing."""
-    if _tracer is None:
+    if not recording():
         return None
     carrier: dict[str, str] = {}
     propagate.inject(carrier)

@@ -11,6 +11,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from ripple.platform import tracing
+
 _exporter: InMemorySpanExporter | None = None
 
 
@@ -24,4 +26,5 @@ def span_exporter() -> InMemorySpanExporter:
             provider = TracerProvider()
             trace.set_tracer_provider(provider)
         provider.add_span_processor(SimpleSpanProcessor(_exporter))
+        tracing.refresh()
     return _exporter
