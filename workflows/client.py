@@ -88,18 +88,20 @@ class RunHandle(Generic[OutT]):
         waker = self._client.waker
         async with waker.listen(run_channel(self.run_id)) as listener:
             while True:
-                run = await self._client.get_run(self.run_id)
+                with map_errors():
+                    run = await self._client.pool.fetchrow(store.SELECT_RUN_OUTCOME, self.run_id)
                 if run is None:
                     raise NotFound(f"no run {self.run_id}")
-                if run.status == RunStatus.COMPLETED:
+                status = run["status"]
+                if status == RunStatus.COMPLETED:
                     try:
-                        value: OutT = serde.load(run.output, self._output_type)
+                        value: OutT = serde.load(run["output"], self._output_type)
                     except ValidationError:
-                        value = run.output
+                        value = run["output"]
                     return value
-                if run.status == RunStatus.FAILED:
-                    raise WorkflowFailed(self.run_id, run.error)
-                if run.status == RunStatus.CANCELED:
+                if status == RunStatus.FAILED:
+                    raise WorkflowFailed(self.run_id, run["error"])
+                if status == RunStatus.CANCELED:
                     raise WorkflowCanceled(self.run_id)
                 remaining = None if end is None else end - time.monotonic()
                 if remaining is not None and remaining <= 0:

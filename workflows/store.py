@@ -47,6 +47,9 @@ ON CONFLICT (workflow, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOT
 # $1 run_id
 SELECT_RUN: Final = f"SELECT {_RUN_COLUMNS} FROM ripple_runs WHERE run_id = $1"  # noqa: S608
 
+# $1 run_id: what result() needs (not the input, which may be large).
+SELECT_RUN_OUTCOME: Final = "SELECT status, output, error FROM ripple_runs WHERE run_id = $1"
+
 # $1 run_id
 SELECT_STEPS: Final = """
 SELECT key, seq, kind, status, attempts, output, error, due_at, started_at, completed_at
