@@ -8,7 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -84,29 +84,33 @@ def redis_process() -> Iterator[RedisProcess]:
         server.kill()
 
 
-async def test_wake__hint_crosses_processes_fast(redis_process: RedisProcess) -> None:
-    sender = RedisWaker(redis_process.url, prefix="w:", poll_interval=30)
-    receiver = RedisWaker(redis_process.url, prefix="w:", poll_interval=30)
+@contextlib.asynccontextmanager
+async def _wakers(url: str, poll_interval: float) -> AsyncIterator[tuple[RedisWaker, RedisWaker]]:
+    """A sender and a receiver (as in two processes), the receiver connected."""
+    sender = RedisWaker(url, prefix="w:", poll_interval=poll_interval)
+    receiver = RedisWaker(url, prefix="w:", poll_interval=poll_interval)
     await sender.start()
     await receiver.start()
     try:
         await asyncio.wait_for(receiver.connected.wait(), 5)
-        async with receiver.listen("run:x") as listener:
-            sender.notify(RunFinished(run_id="x"))
-            # poll_interval is 30 s: only the hint can wake it within the wait below
-            assert await asyncio.wait_for(listener.wait(10), 10) is True
+        yield sender, receiver
     finally:
         await sender.close()
         await receiver.close()
 
 
+async def test_wake__hint_crosses_processes_fast(redis_process: RedisProcess) -> None:
+    async with (
+        _wakers(redis_process.url, 30) as (sender, receiver),
+        receiver.listen("run:x") as listener,
+    ):
+        sender.notify(RunFinished(run_id="x"))
+        # poll_interval is 30 s: only the hint can wake it within the wait below
+        assert await asyncio.wait_for(listener.wait(10), 10) is True
+
+
 async def test_wake__survives_redis_kill_and_restart(redis_process: RedisProcess) -> None:
-    sender = RedisWaker(redis_process.url, prefix="w:", poll_interval=0.2)
-    receiver = RedisWaker(redis_process.url, prefix="w:", poll_interval=0.2)
-    await sender.start()
-    await receiver.start()
-    try:
-        await asyncio.wait_for(receiver.connected.wait(), 5)
+    async with _wakers(redis_process.url, 0.2) as (sender, receiver):
         redis_process.kill()
         await assert_eventually(lambda: not receiver.connected.is_set())
         # Redis is down: a waiter still returns by the poll interval, notify never raises.
@@ -123,9 +127,6 @@ async def test_wake__survives_redis_kill_and_restart(redis_process: RedisProcess
                 return await listener.wait(0.15)
 
         await assert_eventually(delivered, timeout=10)
-    finally:
-        await sender.close()
-        await receiver.close()
 
 
 async def test_wake__redis_unreachable_at_start() -> None:
@@ -182,16 +183,8 @@ async def test_wake__listening_again_on_a_channel_still_receives(
 ) -> None:
     # Each exit unsubscribes and each entry subscribes again: the requests must reach Redis in
     # order, or a fast re-listen would end up unsubscribed (and fall back to polling).
-    sender = RedisWaker(redis_process.url, prefix="w:", poll_interval=30)
-    receiver = RedisWaker(redis_process.url, prefix="w:", poll_interval=30)
-    await sender.start()
-    await receiver.start()
-    try:
-        await asyncio.wait_for(receiver.connected.wait(), 5)
+    async with _wakers(redis_process.url, 30) as (sender, receiver):
         for _ in range(20):
             async with receiver.listen("queue:again") as listener:
                 sender.notify(QueueReady(queue="again"))
                 assert await asyncio.wait_for(listener.wait(10), 10) is True
-    finally:
-        await sender.close()
-        await receiver.close()
