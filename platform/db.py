@@ -105,7 +105,11 @@ class DedicatedConnection:
                 conn: asyncpg.Connection[asyncpg.Record] = await asyncpg.connect(
                     _database_url(self._settings), server_settings=self._server_settings
                 )
-                await init_connection(conn)
+                try:
+                    await init_connection(conn)
+                except BaseException:
+                    conn.terminate()
+                    raise
             self._conn = conn
         return self._conn
 

@@ -221,12 +221,14 @@ class Subscriptions:
         return (await self._current()).matching(topic)
 
     async def _current(self) -> _CompiledSet:
-        if self._listener is None:
-            # Registered for the lifetime of this object; checked without waiting below. The
-            # context manager is kept referenced: collecting it would unregister the listener.
+        if self._listening is None:
+            # Registered once, for the lifetime of this object (callers that arrive while the
+            # first one waits for Redis to confirm go on without it); checked without waiting
+            # below. The context manager is kept referenced: collecting it would unregister
+            # the listener.
             self._listening = self._waker.listen(CH_SUBSCRIPTIONS)
             self._listener = await self._listening.__aenter__()
-        if _take_hint(self._listener):
+        if self._listener is not None and _take_hint(self._listener):
             self._set = None
         now = time.monotonic()
         current = self._set

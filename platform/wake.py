@@ -10,6 +10,7 @@ by itself. This module owns channel names; it must not know any table.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import time
@@ -242,6 +243,20 @@ class NullWaker:
         self._dispatch_all()
 
 
+@dataclass(slots=True)
+class _Request:
+    """A subscription request of a RedisWaker, and the future its listener waits on."""
+
+    command: str  # SUBSCRIBE | PSUBSCRIBE | UNSUBSCRIBE | RESUBSCRIBE (after a reconnect)
+    name: str  # channel or pattern, without the prefix
+    generation: int  # the connection it was made for
+    confirmed: asyncio.Future[None] | None = None
+
+    def done(self) -> None:
+        if self.confirmed is not None and not self.confirmed.done():
+            self.confirmed.set_result(None)
+
+
 class RedisWaker(NullWaker):
     """Hints go to waiters in this process at once and to other processes via Redis pub/sub.
 
@@ -263,20 +278,24 @@ class RedisWaker(NullWaker):
         self._prefix = prefix
         self._src = f"{os.getpid()}-{id(self):x}".encode()
         self._outbox: asyncio.Queue[AnyHint] = asyncio.Queue(maxsize=10_000)
-        #: (Redis command, subscription) in call order, sent by one task so order is kept.
-        self._control: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
         #: Hints accepted by notify() and not yet sent or dropped (close() flushes them).
         self._unsent = 0
-        #: The subscriber connection while it is up.
+        #: The subscriber connection while it is up, and a number per connection.
         self._pubsub: PubSub | None = None
+        self._generation = 0
+        #: (Un)subscribe requests in call order, sent by one task so that order is kept.
+        self._control: asyncio.Queue[_Request] = asyncio.Queue()
+        #: Requests sent on the current connection, per subscription, awaiting Redis's reply
+        #: (Redis answers each in order, so replies pair with requests first-in, first-out).
+        self._sent: dict[str, collections.deque[_Request]] = {}
+        #: Subscriptions Redis confirmed on this connection that no UNSUBSCRIBE is pending for.
+        self._live: set[str] = set()
+        #: UNSUBSCRIBE requests queued or sent and not yet answered, per channel.
+        self._unsubscribing: collections.Counter[str] = collections.Counter()
         #: Patterns this process wants (kept for its lifetime).
         self._patterns: set[str] = set()
-        #: Subscriptions (channels and patterns) Redis confirmed on the current connection.
-        self._live: set[str] = set()
-        #: Listeners waiting for Redis to confirm a subscription.
-        self._confirming: dict[str, list[asyncio.Future[None]]] = {}
         #: True while the subscriber connection is up (for health reporting and tests).
         self.connected = asyncio.Event()
 
@@ -299,48 +318,39 @@ class RedisWaker(NullWaker):
     @contextlib.asynccontextmanager
     async def listen(self, channel: str) -> AsyncIterator[Listener]:
         listener = Listener(channel, self.poll_interval)
-        first = self._add(listener)
-        if channel.startswith(_RUN_PREFIX):
-            request = _RUN_PATTERN not in self._patterns
-            self._patterns.add(_RUN_PATTERN)
-            await self._confirmed(_RUN_PATTERN, "PSUBSCRIBE" if request else None)
-        else:
-            await self._confirmed(channel, "SUBSCRIBE" if first else None)
+        self._add(listener)
         try:
+            await self._subscribed(channel)
             yield listener
         finally:
             last = self._remove(listener)
             if last and self._pubsub is not None and not channel.startswith(_RUN_PREFIX):
-                self._control.put_nowait(("UNSUBSCRIBE", channel))
+                self._unsubscribing[channel] += 1
+                self._live.discard(channel)
+                self._control.put_nowait(_Request("UNSUBSCRIBE", channel, self._generation))
 
-    async def _confirmed(self, name: str, command: str | None) -> None:
-        """Send `command` for subscription `name` (if given) and wait until Redis confirmed it.
+    async def _subscribed(self, channel: str) -> None:
+        """Return once Redis confirmed a subscription covering `channel`.
 
-        Returns at once when disconnected: the reconnect subscribes every listener's channel
-        and wakes them all.
+        Returns at once when disconnected (the reconnect subscribes every listener's channel
+        and wakes them all) and after `_CONFIRM_SECONDS` at the latest (the listener polls).
         """
-        if self._pubsub is None or name in self._live:
+        if channel.startswith(_RUN_PREFIX):
+            name, command = _RUN_PATTERN, "PSUBSCRIBE"
+            self._patterns.add(name)
+        else:
+            name, command = channel, "SUBSCRIBE"
+        if self._pubsub is None or (name in self._live and not self._unsubscribing[name]):
             return
+        # Our own request, answered after every request queued before it: a reply to an older
+        # SUBSCRIBE (which an UNSUBSCRIBE may follow) does not count.
         confirmed = asyncio.get_running_loop().create_future()
-        self._confirming.setdefault(name, []).append(confirmed)
-        if command is not None:
-            self._control.put_nowait((command, name))
+        self._control.put_nowait(_Request(command, name, self._generation, confirmed))
         try:
             async with asyncio.timeout(_CONFIRM_SECONDS):
                 await confirmed
         except TimeoutError:
             log.debug("wake_subscribe_unconfirmed", subscription=name)
-        finally:
-            waiting = self._confirming.get(name)
-            if waiting is not None and confirmed in waiting:
-                waiting.remove(confirmed)
-                if not waiting:
-                    del self._confirming[name]
-
-    def _confirm(self, name: str) -> None:
-        for future in self._confirming.pop(name, ()):
-            if not future.done():
-                future.set_result(None)
 
     async def start(self) -> None:
         if not self._tasks:
@@ -375,22 +385,22 @@ class RedisWaker(NullWaker):
             try:
                 await pubsub.subscribe(idle)
                 # Listeners registered from now on subscribe themselves (through _control);
-                # the ones registered before are in this snapshot.
+                # those registered before are in this snapshot, and are woken once Redis
+                # confirms their subscription (hints may have been missed meanwhile).
                 self._pubsub = pubsub
-                channels = [
-                    self._prefix + channel
-                    for channel in self._listeners
-                    if not channel.startswith(_RUN_PREFIX)
-                ]
-                patterns = [self._prefix + pattern for pattern in self._patterns]
+                self._generation += 1
+                channels = [c for c in self._listeners if not c.startswith(_RUN_PREFIX)]
+                for name in [*channels, *self._patterns]:
+                    self._sent.setdefault(name, collections.deque()).append(
+                        _Request("RESUBSCRIBE", name, self._generation)
+                    )
                 if channels:
-                    await pubsub.subscribe(*channels)
-                if patterns:
-                    await pubsub.psubscribe(*patterns)
+                    await pubsub.subscribe(*(self._prefix + c for c in channels))
+                if self._patterns:
+                    await pubsub.psubscribe(*(self._prefix + p for p in self._patterns))
                 self.connected.set()
                 backoff = 0.05
                 log.debug("wake_subscribed", prefix=self._prefix, channels=len(channels))
-                self._dispatch_all()
                 while True:
                     message = await pubsub.get_message(timeout=5.0)
                     if message is not None:
@@ -398,19 +408,25 @@ class RedisWaker(NullWaker):
             except (RedisError, OSError) as exc:
                 if self.connected.is_set():
                     log.warning("wake_redis_lost", error=str(exc))
-                self.connected.clear()
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
             finally:
-                self._pubsub = None
-                self._live.clear()
-                self.connected.clear()
-                for channel in list(self._confirming):
-                    self._confirm(channel)  # don't keep listeners waiting: they poll
+                self._disconnected()
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
                 with contextlib.suppress(Exception):
                     await client.aclose()
+            if not self._closing:
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+
+    def _disconnected(self) -> None:
+        self._pubsub = None
+        self.connected.clear()
+        self._live.clear()
+        self._unsubscribing.clear()
+        for pending in self._sent.values():
+            for request in pending:
+                request.done()  # don't keep listeners waiting: they poll
+        self._sent.clear()
 
     def _receive(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
@@ -421,35 +437,63 @@ class RedisWaker(NullWaker):
         if kind in ("message", "pmessage"):
             if message.get("data") != self._src:  # our own hints were dispatched locally
                 self._dispatch(name)
-        elif kind in ("subscribe", "psubscribe"):
-            self._live.add(name)
-            self._confirm(name)
-        elif kind == "unsubscribe":
+            return
+        pending = self._sent.get(name)
+        request = pending.popleft() if pending else None
+        if pending is not None and not pending:
+            del self._sent[name]
+        if kind == "unsubscribe":
             self._live.discard(name)
+            self._unsubscribing[name] -= 1
+            if self._unsubscribing[name] <= 0:
+                del self._unsubscribing[name]
+        elif kind in ("subscribe", "psubscribe"):
+            if not self._unsubscribing[name]:
+                self._live.add(name)
+            if request is not None:
+                request.done()
+                if request.command == "RESUBSCRIBE":
+                    self._wake_subscribers(name)
+
+    def _wake_subscribers(self, name: str) -> None:
+        """Wake the listeners a (re)confirmed subscription `name` covers."""
+        if name == _RUN_PATTERN:
+            for channel in list(self._listeners):
+                if channel.startswith(_RUN_PREFIX):
+                    self._dispatch(channel)
+        else:
+            self._dispatch(name)
 
     async def _control_loop(self) -> None:
         """Send (un)subscribe requests in call order, each only if still wanted when sent."""
         while True:
-            command, name = await self._control.get()
-            pubsub = self._pubsub
-            if command == "PSUBSCRIBE":
-                wanted = True
+            request = await self._control.get()
+            pubsub, name = self._pubsub, request.name
+            unsubscribe = request.command == "UNSUBSCRIBE"
+            current = pubsub is not None and request.generation == self._generation
+            if unsubscribe:
+                wanted = name not in self._listeners
             else:
-                wanted = (name in self._listeners) == (command == "SUBSCRIBE")
-            if pubsub is None or not wanted:
-                self._confirm(name)  # disconnected or superseded: nobody should wait on it
+                wanted = request.command == "PSUBSCRIBE" or name in self._listeners
+            if pubsub is None or not current or not wanted:
+                if unsubscribe and current:
+                    self._unsubscribing[name] -= 1
+                    if self._unsubscribing[name] <= 0:
+                        del self._unsubscribing[name]
+                request.done()
                 continue
+            self._sent.setdefault(name, collections.deque()).append(request)
             try:
-                if command == "SUBSCRIBE":
+                if request.command == "SUBSCRIBE":
                     await pubsub.subscribe(self._prefix + name)
-                elif command == "PSUBSCRIBE":
+                elif request.command == "PSUBSCRIBE":
                     await pubsub.psubscribe(self._prefix + name)
                 else:
                     await pubsub.unsubscribe(self._prefix + name)
             except (RedisError, OSError) as exc:
-                # The subscriber loop sees the broken connection and resubscribes everything.
+                # The subscriber loop sees the broken connection and starts over.
                 log.debug("wake_control_failed", error=str(exc))
-                self._confirm(name)
+                request.done()
 
     async def _publish_loop(self) -> None:
         client = self._client()

@@ -76,9 +76,9 @@ LIMIT $7
 # c: per served workflow, its due active runs in availability order from ripple_runs_claim
 # (stopping after $3), skipping rows other claimers hold; then the $3 oldest of those.
 # A run with NULL version is pinned to the newest version this worker serves for its name.
-# The new epoch is unique, not just the next number (the claim time in microseconds, or the
-# next number if that is higher): workers commit claims asynchronously, and a claim lost in a
-# Postgres crash must not hand its epoch to the next claimer (see Worker).
+# The new epoch is higher than the last by a random amount (1 to 2^32), not by one: workers
+# commit claims asynchronously, and a claim lost in a Postgres crash must not hand its epoch to
+# the next claimer (see Worker); random, so it holds whatever the clocks do.
 CLAIM_RUNS: Final = """
 WITH c AS (
     SELECT x.run_id, x.prev_status, x.prev_owner, x.fresh
@@ -101,7 +101,7 @@ WITH c AS (
 )
 UPDATE ripple_runs r
 SET status = 'running',
-    epoch = greatest(r.epoch + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint),
+    epoch = r.epoch + 1 + floor(random() * 4294967296)::bigint,
     lease_owner = $1,
     available_at = now() + $2 * interval '1 second',
     attempt = greatest(r.attempt, 1),

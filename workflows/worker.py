@@ -129,8 +129,9 @@ class Worker:
         self._main: asyncio.Task[None] | None = None
         # The claim loop's own connection. Its commits are asynchronous (not waiting for the
         # WAL flush): a claim lost with a Postgres crash only returns the run to the queue,
-        # and its epoch is unique (a timestamp), so a claimer whose claim was lost is fenced
-        # out even if the run is claimed again. Journal writes stay synchronous.
+        # and the epoch a claim assigns grows by a random amount, so a claimer whose claim was
+        # lost is fenced out even if the run is claimed again. Journal writes stay synchronous.
+        self._warming: asyncio.Task[None] | None = None
         self._claimer = DedicatedConnection(
             client.settings, application_name="ripple-worker", synchronous_commit="off"
         )
@@ -155,7 +156,7 @@ class Worker:
         """Run until `stop()` (a stop requested before the loop started is honoured)."""
         services = self.client.background_services(webhooks=self._webhooks, sweeper=self._sweeper)
         await self._register()
-        await self._warm_pool()
+        await asyncio.shield(self._warm_pool())
         _freeze_startup_objects()
         helpers = [
             asyncio.create_task(self._heartbeat_loop(), name="ripple-worker-heartbeat"),
@@ -174,6 +175,8 @@ class Worker:
             await asyncio.gather(*helpers, return_exceptions=True)
             await self._unregister()
             await self._claimer.close()
+            if self._warming is not None:
+                await asyncio.shield(self._warming)
             log.info("worker_stopped", worker_id=self.worker_id)
 
     async def run_until_idle(self) -> None:
@@ -220,16 +223,22 @@ class Worker:
                 self._serves(),
             )
 
-    async def _warm_pool(self) -> None:
+    def _warm_pool(self) -> asyncio.Task[None]:
         """Open the pool's connections before claiming (and again after the pool shrank while
         idle). Opening one costs 10-20 ms of this process's event loop (handshake, codecs),
-        which otherwise lands on the runs executing when a burst first needs it."""
+        which otherwise lands on the runs executing when a burst first needs it. Runs as its
+        own task, never canceled, so no acquired connection is ever left unreleased."""
+        if self._warming is None or self._warming.done():
+            self._warming = asyncio.create_task(self._open_connections(), name="ripple-warm-pool")
+        return self._warming
+
+    async def _open_connections(self) -> None:
         pool = self.client.pool
         target = min(self.concurrency + 2, pool.get_max_size())
         if pool.get_size() >= target:
             return
         opened = await asyncio.gather(
-            *(pool.acquire() for _ in range(target)), return_exceptions=True
+            *(pool.acquire(timeout=5.0) for _ in range(target)), return_exceptions=True
         )
         for conn in opened:
             if not isinstance(conn, BaseException):
@@ -414,7 +423,7 @@ class Worker:
                             lost = [s.run_id for s in slots if s.run_id not in kept]
                             self._abort(lost, "lease_lost")
                 if not slots:
-                    await self._warm_pool()
+                    self._warm_pool()
             except RippleError as exc:
                 log.warning("worker_heartbeat_failed", error=str(exc))
 

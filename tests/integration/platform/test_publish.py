@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,7 +17,7 @@ from ripple.platform.fanout import PublishedEvent, SubscriptionRow
 from ripple.platform.publish import Publisher
 from ripple.platform.queues import Queues
 from ripple.platform.subscriptions import Subscriptions
-from ripple.platform.wake import NullWaker
+from ripple.platform.wake import CH_SUBSCRIPTIONS, NullWaker, RedisWaker, SubscriptionsChanged
 from ripple.subscribers import QueueTarget, WorkflowTarget
 from ripple.subscribers.queue import QueueKind
 from tests.helpers import assert_eventually
@@ -274,3 +275,39 @@ async def test_publish__concurrent_same_key_writes_one_event(parts: Parts, pool:
     assert sum(r.deliveries for r in results) == 1
     assert sum(not r.duplicate for r in results) == 1
     assert await pool.fetchval("SELECT count(*) FROM ripple_queue_messages") == 1
+
+
+async def test_subscription_cache__concurrent_first_calls_keep_one_live_listener(
+    pool: Pool, settings: Settings
+) -> None:
+    # listen() waits for Redis to confirm; two first callers racing used to leave the cache
+    # holding a listener whose context manager was collected (unregistered): changes made by
+    # other processes then reached it only by polling.
+    waker = RedisWaker(settings.redis_url or "", prefix=settings.redis_prefix, poll_interval=30)
+    await waker.start()
+    try:
+        await asyncio.wait_for(waker.connected.wait(), 5)
+        parts = make_parts(pool, settings, waker)
+        # The first caller's confirmation is the slowest (as when Redis answers late).
+        confirm = waker._subscribed
+        calls = 0
+
+        async def first_is_slow(channel: str) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                await asyncio.sleep(0.05)
+            await confirm(channel)
+
+        waker._subscribed = first_is_slow  # type: ignore[method-assign]
+        await asyncio.gather(*(parts.subscriptions.compiled() for _ in range(5)))
+        gc.collect()
+        await asyncio.sleep(0.05)  # collected listen() blocks finish unregistering
+        listeners = waker._listeners.get(CH_SUBSCRIPTIONS, set())
+        assert len(listeners) == 1
+        other = make_parts(pool, settings)  # another process's view
+        await other.subscriptions.subscribe("late.*", QueueTarget("late").to_row())
+        waker.notify(SubscriptionsChanged())  # as that process's hint would arrive
+        assert [s.pattern.text for s in await parts.subscriptions.compiled()] == ["late.*"]
+    finally:
+        await waker.close()

@@ -188,3 +188,58 @@ async def test_wake__listening_again_on_a_channel_still_receives(
             async with receiver.listen("queue:again") as listener:
                 sender.notify(QueueReady(queue="again"))
                 assert await asyncio.wait_for(listener.wait(10), 10) is True
+
+
+async def test_wake__listening_again_while_the_unsubscribe_is_in_flight(
+    redis_process: RedisProcess,
+) -> None:
+    # The last listener leaves (UNSUBSCRIBE queued or on the wire) and a new one arrives a few
+    # event-loop turns later: it must end up subscribed and hear a hint published after
+    # listen() returned, whatever point the UNSUBSCRIBE had reached.
+    admin = redis.asyncio.Redis(port=redis_process.port)
+    waker = RedisWaker(redis_process.url, prefix="w:", poll_interval=30)
+    await waker.start()
+    try:
+        await asyncio.wait_for(waker.connected.wait(), 5)
+        for turns in range(12):
+            async with waker.listen("queue:flap"):
+                pass
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            async with waker.listen("queue:flap") as listener:
+                await admin.publish("w:queue:flap", b"another-process")
+                assert await asyncio.wait_for(listener.wait(10), 10) is True, turns
+    finally:
+        await admin.aclose()
+        await waker.close()
+
+
+async def test_wake__listen_cancelled_before_confirmation_leaves_nothing_behind(
+    redis_process: RedisProcess,
+) -> None:
+    # E.g. an HTTP long-poll whose client went away while listen() waited for Redis.
+    waker = RedisWaker(redis_process.url, prefix="w:", poll_interval=30)
+    await waker.start()
+    admin = redis.Redis(port=redis_process.port)
+
+    async def wait_on(channel: str) -> None:
+        async with waker.listen(channel) as listener:
+            await listener.wait(5)
+
+    try:
+        await asyncio.wait_for(waker.connected.wait(), 5)
+        for channel in ["queue:a", "queue:b", "run:r1"]:
+            task = asyncio.create_task(wait_on(channel))
+            await asyncio.sleep(0)  # now waiting for Redis's confirmation
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        assert waker._listeners == {}
+        await assert_eventually(
+            lambda: (
+                dict(admin.pubsub_numsub("w:queue:a", "w:queue:b"))
+                == {b"w:queue:a": 0, b"w:queue:b": 0}
+            )
+        )
+    finally:
+        admin.close()
+        await waker.close()
