@@ -358,26 +358,7 @@ class WorkflowClient:
                     raise NotFound(f"no run {run_id}: check the run id")
                 if status in TERMINAL:
                     raise Conflict(f"run {run_id} is {status}; signals go to active runs only")
-                row = await conn.fetchrow(store.RESOLVE_NAMED_WAIT, run_id, name, payload)
-                if row is not None:
-                    await conn.execute(
-                        store.UPSERT_STEPS,
-                        run_id,
-                        [
-                            {
-                                "key": row["step_key"],
-                                "seq": row["step_seq"],
-                                "kind": "wait",
-                                "status": "completed",
-                                "attempts": 1,
-                                "output": payload,
-                            }
-                        ],
-                    )
-                    await conn.execute(store.WAKE_RUN, run_id)
-                else:
-                    await conn.execute(store.INSERT_SIGNAL, run_id, name, payload)
-        delivered = row is not None
+                delivered = bool(await conn.fetchval(store.SIGNAL_RUN, run_id, name, payload))
         metrics.SIGNALS.labels("delivered" if delivered else "buffered").inc()
         if delivered:
             self.waker.notify(RunReady())

@@ -145,11 +145,6 @@ SELECT run_id, key, seq, kind, status, attempts, output, error, due_at
 FROM ripple_steps WHERE run_id = ANY($1::text[])
 """
 
-# Fence: lock the run if this worker still owns it. $1 run_id, $2 epoch
-LOCK_OWNED_RUN: Final = """
-SELECT 1 FROM ripple_runs WHERE run_id = $1 AND epoch = $2 AND status = 'running' FOR UPDATE
-"""
-
 # $1 run_id: lock any run (signals, child completion), returns its status.
 LOCK_RUN: Final = "SELECT status FROM ripple_runs WHERE run_id = $1 FOR UPDATE"
 
@@ -191,7 +186,8 @@ _STEPS_AFTER_RUN: Final = """
 )
 """
 
-# One round trip: fence, extend the lease and journal. Returns no row when fenced out.
+# One round trip: fence (the UPDATE locks the run row to commit), extend the lease and journal.
+# Returns no row when fenced out. Also the first statement of every multi-statement write.
 # $1 run_id, $2 epoch, $3 lease seconds, $4 step_count, $5 entries
 _FLUSH_HEAD: Final = """
 WITH run AS (
@@ -201,7 +197,9 @@ WITH run AS (
 )"""
 FLUSH_RUN: Final = _FLUSH_HEAD + _STEPS_AFTER_RUN + "SELECT run_id FROM run"  # noqa: S608
 
-# One round trip: fence, journal and finish a run that has no parent and no open waits.
+# One round trip: fence, journal and finish a run (with its row locked to commit). Returns no
+# row when fenced out. A run with open waits or a parent follows it with DELETE_RUN_WAITS and
+# LOCK_RUN + COMPLETE_PARENT_STEP in the same transaction.
 # $1 run_id, $2 epoch, $3 status, $4 output, $5 entries, $6 error, $7 step_count
 _FINISH_HEAD: Final = """
 WITH run AS (
@@ -209,19 +207,15 @@ WITH run AS (
     SET status = $3, output = $4, error = $6, step_count = $7, completed_at = now(),
         lease_owner = NULL, available_at = now(), updated_at = now()
     WHERE run_id = $1 AND epoch = $2 AND status = 'running'
-    RETURNING run_id, created_at, completed_at
+    RETURNING run_id, created_at, completed_at, parent_run_id, parent_step_key, parent_step_seq
 )"""
-FINISH_RUN_SIMPLE: Final = (
-    _FINISH_HEAD + _STEPS_AFTER_RUN + "SELECT created_at, completed_at FROM run"  # noqa: S608
+_FINISH_TAIL: Final = (
+    "SELECT created_at, completed_at, parent_run_id, parent_step_key, parent_step_seq FROM run"
 )
+FINISH_RUN: Final = _FINISH_HEAD + _STEPS_AFTER_RUN + _FINISH_TAIL
 
-# Keep executing: extend the lease. $1 run_id, $2 epoch, $3 lease seconds, $4 step_count
-EXTEND_RUN: Final = """
-UPDATE ripple_runs SET available_at = now() + $3 * interval '1 second', step_count = $4
-WHERE run_id = $1 AND epoch = $2
-"""
-
-# Suspend: runs after LOCK_OWNED_RUN, so it sees every resolution committed before the lock.
+# Suspend: runs after the fence (FLUSH_RUN) locked the run, so it sees every resolution
+# committed before the lock.
 # $1 run_id, $2 epoch, $3 status, $4 wake time (infinity: none), $5 step_count,
 # $6 keys of waits/children the run is blocked on (any already resolved: available now)
 SUSPEND_RUN: Final = """
@@ -234,15 +228,6 @@ SET status = $3,
     lease_owner = NULL, step_count = $5, updated_at = now()
 WHERE run_id = $1 AND epoch = $2
 RETURNING available_at
-"""
-
-# Terminal state. $1 run_id, $2 epoch, $3 status, $4 output, $5 error, $6 step_count
-FINISH_RUN: Final = """
-UPDATE ripple_runs
-SET status = $3, output = $4, error = $5, step_count = $6, completed_at = now(),
-    lease_owner = NULL, available_at = now(), updated_at = now()
-WHERE run_id = $1 AND epoch = $2
-RETURNING parent_run_id, parent_step_key, parent_step_seq, created_at, completed_at
 """
 
 # Workflow-level retry. $1 run_id, $2 epoch, $3 delay seconds, $4 error, $5 step_count
@@ -272,8 +257,21 @@ WHERE r.run_id = h.run_id AND r.epoch = h.epoch AND r.status = 'running'
 RETURNING r.run_id
 """
 
-# $1 run_id: make a suspended run available now (a wait or child resolved).
-WAKE_RUN: Final = """
+# A child run ended: record it as its parent's step result and make the parent available (run
+# after LOCK_RUN on the parent, so a parent suspending at this moment sees the result).
+# $1 parent run_id, $2 entry jsonb {key, seq, kind, status, attempts, output, error}
+COMPLETE_PARENT_STEP: Final = """
+WITH journaled AS (
+    INSERT INTO ripple_steps (run_id, key, seq, kind, status, attempts, output, error,
+                              started_at, completed_at)
+    SELECT $1, s.key, s.seq, s.kind, s.status, s.attempts, s.output, s.error, now(), now()
+    FROM jsonb_to_record($2::jsonb) AS s(key text, seq int, kind text, status text,
+         attempts int, output jsonb, error jsonb)
+    ON CONFLICT (run_id, key) DO UPDATE
+    SET status = excluded.status, attempts = excluded.attempts, output = excluded.output,
+        error = excluded.error, due_at = excluded.due_at, completed_at = excluded.completed_at
+    WHERE ripple_steps.status NOT IN ('completed', 'failed')
+)
 UPDATE ripple_runs SET available_at = now()
 WHERE run_id = $1 AND status IN ('waiting', 'sleeping')
 """
@@ -300,20 +298,33 @@ DELETE_WAIT: Final = "DELETE FROM ripple_waits WHERE run_id = $1 AND step_key = 
 # $1 run_id
 DELETE_RUN_WAITS: Final = "DELETE FROM ripple_waits WHERE run_id = $1"
 
-# Signal to one run: resolve its earliest wait `name` whose match the payload contains.
-# $1 run_id, $2 name, $3 payload
-RESOLVE_NAMED_WAIT: Final = """
-DELETE FROM ripple_waits w
-WHERE (w.run_id, w.step_key) = (
-    SELECT x.run_id, x.step_key FROM ripple_waits x
-    WHERE x.run_id = $1 AND x.name = $2 AND (x.match IS NULL OR $3::jsonb @> x.match)
-    ORDER BY x.created_at, x.step_seq LIMIT 1
-) RETURNING w.step_key, w.step_seq
-"""
-
-# $1 run_id, $2 name, $3 payload
-INSERT_SIGNAL: Final = """
-INSERT INTO ripple_signals (run_id, name, payload) VALUES ($1, $2, $3)
+# Signal to one run, after LOCK_RUN (so a run suspending at this moment sees the outcome):
+# resolve its earliest wait `name` whose match the payload contains, journaling the payload as
+# that wait's result and making the run available; else keep the signal in the run's inbox.
+# Returns whether a wait was resolved. $1 run_id, $2 name, $3 payload
+SIGNAL_RUN: Final = """
+WITH hit AS (
+    DELETE FROM ripple_waits w
+    WHERE (w.run_id, w.step_key) = (
+        SELECT x.run_id, x.step_key FROM ripple_waits x
+        WHERE x.run_id = $1 AND x.name = $2 AND (x.match IS NULL OR $3::jsonb @> x.match)
+        ORDER BY x.created_at, x.step_seq LIMIT 1
+    ) RETURNING w.step_key, w.step_seq
+), journaled AS (
+    INSERT INTO ripple_steps (run_id, key, seq, kind, status, attempts, output, started_at,
+                              completed_at)
+    SELECT $1, hit.step_key, hit.step_seq, 'wait', 'completed', 1, $3, now(), now() FROM hit
+    ON CONFLICT (run_id, key) DO UPDATE
+    SET status = 'completed', output = excluded.output, completed_at = excluded.completed_at
+    WHERE ripple_steps.status NOT IN ('completed', 'failed')
+), woken AS (
+    UPDATE ripple_runs SET available_at = now()
+    WHERE run_id = $1 AND status IN ('waiting', 'sleeping') AND EXISTS (SELECT 1 FROM hit)
+), buffered AS (
+    INSERT INTO ripple_signals (run_id, name, payload)
+    SELECT $1, $2, $3 WHERE NOT EXISTS (SELECT 1 FROM hit)
+)
+SELECT EXISTS (SELECT 1 FROM hit)
 """
 
 # Event waits: lock the runs with a candidate wait first (ordered, so publishers never

@@ -46,8 +46,7 @@ async def complete_parent_step(
         output if status == "completed" else {"runId": child_run_id},
         error,
     )
-    await conn.execute(store.UPSERT_STEPS, parent_run_id, [entry.to_json()])
-    await conn.execute(store.WAKE_RUN, parent_run_id)
+    await conn.execute(store.COMPLETE_PARENT_STEP, parent_run_id, entry.to_json())
 
 
 class PgRunWriter:
@@ -76,15 +75,20 @@ class PgRunWriter:
         self.may_have_waits = may_have_waits
         self.has_parent = has_parent
 
-    async def _fence(self, conn: Connection, entries: list[Entry]) -> None:
-        owned = await conn.fetchval(store.LOCK_OWNED_RUN, self.run_id, self.epoch)
+    async def _fence(self, conn: Connection, entries: list[Entry], step_count: int) -> None:
+        """First statement of a multi-statement write: lock the run if this worker still owns
+        it (the UPDATE holds the row lock to commit, so later statements see every resolution
+        committed before it), extend the lease, and journal `entries`. One round trip."""
+        owned = await conn.fetchval(
+            store.FLUSH_RUN,
+            self.run_id,
+            self.epoch,
+            self.lease,
+            step_count,
+            [e.to_json() for e in entries],
+        )
         if owned is None:
             raise LeaseLost(self.run_id)
-        if entries:
-            await conn.execute(store.UPSERT_STEPS, self.run_id, [e.to_json() for e in entries])
-
-    async def _extend(self, conn: Connection, step_count: int) -> None:
-        await conn.execute(store.EXTEND_RUN, self.run_id, self.epoch, self.lease, step_count)
 
     async def flush(self, entries: list[Entry], step_count: int) -> None:
         with map_errors():
@@ -104,7 +108,9 @@ class PgRunWriter:
     ) -> tuple[bool, Any]:
         entry = wait.entry
         async with transaction(self.pool) as conn:
-            await self._fence(conn, entries)
+            # The wait's entry is journaled pending with the fence; a buffered signal that
+            # matches completes it below instead of registering the wait.
+            await self._fence(conn, [*entries, entry], step_count)
             row = await conn.fetchrow(store.CONSUME_SIGNAL, self.run_id, wait.name, wait.match)
             if row is not None:
                 done = Entry(
@@ -122,7 +128,6 @@ class PgRunWriter:
                 await conn.execute(store.UPSERT_STEPS, self.run_id, [done.to_json()])
                 metrics.SIGNALS.labels("consumed_from_inbox").inc()
             else:
-                await conn.execute(store.UPSERT_STEPS, self.run_id, [entry.to_json()])
                 await conn.execute(
                     store.INSERT_WAIT,
                     self.run_id,
@@ -134,13 +139,14 @@ class PgRunWriter:
                     entry.due_at,
                 )
                 self.may_have_waits = True
-            await self._extend(conn, step_count)
         return (row is not None, row["payload"] if row is not None else None)
 
     async def start_child(self, entries: list[Entry], step_count: int, child: ChildSpec) -> str:
         entry = child.entry
         async with transaction(self.pool) as conn:
-            await self._fence(conn, entries)
+            # The step's entry (naming the child this run id) is journaled with the fence; if
+            # the child exists already (a replay after a crash), it is corrected below.
+            await self._fence(conn, [*entries, entry], step_count)
             key = f"{self.run_id}:{entry.key}"
             child_id = await conn.fetchval(
                 store.INSERT_RUN,
@@ -159,10 +165,9 @@ class PgRunWriter:
             if child_id is None:
                 child_id = await conn.fetchval(store.SELECT_RUN_BY_KEY, child.workflow, key)
                 entry.output = {"runId": child_id}
+                await conn.execute(store.UPSERT_STEPS, self.run_id, [entry.to_json()])
             else:
                 metrics.RUNS_STARTED.labels(child.workflow).inc()
-            await conn.execute(store.UPSERT_STEPS, self.run_id, [entry.to_json()])
-            await self._extend(conn, step_count)
         self.waker.notify(RunReady(workflow=child.workflow))
         return str(child_id)
 
@@ -170,7 +175,7 @@ class PgRunWriter:
         self, entries: list[Entry], step_count: int, entry: Entry, is_wait: bool
     ) -> Entry:
         async with transaction(self.pool) as conn:
-            await self._fence(conn, entries)
+            await self._fence(conn, entries, step_count)
             final: Entry | None = None
             if is_wait:
                 if await conn.fetchval(store.DELETE_WAIT, self.run_id, entry.key) is not None:
@@ -207,7 +212,6 @@ class PgRunWriter:
             if final is None:
                 row = await conn.fetchrow(store.SELECT_STEP, self.run_id, entry.key)
                 final = Entry.from_row(row) if row is not None else entry
-            await self._extend(conn, step_count)
         return final
 
     async def suspend(
@@ -219,7 +223,7 @@ class PgRunWriter:
         blocking_keys: list[str],
     ) -> datetime:
         async with transaction(self.pool) as conn:
-            await self._fence(conn, entries)
+            await self._fence(conn, entries, step_count)
             available: datetime = await conn.fetchval(
                 store.SUSPEND_RUN,
                 self.run_id,
@@ -239,28 +243,26 @@ class PgRunWriter:
         output: Any,
         error: dict[str, Any] | None,
     ) -> None:
+        args = (
+            self.run_id,
+            self.epoch,
+            status,
+            output,
+            [e.to_json() for e in entries],
+            error,
+            step_count,
+        )
         if not self.has_parent and not self.may_have_waits:
             with map_errors():
-                row = await self.pool.fetchrow(
-                    store.FINISH_RUN_SIMPLE,
-                    self.run_id,
-                    self.epoch,
-                    status,
-                    output,
-                    [e.to_json() for e in entries],
-                    error,
-                    step_count,
-                )
+                row = await self.pool.fetchrow(store.FINISH_RUN, *args)
             if row is None:
                 raise LeaseLost(self.run_id)
             self._finished(status, row, None)
             return
         async with transaction(self.pool) as conn:
-            await self._fence(conn, entries)
-            row = await conn.fetchrow(
-                store.FINISH_RUN, self.run_id, self.epoch, status, output, error, step_count
-            )
-            assert row is not None  # the fence holds the row lock
+            row = await conn.fetchrow(store.FINISH_RUN, *args)
+            if row is None:
+                raise LeaseLost(self.run_id)
             if self.may_have_waits:
                 await conn.execute(store.DELETE_RUN_WAITS, self.run_id)
             parent = row["parent_run_id"]
@@ -290,7 +292,7 @@ class PgRunWriter:
         self, entries: list[Entry], step_count: int, delay: float, error: dict[str, Any]
     ) -> None:
         async with transaction(self.pool) as conn:
-            await self._fence(conn, entries)
+            await self._fence(conn, entries, step_count)
             await conn.execute(store.RETRY_RUN, self.run_id, self.epoch, delay, error, step_count)
             await conn.execute(store.DELETE_UNFINISHED_STEPS, self.run_id)
             if self.may_have_waits:

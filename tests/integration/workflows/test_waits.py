@@ -159,7 +159,7 @@ async def test_waits__are_found_by_index_not_by_scanning(app: App) -> None:
     for sql, args in [
         (wf_store.RESOLVE_EVENT_WAITS, ["topic.7", {"k": 7}]),
         (wf_store.LOCK_EVENT_WAIT_RUNS, ["topic.7", {"k": 7}]),
-        (wf_store.RESOLVE_NAMED_WAIT, ["r7", "n7", {"k": 7}]),
+        (wf_store.SIGNAL_RUN, ["r7", "n7", {"k": 7}]),
     ]:
         rows = await app.pool.fetch("EXPLAIN " + sql, *args)
         plan = "\n".join(r[0] for r in rows)
