@@ -10,10 +10,27 @@ import asyncio
 import importlib
 import os
 import platform
+import time
 
 from ripple.platform.logs import configure_logging
 
 SUITES = ["workflows", "waits", "publish", "queues", "webhooks"]
+
+
+def cpu_calibration() -> str:
+    """How fast this machine runs Python right now: the best of three 1M-iteration loops.
+
+    On a shared VM this moves by tens of percent within seconds (other tenants), and every
+    figure below moves with it; printed before and after the suites to tell such runs apart.
+    """
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        total = 0
+        for i in range(1_000_000):
+            total += i * i
+        best = min(best, time.perf_counter() - started)
+    return f"{best * 1000:.0f} ms per 1M-iteration Python loop (lower is faster)"
 
 
 def main() -> None:
@@ -23,12 +40,13 @@ def main() -> None:
     configure_logging(level="warning")
     print(
         f"# ripple bench on {platform.node()}: {os.cpu_count()} cores, python "
-        f"{platform.python_version()}",
+        f"{platform.python_version()}; cpu {cpu_calibration()}",
         flush=True,
     )
     for name in args.only.split(","):
         module = importlib.import_module(f"bench.{name.strip()}")
         asyncio.run(module.run())
+    print(f"# cpu after the suites: {cpu_calibration()}", flush=True)
 
 
 if __name__ == "__main__":
