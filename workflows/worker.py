@@ -224,9 +224,10 @@ class Worker:
             )
 
     def _warm_pool(self) -> asyncio.Task[None]:
-        """Open the pool's connections before claiming (and again after the pool shrank while
-        idle). Opening one costs 10-20 ms of this process's event loop (handshake, codecs),
-        which otherwise lands on the runs executing when a burst first needs it. Runs as its
+        """Open the pool's connections before the first claim. Opening one costs 10-20 ms of
+        this process's event loop (handshake, codecs), which otherwise lands on the runs
+        executing when a burst first needs it. (After ~5 idle minutes asyncpg closes idle
+        connections again; the first burst after that pays for reopening them.) Runs as its
         own task, never canceled, so no acquired connection is ever left unreleased."""
         if self._warming is None or self._warming.done():
             self._warming = asyncio.create_task(self._open_connections(), name="ripple-warm-pool")
@@ -422,8 +423,6 @@ class Worker:
                                     slot.engine.renew_lease(sent)
                             lost = [s.run_id for s in slots if s.run_id not in kept]
                             self._abort(lost, "lease_lost")
-                if not slots:
-                    self._warm_pool()
             except RippleError as exc:
                 log.warning("worker_heartbeat_failed", error=str(exc))
 
