@@ -316,11 +316,17 @@ class WorkflowClient:
         """Cancel a run and its active descendants; True if the run was still active."""
         error = {"type": "WorkflowCanceled", "message": f"run {run_id} was canceled"}
         async with transaction(self.pool) as conn:
-            rows = await conn.fetch(store.CANCEL_TREE, run_id, error)
+            # The root first: a transaction of the run holding its row (starting a child)
+            # commits before the tree is read. Then repeat until no active descendant is
+            # left: a child started by a descendant whose lock this one waited for becomes
+            # visible only to a later statement.
+            if await conn.fetchval(store.LOCK_RUN, run_id) is None:
+                raise NotFound(f"no run {run_id}")
+            rows = list(await conn.fetch(store.CANCEL_TREE, run_id, error))
             if not rows:
-                if await conn.fetchrow(store.SELECT_RUN, run_id) is None:
-                    raise NotFound(f"no run {run_id}")
                 return False
+            while more := await conn.fetch(store.CANCEL_TREE, run_id, error):
+                rows += more
             ids = [row["run_id"] for row in rows]
             await conn.execute(store.DELETE_WAITS_OF, ids)
             canceled = set(ids)
@@ -371,7 +377,9 @@ class WorkflowClient:
             locked = await conn.fetch(store.LOCK_EVENT_WAIT_RUNS, topic, payload)
             if not locked:
                 return 0  # the common case: no run waits on this topic
-            count: int = await conn.fetchval(store.RESOLVE_EVENT_WAITS, topic, payload)
+            count: int = await conn.fetchval(
+                store.RESOLVE_EVENT_WAITS, topic, payload, [row["run_id"] for row in locked]
+            )
         return count
 
     async def signal_matching(self, event: str, payload: Any) -> int:

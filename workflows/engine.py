@@ -94,13 +94,16 @@ class WaitSpec:
 
 @dataclass(frozen=True, slots=True)
 class ChildSpec:
-    """A child run to create idempotently (key `{parent_run_id}:{step_key}`)."""
+    """A child run to create idempotently, under `key`: `{parent_run_id}:{step_key}`, and
+    `...:attempt-{n}` from the parent's second attempt on (a retry starts a fresh child for
+    a child step that did not complete)."""
 
     entry: Entry
     run_id: str
     workflow: str
     version: int | None
     input: Any
+    key: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +124,10 @@ class RunWriter(Protocol):
         self, entries: list[Entry], step_count: int, wait: WaitSpec
     ) -> tuple[bool, Any]: ...
 
-    async def start_child(self, entries: list[Entry], step_count: int, child: ChildSpec) -> str: ...
+    async def start_child(self, entries: list[Entry], step_count: int, child: ChildSpec) -> Entry:
+        """Create the child and journal the step; returns the step's entry (pending on the
+        child, or its result if the child existed and ended)."""
+        ...
 
     async def time_out(
         self, entries: list[Entry], step_count: int, entry: Entry, is_wait: bool
@@ -674,10 +680,13 @@ class RunExecution:
         entry = Entry(key, seq, "child", "pending", 1, {"runId": child_id}, None, expires, now)
         self.journal.put(entry)
         version = definition.version if definition is not None else None
-        spec = ChildSpec(entry, child_id, wf_name, version, child_input)
+        idempotency = f"{self.run_id}:{key}"
+        if self.attempt > 1:
+            idempotency += f":attempt-{self.attempt}"
+        spec = ChildSpec(entry, child_id, wf_name, version, child_input, idempotency)
         async with self._flush_lock:
-            actual = await self.writer.start_child(self._take(), self.step_count, spec)
-        entry.output = {"runId": actual}
+            entry = await self.writer.start_child(self._take(), self.step_count, spec)
+        self.journal.put(entry)
         return entry
 
     def _child_error(self, entry: Entry) -> Exception:

@@ -34,6 +34,12 @@ SELECT_RUN_BY_KEY: Final = """
 SELECT run_id FROM ripple_runs WHERE workflow = $1 AND idempotency_key = $2
 """
 
+# $1 workflow, $2 idempotency_key: an existing child run and how it ended (if it did).
+SELECT_CHILD_BY_KEY: Final = """
+SELECT run_id, status, output, error FROM ripple_runs
+WHERE workflow = $1 AND idempotency_key = $2
+"""
+
 # $1 jsonb array of {run_id, workflow, input, idempotency_key, trace, retention_seconds}
 INSERT_RUNS_BATCH: Final = """
 INSERT INTO ripple_runs (run_id, workflow, input, idempotency_key, trace, retention_seconds)
@@ -339,12 +345,16 @@ ORDER BY r.run_id
 FOR UPDATE OF r
 """
 
-# Resolve every wait on `event` whose match the payload contains, journal the payload as the
-# wait step's result, and make those runs available. $1 event, $2 payload
+# Resolve every wait on `event` whose match the payload contains, of the runs LOCK_EVENT_WAIT_RUNS
+# locked, journal the payload as the wait step's result, and make those runs available. Only
+# locked runs: a wait registered after that lock's snapshot belongs to a run that may be
+# suspending unseen (it would miss its wake-up); it waits for the next matching event.
+# $1 event, $2 payload, $3 locked run ids
 RESOLVE_EVENT_WAITS: Final = """
 WITH hit AS (
     DELETE FROM ripple_waits w
     WHERE w.event = $1 AND (w.match IS NULL OR $2::jsonb @> w.match)
+      AND w.run_id = ANY($3::text[])
     RETURNING w.run_id, w.step_key, w.step_seq
 ), journaled AS (
     INSERT INTO ripple_steps (run_id, key, seq, kind, status, attempts, output, started_at,

@@ -349,7 +349,7 @@ class Worker:
             lease=self.settings.lease_seconds,
             trace=claim.trace,
             may_have_waits=any(e.kind == "wait" and not e.finished for e in entries),
-            has_parent=claim.parent_run_id is not None,
+            parent_run_id=claim.parent_run_id,
         )
         engine = RunExecution(
             claim,

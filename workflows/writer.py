@@ -63,7 +63,7 @@ class PgRunWriter:
         lease: float,
         trace: dict[str, str] | None,
         may_have_waits: bool,
-        has_parent: bool = True,
+        parent_run_id: str | None = None,
     ) -> None:
         self.pool = pool
         self.waker = waker
@@ -73,7 +73,7 @@ class PgRunWriter:
         self.lease = lease
         self.trace = trace
         self.may_have_waits = may_have_waits
-        self.has_parent = has_parent
+        self.parent_run_id = parent_run_id
 
     async def _fence(self, conn: Connection, entries: list[Entry], step_count: int) -> None:
         """First statement of a multi-statement write: lock the run if this worker still owns
@@ -141,20 +141,20 @@ class PgRunWriter:
                 self.may_have_waits = True
         return (row is not None, row["payload"] if row is not None else None)
 
-    async def start_child(self, entries: list[Entry], step_count: int, child: ChildSpec) -> str:
+    async def start_child(self, entries: list[Entry], step_count: int, child: ChildSpec) -> Entry:
         entry = child.entry
         async with transaction(self.pool) as conn:
             # The step's entry (naming the child this run id) is journaled with the fence; if
-            # the child exists already (a replay after a crash), it is corrected below.
+            # the child exists already (its entry was lost with an earlier attempt), it is
+            # corrected below.
             await self._fence(conn, [*entries, entry], step_count)
-            key = f"{self.run_id}:{entry.key}"
             child_id = await conn.fetchval(
                 store.INSERT_RUN,
                 child.run_id,
                 child.workflow,
                 child.version,
                 child.input,
-                key,
+                child.key,
                 None,
                 None,
                 self.trace,
@@ -163,13 +163,35 @@ class PgRunWriter:
                 entry.seq,
             )
             if child_id is None:
-                child_id = await conn.fetchval(store.SELECT_RUN_BY_KEY, child.workflow, key)
-                entry.output = {"runId": child_id}
-                await conn.execute(store.UPSERT_STEPS, self.run_id, [entry.to_json()])
+                entry = await self._existing_child(conn, child)
             else:
                 metrics.RUNS_STARTED.labels(child.workflow).inc()
         self.waker.notify(RunReady(workflow=child.workflow))
-        return str(child_id)
+        return entry
+
+    async def _existing_child(self, conn: Connection, child: ChildSpec) -> Entry:
+        """The step's entry for a child that exists already: pending on it, or, if it ended,
+        its result (nothing else would ever report it)."""
+        row = await conn.fetchrow(store.SELECT_CHILD_BY_KEY, child.workflow, child.key)
+        assert row is not None  # the insert conflicted on this key, and runs are not deleted
+        pending = child.entry
+        entry = Entry(
+            pending.key,
+            pending.seq,
+            "child",
+            pending.status,
+            1,
+            {"runId": row["run_id"]},
+            None,
+            pending.due_at,
+            pending.started_at,
+        )
+        if row["status"] == "completed":
+            entry.status, entry.output = "completed", row["output"]
+        elif row["status"] in ("failed", "canceled"):
+            entry.status, entry.error = "failed", row["error"]
+        await conn.execute(store.UPSERT_STEPS, self.run_id, [entry.to_json()])
+        return entry
 
     async def time_out(
         self, entries: list[Entry], step_count: int, entry: Entry, is_wait: bool
@@ -252,7 +274,7 @@ class PgRunWriter:
             error,
             step_count,
         )
-        if not self.has_parent and not self.may_have_waits:
+        if self.parent_run_id is None and not self.may_have_waits:
             with map_errors():
                 row = await self.pool.fetchrow(store.FINISH_RUN, *args)
             if row is None:
@@ -260,6 +282,9 @@ class PgRunWriter:
             self._finished(status, row, None)
             return
         async with transaction(self.pool) as conn:
+            if self.parent_run_id is not None:
+                # Parent before child, the order cancel takes them in (no deadlock).
+                await conn.fetchval(store.LOCK_RUN, self.parent_run_id)
             row = await conn.fetchrow(store.FINISH_RUN, *args)
             if row is None:
                 raise LeaseLost(self.run_id)

@@ -7,14 +7,19 @@ import asyncio
 import pytest
 
 from ripple.platform.config import Settings
+from ripple.platform.ids import new_id
 from ripple.workflows import (
+    RetryPolicy,
     StepTimeoutError,
     WorkflowCanceled,
     WorkflowContext,
     WorkflowFailed,
+    store,
     workflow,
 )
+from ripple.workflows.errors import LeaseLost
 from ripple.workflows.records import RunStatus
+from ripple.workflows.writer import PgRunWriter
 from tests.helpers import assert_eventually
 from tests.integration.workflows.conftest import App, close_app, make_app
 
@@ -140,3 +145,122 @@ async def test_redis_down__everything_completes_by_polling(settings: Settings) -
     finally:
         await close_app(other)
         await close_app(app)
+
+
+flaky_children: dict[str, int] = {}
+
+
+@workflow(name="flaky-child")
+async def flaky_child(ctx: WorkflowContext, tag: str) -> str:
+    flaky_children[tag] = flaky_children.get(tag, 0) + 1
+    if flaky_children[tag] == 1:
+        raise ValueError("first child fails")
+    return f"ok after {flaky_children[tag]}"
+
+
+@workflow(name="retrying-parent", retry=RetryPolicy(max_attempts=2, initial_interval=0.01))
+async def retrying_parent(ctx: WorkflowContext, tag: str) -> str:
+    out: str = await ctx.step.run_workflow(flaky_child, tag)
+    return out
+
+
+async def test_child__parent_retry_starts_a_fresh_child_for_the_failed_step(app: App) -> None:
+    # The first child fails, so the parent's attempt fails; its retry re-runs the child step.
+    # It used to find the failed child by its idempotency key, journal the step pending on it,
+    # and wait forever (nothing reports an already-ended child).
+    handle = await app.workflows.start(retrying_parent, "t1")
+    async with app.worker(retrying_parent, flaky_child):
+        assert await handle.result(timeout=15) == "ok after 2"
+    kids = await app.workflows.list_runs(parent_run_id=handle.run_id)
+    assert sorted(k.status for k in kids.items) == ["completed", "failed"]
+
+
+async def test_cancel__takes_a_child_started_while_it_waited_for_the_parent(app: App) -> None:
+    # The parent's start_child transaction holds the parent's row when cancel() arrives: the
+    # child it inserts must be canceled too (the tree used to come from a snapshot taken
+    # before cancel waited for that lock).
+    parent_id, child_id = "p-" + new_id(), "c-" + new_id()
+    await app.pool.execute(
+        "INSERT INTO ripple_runs (run_id, workflow, version, status, epoch, started_at) "
+        "VALUES ($1, 'parent', 1, 'running', 1, now())",
+        parent_id,
+    )
+    async with app.pool.acquire() as conn:
+        starting = conn.transaction()
+        await starting.start()
+        entry = {"key": "k", "seq": 0, "kind": "child", "status": "pending", "attempts": 1}
+        assert await conn.fetchval(store.FLUSH_RUN, parent_id, 1, 30.0, 1, [entry]) == parent_id
+        await conn.fetchval(
+            store.INSERT_RUN,
+            child_id,
+            "child",
+            1,
+            1,
+            f"{parent_id}:k",
+            None,
+            None,
+            None,
+            parent_id,
+            "k",
+            0,
+        )
+        cancel = asyncio.create_task(app.workflows.cancel(parent_id))
+        await assert_eventually(lambda: _waiting_on_a_lock(app))
+        await starting.commit()
+    assert await cancel is True
+    statuses = await app.pool.fetch(
+        "SELECT run_id, status FROM ripple_runs WHERE run_id = ANY($1::text[])",
+        [parent_id, child_id],
+    )
+    assert {r["run_id"]: r["status"] for r in statuses} == {
+        parent_id: "canceled",
+        child_id: "canceled",
+    }
+
+
+async def _waiting_on_a_lock(app: App) -> bool:
+    return bool(
+        await app.pool.fetchval(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+    )
+
+
+async def test_child_finish_and_cancel_take_locks_parent_first(app: App) -> None:
+    # cancel() locks the parent, then the tree; a finishing child used to lock itself, then
+    # its parent: the two deadlocked (Postgres aborted one). Now the child takes its parent
+    # first, so it simply waits for the cancel and is then fenced out.
+    parent_id, child_id = "p-" + new_id(), "c-" + new_id()
+    for run_id, parent_of, key in ((parent_id, None, None), (child_id, parent_id, "k")):
+        await app.pool.execute(
+            "INSERT INTO ripple_runs (run_id, workflow, version, status, epoch, started_at, "
+            "parent_run_id, parent_step_key, parent_step_seq) "
+            "VALUES ($1, 'w', 1, 'running', 1, now(), $2, $3, 0)",
+            run_id,
+            parent_of,
+            key,
+        )
+    writer = PgRunWriter(
+        app.pool,
+        app.waker,
+        run_id=child_id,
+        epoch=1,
+        workflow="w",
+        lease=30.0,
+        trace=None,
+        may_have_waits=False,
+        parent_run_id=parent_id,
+    )
+    error = {"type": "WorkflowCanceled", "message": "canceled"}
+    async with app.pool.acquire() as conn:
+        canceling = conn.transaction()
+        await canceling.start()
+        await conn.fetchval(store.LOCK_RUN, parent_id)
+        finishing = asyncio.create_task(writer.finish([], 1, "completed", 42, None))
+        await assert_eventually(lambda: _waiting_on_a_lock(app))
+        rows = await conn.fetch(store.CANCEL_TREE, parent_id, error)
+        await canceling.commit()
+    assert {row["run_id"] for row in rows} == {parent_id, child_id}
+    with pytest.raises(LeaseLost):
+        await finishing

@@ -235,7 +235,6 @@ async def test_fencing__a_claim_lost_in_a_database_crash_does_not_share_its_epoc
         lease=30.0,
         trace=None,
         may_have_waits=False,
-        has_parent=False,
     )
     with pytest.raises(LeaseLost):
         await stale.flush([], 0)

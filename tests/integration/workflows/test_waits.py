@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -14,6 +15,8 @@ from ripple.workflows import store as wf_store
 from ripple.workflows.records import RunStatus
 from tests.helpers import assert_eventually
 from tests.integration.workflows.conftest import App
+
+INFINITY = datetime.max.replace(tzinfo=UTC)
 
 
 async def is_waiting(app: App, run_id: str) -> bool:
@@ -157,7 +160,7 @@ async def test_waits__are_found_by_index_not_by_scanning(app: App) -> None:
     )
     await app.pool.execute("ANALYZE ripple_waits")
     for sql, args in [
-        (wf_store.RESOLVE_EVENT_WAITS, ["topic.7", {"k": 7}]),
+        (wf_store.RESOLVE_EVENT_WAITS, ["topic.7", {"k": 7}, ["r7"]]),
         (wf_store.LOCK_EVENT_WAIT_RUNS, ["topic.7", {"k": 7}]),
         (wf_store.SIGNAL_RUN, ["r7", "n7", {"k": 7}]),
     ]:
@@ -174,3 +177,43 @@ async def test_wait__run_resumes_on_another_worker_after_its_worker_stopped(app:
     await app.workflows.signal(handle.run_id, "approved", {"late": True})
     async with app.worker(approval):
         assert await handle.result(timeout=10) == {"late": True}
+
+
+async def test_event_wait__registered_while_a_publish_resolves_is_not_lost(app: App) -> None:
+    # A publish locks the runs whose waits it sees, then resolves waits. A run registering a
+    # wait on the same topic in between, and suspending right after, must not end up parked
+    # forever with its wait step completed (its wake-up lost): the publish only resolves the
+    # waits of runs it locked, and the late wait gets the next matching event.
+    for run_id in ("q", "r"):
+        await app.pool.execute(
+            "INSERT INTO ripple_runs (run_id, workflow, version, status, epoch, started_at) "
+            "VALUES ($1, 'waiter', 1, 'running', 1, now())",
+            run_id,
+        )
+    pending = {"key": "w", "seq": 0, "kind": "wait", "status": "pending", "attempts": 1}
+    await app.pool.execute(wf_store.FLUSH_RUN, "q", 1, 30.0, 1, [pending])
+    await app.pool.execute(wf_store.INSERT_WAIT, "q", "w", 0, "w", "order.paid", None, None)
+    async with transaction(app.pool) as publisher:
+        locked = await publisher.fetch(wf_store.LOCK_EVENT_WAIT_RUNS, "order.paid", {"id": 1})
+        assert [row["run_id"] for row in locked] == ["q"]
+        # run r registers its wait now (its own transaction commits)
+        async with transaction(app.pool) as run_r:
+            await run_r.fetchval(wf_store.FLUSH_RUN, "r", 1, 30.0, 1, [pending])
+            await run_r.execute(wf_store.INSERT_WAIT, "r", "w", 0, "w", "order.paid", None, None)
+        # ... and the publisher's second statement (as resolve_event_waits runs it) resolves
+        resolved = await publisher.fetchval(
+            wf_store.RESOLVE_EVENT_WAITS, "order.paid", {"id": 1}, ["q"]
+        )
+        assert resolved == 1
+    # run r suspends on its wait
+    async with transaction(app.pool) as run_r:
+        await run_r.fetchval(wf_store.FLUSH_RUN, "r", 1, 30.0, 1, [])
+        await run_r.fetchval(wf_store.SUSPEND_RUN, "r", 1, "waiting", INFINITY, 1, ["w"])
+    step = await app.pool.fetchval(
+        "SELECT status FROM ripple_steps WHERE run_id = 'r' AND key = 'w'"
+    )
+    parked_forever = await app.pool.fetchval(
+        "SELECT available_at = 'infinity' FROM ripple_runs WHERE run_id = 'r'"
+    )
+    assert not (step == "completed" and parked_forever)
+    assert step == "pending"  # still waiting for the next order.paid
