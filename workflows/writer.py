@@ -75,10 +75,10 @@ class PgRunWriter:
         self.may_have_waits = may_have_waits
         self.parent_run_id = parent_run_id
 
-    async def _fence(self, conn: Connection, entries: list[Entry], step_count: int) -> None:
-        """First statement of a multi-statement write: lock the run if this worker still owns
-        it (the UPDATE holds the row lock to commit, so later statements see every resolution
-        committed before it), extend the lease, and journal `entries`. One round trip."""
+    async def _fence(self, conn: Connection | Pool, entries: list[Entry], step_count: int) -> None:
+        """Lock the run if this worker still owns it, extend the lease, and journal `entries`:
+        one round trip. As the first statement of a multi-statement write, the UPDATE holds the
+        row lock to commit, so later statements see every resolution committed before it."""
         owned = await conn.fetchval(
             store.FLUSH_RUN,
             self.run_id,
@@ -92,16 +92,7 @@ class PgRunWriter:
 
     async def flush(self, entries: list[Entry], step_count: int) -> None:
         with map_errors():
-            owned = await self.pool.fetchval(
-                store.FLUSH_RUN,
-                self.run_id,
-                self.epoch,
-                self.lease,
-                step_count,
-                [e.to_json() for e in entries],
-            )
-        if owned is None:
-            raise LeaseLost(self.run_id)
+            await self._fence(self.pool, entries, step_count)
 
     async def register_wait(
         self, entries: list[Entry], step_count: int, wait: WaitSpec

@@ -99,6 +99,20 @@ async def _wakers(url: str, poll_interval: float) -> AsyncIterator[tuple[RedisWa
         await receiver.close()
 
 
+@contextlib.asynccontextmanager
+async def _connected(url: str) -> AsyncIterator[tuple[RedisWaker, redis.Redis]]:
+    """One connected waker (poll interval 30 s: only hints wake it) and an admin client."""
+    waker = RedisWaker(url, prefix="w:", poll_interval=30)
+    await waker.start()
+    admin = redis.Redis.from_url(url)
+    try:
+        await asyncio.wait_for(waker.connected.wait(), 5)
+        yield waker, admin
+    finally:
+        admin.close()
+        await waker.close()
+
+
 async def test_wake__hint_crosses_processes_fast(redis_process: RedisProcess) -> None:
     async with (
         _wakers(redis_process.url, 30) as (sender, receiver),
@@ -151,15 +165,11 @@ async def test_wake__redis_unreachable_at_start() -> None:
 async def test_wake__subscribes_only_to_channels_it_listens_on(
     redis_process: RedisProcess,
 ) -> None:
-    waker = RedisWaker(redis_process.url, prefix="w:", poll_interval=30)
-    await waker.start()
-    admin = redis.Redis(port=redis_process.port)
+    async with _connected(redis_process.url) as (waker, admin):
 
-    def subscribers(channel: str) -> int:
-        return int(dict(admin.pubsub_numsub("w:" + channel))[("w:" + channel).encode()])
+        def subscribers(channel: str) -> int:
+            return int(dict(admin.pubsub_numsub("w:" + channel))[("w:" + channel).encode()])
 
-    try:
-        await asyncio.wait_for(waker.connected.wait(), 5)
         assert subscribers("runs") == 0
         async with waker.listen("runs"):
             # listen() returns once Redis confirmed the subscription
@@ -173,9 +183,6 @@ async def test_wake__subscribes_only_to_channels_it_listens_on(
         async with waker.listen("run:r2"):
             pass
         assert admin.pubsub_numpat() == 1
-    finally:
-        admin.close()
-        await waker.close()
 
 
 async def test_wake__listening_again_on_a_channel_still_receives(
@@ -196,38 +203,27 @@ async def test_wake__listening_again_while_the_unsubscribe_is_in_flight(
     # The last listener leaves (UNSUBSCRIBE queued or on the wire) and a new one arrives a few
     # event-loop turns later: it must end up subscribed and hear a hint published after
     # listen() returned, whatever point the UNSUBSCRIBE had reached.
-    admin = redis.asyncio.Redis(port=redis_process.port)
-    waker = RedisWaker(redis_process.url, prefix="w:", poll_interval=30)
-    await waker.start()
-    try:
-        await asyncio.wait_for(waker.connected.wait(), 5)
+    async with _connected(redis_process.url) as (waker, admin):
         for turns in range(12):
             async with waker.listen("queue:flap"):
                 pass
             for _ in range(turns):
                 await asyncio.sleep(0)
             async with waker.listen("queue:flap") as listener:
-                await admin.publish("w:queue:flap", b"another-process")
+                admin.publish("w:queue:flap", b"another-process")
                 assert await asyncio.wait_for(listener.wait(10), 10) is True, turns
-    finally:
-        await admin.aclose()
-        await waker.close()
 
 
 async def test_wake__listen_cancelled_before_confirmation_leaves_nothing_behind(
     redis_process: RedisProcess,
 ) -> None:
     # E.g. an HTTP long-poll whose client went away while listen() waited for Redis.
-    waker = RedisWaker(redis_process.url, prefix="w:", poll_interval=30)
-    await waker.start()
-    admin = redis.Redis(port=redis_process.port)
+    async with _connected(redis_process.url) as (waker, admin):
 
-    async def wait_on(channel: str) -> None:
-        async with waker.listen(channel) as listener:
-            await listener.wait(5)
+        async def wait_on(channel: str) -> None:
+            async with waker.listen(channel) as listener:
+                await listener.wait(5)
 
-    try:
-        await asyncio.wait_for(waker.connected.wait(), 5)
         for channel in ["queue:a", "queue:b", "run:r1"]:
             task = asyncio.create_task(wait_on(channel))
             await asyncio.sleep(0)  # now waiting for Redis's confirmation
@@ -240,6 +236,3 @@ async def test_wake__listen_cancelled_before_confirmation_leaves_nothing_behind(
                 == {b"w:queue:a": 0, b"w:queue:b": 0}
             )
         )
-    finally:
-        admin.close()
-        await waker.close()
