@@ -127,11 +127,11 @@ class Worker:
         self._due_checked = float("-inf")
         self._listener: Listener | None = None
         self._main: asyncio.Task[None] | None = None
+        self._warming: asyncio.Task[None] | None = None
         # The claim loop's own connection. Its commits are asynchronous (not waiting for the
         # WAL flush): a claim lost with a Postgres crash only returns the run to the queue,
         # and the epoch a claim assigns grows by a random amount, so a claimer whose claim was
         # lost is fenced out even if the run is claimed again. Journal writes stay synchronous.
-        self._warming: asyncio.Task[None] | None = None
         self._claimer = DedicatedConnection(
             client.settings, application_name="ripple-worker", synchronous_commit="off"
         )
