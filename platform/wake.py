@@ -267,7 +267,8 @@ class RedisWaker(NullWaker):
     round trip. `listen()` returns once Redis confirmed the subscription (or after
     `_CONFIRM_SECONDS`, then the listener polls), so a hint published after it returned is not
     missed. One subscriber connection per process reconnects with backoff after any failure,
-    resubscribes, and wakes every local listener, since hints may have been missed meanwhile.
+    resubscribes, and wakes each local listener when its resubscription is confirmed, since
+    hints may have been missed meanwhile.
     A hint on the wire is its channel and the sender's id: hints carry no data. A background
     task publishes from a bounded buffer, each channel once per batch: `notify()` never waits.
     """
