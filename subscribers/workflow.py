@@ -7,19 +7,17 @@ transaction through the workflow client, which wakes workers after the commit.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any
 
 from ripple.platform.db import Connection
 from ripple.platform.errors import InvalidInput
 from ripple.platform.fanout import PublishedEvent, SubscriptionRow
 from ripple.subscribers.targets import WorkflowTarget
 from ripple.workflows.client import RunRequest, WorkflowClient
+from ripple.workflows.definition import check_workflow_name
 
 __all__ = ["WorkflowKind"]
-
-_WORKFLOW_NAME: Final = re.compile(r"[a-z0-9_-]{1,64}")
 
 
 class WorkflowKind:
@@ -35,11 +33,10 @@ class WorkflowKind:
             parsed = WorkflowTarget.model_validate(target)
         except ValueError as exc:
             raise InvalidInput(f"invalid workflow target: {exc}", field="target") from None
-        if not _WORKFLOW_NAME.fullmatch(parsed.workflow):
-            raise InvalidInput(
-                f"workflow name {parsed.workflow!r} is invalid: use 1-64 of [a-z0-9_-]",
-                field="target.workflow",
-            )
+        try:
+            check_workflow_name(parsed.workflow)
+        except InvalidInput as exc:
+            raise InvalidInput(str(exc), field="target.workflow") from None
         return parsed.to_row()
 
     async def fan_out(

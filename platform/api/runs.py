@@ -21,6 +21,7 @@ from ripple.platform.api.models import (
 from ripple.platform.api.problems import ProblemError, problem_responses
 from ripple.platform.api.workflow_stats import workflow_counts
 from ripple.platform.errors import InvalidInput
+from ripple.workflows.definition import NAME_RE
 
 __all__ = ["router"]
 
@@ -29,8 +30,8 @@ router = APIRouter(tags=["workflows"])
 WorkflowName = Annotated[
     str,
     Path(
-        pattern=r"^[a-z0-9_-]{1,64}$",
-        description="Workflow name: `[a-z0-9_-]{1,64}`.",
+        pattern=NAME_RE.pattern,
+        description=f"Workflow name: `{NAME_RE.pattern}`.",
         examples=["onboard-user"],
     ),
 ]
@@ -202,7 +203,7 @@ async def list_steps(name: WorkflowName, run_id: RunIdPath, client: ClientDep) -
 async def list_all_runs(
     client: ClientDep,
     limit: Limit,
-    workflow: Annotated[str | None, Query(pattern=r"^[a-z0-9_-]{1,64}$")] = None,
+    workflow: Annotated[str | None, Query(pattern=NAME_RE.pattern)] = None,
     status: StatusQuery = None,
     since: SinceQuery = None,
     until: UntilQuery = None,
