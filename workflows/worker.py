@@ -127,6 +127,7 @@ class Worker:
         self._due_checked = float("-inf")
         self._listener: Listener | None = None
         self._main: asyncio.Task[None] | None = None
+        #: Opening the pool at start (kept referenced: it outlives a canceled run()).
         self._warming: asyncio.Task[None] | None = None
         # The claim loop's own connection. Its commits are asynchronous (not waiting for the
         # WAL flush): a claim lost with a Postgres crash only returns the run to the queue,
@@ -156,7 +157,9 @@ class Worker:
         """Run until `stop()` (a stop requested before the loop started is honoured)."""
         services = self.client.background_services(webhooks=self._webhooks, sweeper=self._sweeper)
         await self._register()
-        await asyncio.shield(self._warm_pool())
+        # Its own task, shielded: canceling run() here must not leave a connection acquired.
+        self._warming = asyncio.create_task(self._open_connections(), name="ripple-warm-pool")
+        await asyncio.shield(self._warming)
         _freeze_startup_objects()
         helpers = [
             asyncio.create_task(self._heartbeat_loop(), name="ripple-worker-heartbeat"),
@@ -175,8 +178,6 @@ class Worker:
             await asyncio.gather(*helpers, return_exceptions=True)
             await self._unregister()
             await self._claimer.close()
-            if self._warming is not None:
-                await asyncio.shield(self._warming)
             log.info("worker_stopped", worker_id=self.worker_id)
 
     async def run_until_idle(self) -> None:
@@ -223,17 +224,11 @@ class Worker:
                 self._serves(),
             )
 
-    def _warm_pool(self) -> asyncio.Task[None]:
+    async def _open_connections(self) -> None:
         """Open the pool's connections before the first claim. Opening one costs 10-20 ms of
         this process's event loop (handshake, codecs), which otherwise lands on the runs
         executing when a burst first needs it. (After ~5 idle minutes asyncpg closes idle
-        connections again; the first burst after that pays for reopening them.) Runs as its
-        own task, never canceled, so no acquired connection is ever left unreleased."""
-        if self._warming is None or self._warming.done():
-            self._warming = asyncio.create_task(self._open_connections(), name="ripple-warm-pool")
-        return self._warming
-
-    async def _open_connections(self) -> None:
+        connections again; the first burst after that pays for reopening them.)"""
         pool = self.client.pool
         target = min(self.concurrency + 2, pool.get_max_size())
         if pool.get_size() >= target:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from ripple.platform.wake import QueueReady, RedisWaker, RunFinished
+from ripple.platform.wake import QueueReady, RedisWaker, RunFinished, RunReady
 from tests.helpers import assert_eventually
 
 
@@ -236,3 +236,20 @@ async def test_wake__listen_cancelled_before_confirmation_leaves_nothing_behind(
                 == {b"w:queue:a": 0, b"w:queue:b": 0}
             )
         )
+
+
+async def test_wake__a_burst_of_hints_on_one_channel_is_one_message(
+    redis_process: RedisProcess,
+) -> None:
+    # 100 starts in one go wake other processes with one message, not 100 for each to parse.
+    async with _connected(redis_process.url) as (waker, admin):
+        raw = admin.pubsub()
+        raw.subscribe("w:runs")
+        assert raw.get_message(timeout=2)["type"] == "subscribe"
+        waker.notify(*(RunReady(workflow="w") for _ in range(100)))
+        await assert_eventually(lambda: waker._unsent == 0)
+        received = []
+        while (message := raw.get_message(timeout=0.5)) is not None:
+            received.append(message)
+        raw.close()
+        assert len(received) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections import Counter
 
 from ripple.workflows import WorkflowContext, workflow
@@ -66,3 +67,18 @@ async def test_worker__opens_its_connections_before_claiming(app: App) -> None:
     async with app.worker(quick, concurrency=5):
         await handle.result(timeout=10)
         assert app.pool.get_size() >= min(5 + 2, app.pool.get_max_size())
+
+
+async def test_worker__freezes_startup_objects_and_claims_without_waiting_for_the_flush(
+    app: App,
+) -> None:
+    # Startup objects leave the cyclic GC's view (a full collection over them stalled the loop
+    # ~20 ms), and the claim connection commits asynchronously (see docs/workflows.md).
+    handle = await app.workflows.start(quick, 2)
+    worker = app.worker(quick, concurrency=5)
+    async with worker:
+        await handle.result(timeout=10)
+        assert gc.get_freeze_count() > 0
+        claimer = await worker._claimer.get()
+        assert await claimer.fetchval("SHOW synchronous_commit") == "off"
+        assert await app.pool.fetchval("SHOW synchronous_commit") == "on"
