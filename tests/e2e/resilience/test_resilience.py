@@ -61,14 +61,23 @@ def _journal(steps: list[Any]) -> list[tuple[Any, ...]]:
     ]
 
 
+async def _gated_run_in_its_slow_step(
+    client: Client, effects: Effects, workers: Workers
+) -> tuple[WorkerProcess, WorkerProcess, Any]:
+    """Two workers (the second on standby) and a gated run whose first step is recorded and
+    whose slow step is executing on the first worker."""
+    w1, w2 = await asyncio.gather(workers.start(), workers.start(hold=True))
+    handle = await client.start(app.gated, {"gate": "g"})
+    await assert_eventually(lambda: effects.count(handle.run_id, "slow.started", w1.pid))
+    await assert_eventually(lambda: _recorded(client, handle.run_id, "first"))
+    return w1, w2, handle
+
+
 async def test_worker_sigkill__mid_step_resumes_on_another_worker(
     client: Client, effects: Effects, workers: Workers
 ) -> None:
-    w1, w2 = await asyncio.gather(workers.start(), workers.start(hold=True))  # w2: standby
-    handle = await client.start(app.gated, {"gate": "g"})
+    w1, w2, handle = await _gated_run_in_its_slow_step(client, effects, workers)
     run_id = handle.run_id
-    await assert_eventually(lambda: effects.count(run_id, "slow.started", w1.pid))
-    await assert_eventually(lambda: _recorded(client, run_id, "first"))
 
     w1.send(signal.SIGKILL)
     assert await w1.wait_exit() == -signal.SIGKILL
@@ -93,11 +102,8 @@ async def test_worker_sigkill__mid_step_resumes_on_another_worker(
 async def test_worker_sigstop__past_lease_is_fenced_after_sigcont(
     client: Client, effects: Effects, workers: Workers
 ) -> None:
-    w1, w2 = await asyncio.gather(workers.start(), workers.start(hold=True))  # w2: standby
-    handle = await client.start(app.gated, {"gate": "g"})
+    w1, w2, handle = await _gated_run_in_its_slow_step(client, effects, workers)
     run_id = handle.run_id
-    await assert_eventually(lambda: effects.count(run_id, "slow.started", w1.pid))
-    await assert_eventually(lambda: _recorded(client, run_id, "first"))
 
     w1.send(signal.SIGSTOP)  # frozen mid-step: no heartbeat, the lease runs out
     await w2.release()
@@ -156,11 +162,8 @@ async def test_two_workers__500_runs_run_each_step_body_once(
 async def test_worker_sigterm__in_flight_step_finishes_and_is_recorded(
     client: Client, effects: Effects, workers: Workers
 ) -> None:
-    w1, w2 = await asyncio.gather(workers.start(), workers.start(hold=True))  # w2: standby
-    handle = await client.start(app.gated, {"gate": "g"})
+    w1, w2, handle = await _gated_run_in_its_slow_step(client, effects, workers)
     run_id = handle.run_id
-    await assert_eventually(lambda: effects.count(run_id, "slow.started", w1.pid))
-    await assert_eventually(lambda: _recorded(client, run_id, "first"))
 
     w1.send(signal.SIGTERM)
     await w1.wait_stdout("stopping")  # the worker is shutting down with the step in flight
