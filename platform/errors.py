@@ -2,7 +2,7 @@
 
 RippleError
 ├── ConfigError         a RIPPLE_* setting is missing or invalid
-├── InvalidInput        bad names, sizes or JSON from a caller (carries `field`)
+├── InvalidInput        bad names, sizes or JSON from a caller (carries `field`; also a ValueError)
 ├── NotFound            the thing named does not exist
 ├── Conflict            a uniqueness or state rule refused the change
 ├── Unavailable         a dependency (Postgres) cannot be reached right now
@@ -37,8 +37,12 @@ class ConfigError(RippleError):
     """Invalid configuration: fix the named RIPPLE_* environment variable."""
 
 
-class InvalidInput(RippleError):
-    """The request is invalid; nothing was written."""
+class InvalidInput(RippleError, ValueError):
+    """The request is invalid; nothing was written.
+
+    Also a `ValueError` (as pydantic's `ValidationError` is), so `except ValueError` catches a
+    bad topic, pattern, workflow name or payload.
+    """
 
     def __init__(self, message: str | None = None, *, field: str | None = None) -> None:
         super().__init__(message)

@@ -1,0 +1,30 @@
+"""The error tree's contract with callers."""
+
+from __future__ import annotations
+
+import pytest
+
+from ripple.platform.errors import InvalidInput, RippleError
+from ripple.platform.topics import check_json, validate_pattern, validate_topic
+from ripple.workflows.definition import check_workflow_name
+
+
+def test_invalid_input__is_a_value_error_and_a_ripple_error() -> None:
+    err = InvalidInput("bad", field="topic")
+    assert isinstance(err, ValueError)
+    assert isinstance(err, RippleError)
+    assert err.field == "topic"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: validate_topic("Bad Topic"),
+        lambda: validate_pattern("user.**"),
+        lambda: check_workflow_name("Not A Name"),
+        lambda: check_json({"x": float("nan")}, field="payload", max_depth=32),
+    ],
+)
+def test_invalid_input__caught_by_except_value_error(call: object) -> None:
+    with pytest.raises(ValueError, match=r"."):
+        call()  # type: ignore[operator]
