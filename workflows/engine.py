@@ -2,11 +2,14 @@
 
 The workflow function runs from the top on every resume; each step looks its key up in the
 journal (loaded once per resume) and returns the recorded result, or executes and records it.
-Writes are batched in memory and committed through a `RunWriter` (fenced by the claim's epoch):
-with the next suspension or completion, or as soon as a step body runs longer than
-`FLUSH_AFTER` (so a long step never holds earlier results hostage). After a recovered claim
-(the previous worker died) every attempt start is committed before its body runs, so a step
-that kills its worker is charged against its attempt budget. No SQL here.
+
+The durability invariant: a step body, a child start, a wait registration, a timer and a
+suspension begin only after every step result this run completed earlier is committed. Steps
+started together (`asyncio.gather`) may commit together, and the last step commits with the
+run's completion. Writes go through a `RunWriter`, fenced by the claim's epoch; the worker's
+writer commits the flushes of all its runs together (group commit), so the invariant costs a
+share of a transaction per step, not one each. A run recovered after its worker was lost
+counts against a crash budget (`max_recoveries`), never against a step's attempts. No SQL here.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import structlog
 from pydantic import ValidationError
 
 from ripple.platform import metrics, tracing
-from ripple.platform.errors import InvalidInput
+from ripple.platform.errors import InvalidInput, RippleError
 from ripple.platform.ids import new_id
 from ripple.workflows import serde
 from ripple.workflows.context import WorkflowContext
@@ -46,8 +49,6 @@ __all__ = ["DEFAULT_STEP_RETRY", "ChildSpec", "Outcome", "RunExecution", "RunWri
 log = structlog.get_logger("ripple.workflows")
 
 DEFAULT_STEP_RETRY = RetryPolicy()
-#: A step body running longer than this gets the batched writes committed beside it.
-FLUSH_AFTER = 0.02
 #: Timers due sooner than this are waited for in memory instead of suspending the run.
 INLINE_WAIT = 0.05
 INFINITY = datetime.max.replace(tzinfo=UTC)
@@ -78,6 +79,8 @@ class RunFacts(Protocol):
     def step_count(self) -> int: ...
     @property
     def recovered(self) -> bool: ...
+    @property
+    def recoveries(self) -> int: ...
     @property
     def db_now(self) -> datetime: ...
 
@@ -193,6 +196,7 @@ class RunExecution:
         is_stopping: Callable[[], bool],
         resolve: Callable[[str], WorkflowDefinition[Any, Any] | None],
         lease: float = 30.0,
+        max_recoveries: int = 100,
     ) -> None:
         self.facts = facts
         self.lease = lease
@@ -207,6 +211,9 @@ class RunExecution:
         self.is_stopping = is_stopping
         self.resolve = resolve
         self.step_count = facts.step_count
+        self.max_recoveries = max_recoveries
+        #: After a recovery each attempt's start is committed before its body runs, so the
+        #: journal names the step a crash-looping run was in when its budget runs out.
         self.careful = facts.recovered
         self._offset = facts.db_now - datetime.now(UTC)
         self._pending: dict[str, Entry] = {}
@@ -219,6 +226,7 @@ class RunExecution:
         self._task: asyncio.Task[Any] | None = None
         self._fatal: WorkflowFailed | None = None
         self._compensations: list[tuple[int, str, Callable[..., Any], Any]] = []
+        self._background_flush: asyncio.Task[None] | None = None
         #: Set once the outcome is being committed: canceling the task then could tear a commit.
         self.concluding = False
 
@@ -238,23 +246,47 @@ class RunExecution:
         return entries
 
     async def flush(self, *, force: bool = False) -> None:
-        """Commit the batched journal writes now (and extend the lease)."""
+        """Commit the journal entries not yet written now (and extend the lease)."""
         async with self._flush_lock:
             entries = self._take()
             if entries or force:
                 sent = asyncio.get_running_loop().time()
-                await self.writer.flush(entries, self.step_count)
+                try:
+                    await self.writer.flush(entries, self.step_count)
+                except BaseException:
+                    # Not written: keep them for the next write (unless superseded since).
+                    for entry in entries:
+                        self._pending.setdefault(entry.key, entry)
+                    raise
                 self.renew_lease(sent)
+
+    def _unflushed_results(self) -> bool:
+        return any(e.status in ("completed", "failed") for e in self._pending.values())
+
+    async def _commit_earlier(self) -> None:
+        """The invariant, before a step body or an in-memory timer begins: every result this
+        run completed earlier is committed (a commit in flight holds some: wait for it). A
+        worker that missed its heartbeats (paused, partitioned) also confirms its lease with
+        this fenced write before it starts anything on a lease that may be gone."""
+        stale = asyncio.get_running_loop().time() > self._lease_until - self.lease / 2
+        if stale or self._flush_lock.locked() or self._unflushed_results():
+            await self.flush(force=stale)
+
+    def _flush_soon(self) -> None:
+        """Commit finished results while other steps of this run keep running (a timer began
+        beside them); a failure leaves the entries pending for the next write to raise."""
+        if self._background_flush is None or self._background_flush.done():
+            self._background_flush = asyncio.ensure_future(self._flush_quietly())
+
+    async def _flush_quietly(self) -> None:
+        try:
+            await self.flush()
+        except (LeaseLost, RippleError) as exc:
+            log.warning("step_flush_deferred", error=str(exc))
 
     def renew_lease(self, sent: float) -> None:
         """The lease was extended by a write sent at loop time `sent`."""
         self._lease_until = max(self._lease_until, sent + self.lease)
-
-    async def _check_lease(self) -> None:
-        # A worker that missed its heartbeats (paused, partitioned) must not start another
-        # step on a lease that may be gone: confirm (and extend) it with a fenced write first.
-        if asyncio.get_running_loop().time() > self._lease_until - self.lease / 2:
-            await self.flush(force=True)
 
     def _fail_fatal(self, exc: WorkflowFailed) -> WorkflowFailed:
         if self._fatal is None:
@@ -321,15 +353,31 @@ class RunExecution:
             asyncio.get_running_loop().call_soon(self._check, seen, hops - 1)
             return
         if self._active == 0 or len(self._blocked) != self._active:
+            self._commit_beside_timers()
             return
         if not self.is_stopping():
             wakes = [b.wake_at for b in self._blocked.values()]
             soonest = min((w for w in wakes if w is not None), default=None)
             if soonest is not None and (soonest - self.clock()).total_seconds() <= INLINE_WAIT:
+                self._commit_beside_timers()
                 return
         self._stop("suspend")
 
+    def _commit_beside_timers(self) -> None:
+        # The run does not suspend (other steps are running, or the timer is short), so the
+        # suspension will not commit what finished before its timers began: commit it now.
+        if self._unflushed_results() and any(
+            b.kind in ("sleep", "retry") for b in self._blocked.values()
+        ):
+            self._flush_soon()
+
     async def _block(self, kind: str, key: str, wake_at: datetime | None) -> None:
+        if (
+            kind in ("sleep", "retry")
+            and wake_at is not None
+            and (wake_at - self.clock()).total_seconds() <= INLINE_WAIT
+        ):
+            await self._commit_earlier()  # a timer waited in memory never suspends the run
         token = object()
         self._blocked[id(token)] = _Block(kind, key, wake_at)
         self._progress += 1
@@ -404,6 +452,8 @@ class RunExecution:
     ) -> Any:
         policy = retry or DEFAULT_STEP_RETRY
         attempts = entry.attempts if entry is not None else 0
+        if entry is not None and entry.status == "running":
+            attempts -= 1  # that attempt's worker was lost: a crash is not the step's error
         last_error = entry.error if entry is not None else None
         started_at = self.clock()
         if entry is not None and entry.status == "retrying" and entry.due_at is not None:
@@ -432,12 +482,13 @@ class RunExecution:
                 )
                 raise StepFailedError(key, error)
             await self._gate()
-            await self._check_lease()
             self._count_execution()
             started_at = self.clock()
             self._record(Entry(key, seq, kind, "running", attempt, started_at=started_at))
             if self.careful:
                 await self.flush()
+            else:
+                await self._commit_earlier()
             t0 = asyncio.get_running_loop().time()
             tokens = structlog.contextvars.bind_contextvars(step=key)
             try:
@@ -523,20 +574,7 @@ class RunExecution:
             coro = asyncio.to_thread(fn, *args, **kwargs)
         if timeout is not None:
             coro = asyncio.wait_for(coro, seconds(timeout))
-        if not self._pending or self.careful:
-            return await coro
-        # Batched writes are waiting: if the body is not quick, commit them beside it.
-        flushing: list[asyncio.Task[None]] = []
-        timer = asyncio.get_running_loop().call_later(
-            FLUSH_AFTER, lambda: flushing.append(asyncio.ensure_future(self.flush()))
-        )
-        try:
-            result = await coro
-        finally:
-            timer.cancel()
-            if flushing:
-                await flushing[0]  # surfaces LeaseLost; the commit happened beside the body
-        return result
+        return await coro
 
     def _register_compensation(
         self, seq: int, key: str, compensate: Callable[..., Any] | None, value: Any
@@ -753,6 +791,8 @@ class RunExecution:
         deadline = self.facts.deadline
         if deadline is not None and self.facts.db_now >= deadline:
             return await self._fail(self._deadline_error().error)
+        if self.facts.recovered and self.facts.recoveries > self.max_recoveries:
+            return await self._fail(self._worker_lost_error())
         try:
             value = (
                 serde.load(self.facts.input, self.definition.input_type)
@@ -795,6 +835,16 @@ class RunExecution:
         if self._stop_reason == "deadline":
             return await self._fail(self._deadline_error().error)
         return await self._conclude(result, failure)
+
+    def _worker_lost_error(self) -> dict[str, Any]:
+        running = [e.key for e in self.journal.by_key.values() if e.status == "running"]
+        where = f"; step(s) {', '.join(map(repr, running))} were running" if running else ""
+        return {
+            "type": "WorkerLost",
+            "message": f"run {self.run_id} lost its worker {self.facts.recoveries} times "
+            f"(killed, out of memory, or stalled past its lease){where}; crash budget of "
+            f"{self.max_recoveries} recoveries (RIPPLE_MAX_RECOVERIES) exhausted",
+        }
 
     def _stop(self, reason: str) -> None:
         if self._stop_reason is None and self._task is not None:

@@ -76,7 +76,9 @@ ORDER BY run_id DESC
 LIMIT $7
 """  # noqa: S608
 
-# Claim due runs of the registered (workflow, version) pairs.
+# Claim due runs of the registered (workflow, version) pairs. A claim of a run that was
+# `running` under another owner (its lease expired: the worker died or stalled) counts one
+# recovery, the crash budget the engine checks (apart from any step's attempts).
 # $1 worker_id, $2 lease seconds, $3 limit, $4 distinct workflow names text[],
 # $5 names text[], $6 versions int[] (parallel arrays: the pairs this worker serves).
 # c: per served workflow, its due active runs in availability order from ripple_runs_claim
@@ -111,6 +113,8 @@ SET status = 'running',
     lease_owner = $1,
     available_at = now() + $2 * interval '1 second',
     attempt = greatest(r.attempt, 1),
+    recoveries = r.recoveries + CASE WHEN c.prev_status = 'running'
+                                          AND c.prev_owner IS NOT NULL THEN 1 ELSE 0 END,
     started_at = coalesce(r.started_at, now()),
     version = coalesce(r.version, (SELECT max(p.v) FROM unnest($5::text[], $6::int[]) AS p(w, v)
                                    WHERE p.w = r.workflow)),
@@ -118,8 +122,8 @@ SET status = 'running',
 FROM c
 WHERE r.run_id = c.run_id
 RETURNING r.run_id, r.workflow, r.version, r.input, r.attempt, r.epoch, r.deadline, r.trace,
-          r.step_count, r.created_at, r.parent_run_id, c.prev_status, c.prev_owner, c.fresh,
-          now() AS db_now
+          r.step_count, r.created_at, r.parent_run_id, r.recoveries, c.prev_status,
+          c.prev_owner, c.fresh, now() AS db_now
 """
 
 # $1 distinct workflow names text[], $2 names text[], $3 versions int[] (the served pairs):
@@ -202,6 +206,43 @@ WITH run AS (
     RETURNING run_id
 )"""
 FLUSH_RUN: Final = _FLUSH_HEAD + _STEPS_AFTER_RUN + "SELECT run_id FROM run"  # noqa: S608
+
+# Group commit: the step flushes of many runs in one statement. Each run is fenced by its own
+# epoch: a run this worker no longer owns is left out (its entries are not journaled) without
+# failing the others; the statement returns the runs it wrote. Rows are locked in run_id order
+# (as LOCK_EVENT_WAIT_RUNS does), so two writers never deadlock.
+# $1 run ids text[], $2 epochs bigint[], $3 step counts int[], $4 lease seconds,
+# $5 jsonb array of journal entries, each with its run_id (see UPSERT_STEPS)
+FLUSH_RUNS: Final = """
+WITH req AS (
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::int[]) AS q(run_id, epoch, step_count)
+), owned AS (
+    SELECT r.run_id, q.step_count FROM ripple_runs r JOIN req q USING (run_id)
+    WHERE r.epoch = q.epoch AND r.status = 'running'
+    ORDER BY r.run_id
+    FOR UPDATE OF r
+), run AS (
+    UPDATE ripple_runs r
+    SET available_at = now() + $4 * interval '1 second', step_count = o.step_count
+    FROM owned o WHERE r.run_id = o.run_id
+    RETURNING r.run_id
+), steps AS (
+    INSERT INTO ripple_steps (run_id, key, seq, kind, status, attempts, output, error, due_at,
+                              started_at, completed_at)
+    SELECT s.run_id, s.key, s.seq, s.kind, s.status, s.attempts, s.output, s.error, s.due_at,
+           coalesce(s.started_at, now()),
+           coalesce(s.completed_at, CASE WHEN s.status IN ('completed', 'failed') THEN now() END)
+    FROM jsonb_to_recordset($5::jsonb) AS s(run_id text, key text, seq int, kind text,
+         status text, attempts int, output jsonb, error jsonb, due_at timestamptz,
+         started_at timestamptz, completed_at timestamptz)
+    WHERE s.run_id IN (SELECT run_id FROM owned)
+    ON CONFLICT (run_id, key) DO UPDATE
+    SET status = excluded.status, attempts = excluded.attempts, output = excluded.output,
+        error = excluded.error, due_at = excluded.due_at, completed_at = excluded.completed_at
+    WHERE ripple_steps.status NOT IN ('completed', 'failed')
+)
+SELECT run_id FROM run
+"""
 
 # One round trip: fence, journal and finish a run (with its row locked to commit). Returns no
 # row when fenced out. A run with open waits or a parent follows it with DELETE_RUN_WAITS and
@@ -432,6 +473,8 @@ class ClaimedRun:
     parent_run_id: str | None
     #: claimed after its previous worker's lease expired (it died or stalled)
     recovered: bool
+    #: how many times that has happened to this run (the crash budget's count)
+    recoveries: int
     #: never claimed before: no journal to load
     fresh: bool
     db_now: datetime
@@ -451,6 +494,7 @@ class ClaimedRun:
             created_at=row["created_at"],
             parent_run_id=row["parent_run_id"],
             recovered=row["prev_status"] == "running" and row["prev_owner"] is not None,
+            recoveries=row["recoveries"],
             fresh=row["fresh"],
             db_now=row["db_now"],
         )

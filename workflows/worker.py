@@ -15,9 +15,11 @@ import asyncio
 import contextlib
 import gc
 import os
+import signal
 import socket
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Protocol, Self
@@ -37,7 +39,7 @@ from ripple.workflows.definition import WorkflowDefinition
 from ripple.workflows.engine import Outcome, RunExecution
 from ripple.workflows.errors import LeaseLost
 from ripple.workflows.journal import Entry
-from ripple.workflows.writer import PgRunWriter
+from ripple.workflows.writer import PgRunWriter, StepCommitter
 
 __all__ = ["Worker", "WorkerClient"]
 
@@ -77,13 +79,15 @@ def _freeze_startup_objects() -> None:
         gc.freeze()
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _InFlight:
+    """One claim being executed: a run id may be claimed again (by this worker too) after its
+    lease was lost, so a slot is told apart by its epoch, and compared by identity."""
+
     run_id: str
     epoch: int
     task: asyncio.Task[None] | None = None
     engine: RunExecution | None = None
-    concluding: bool = field(default=False)
 
 
 class Worker:
@@ -95,6 +99,8 @@ class Worker:
         concurrency: runs executed at once.
         webhooks: also run the webhook dispatcher in this process.
         sweeper: also run the retention sweeper in this process.
+        handle_signals: `run()` stops gracefully on SIGTERM and SIGINT (as `ripple worker`
+            does); pass False when the application handles signals itself.
     """
 
     def __init__(
@@ -104,9 +110,11 @@ class Worker:
         concurrency: int = 100,
         webhooks: bool = True,
         sweeper: bool = True,
+        handle_signals: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
+        self.handle_signals = handle_signals
         self.client = client
         self.concurrency = concurrency
         self._webhooks = webhooks
@@ -136,6 +144,8 @@ class Worker:
         self._claimer = DedicatedConnection(
             client.settings, application_name="ripple-worker", synchronous_commit="off"
         )
+        #: Group commit of the step flushes of every run this worker executes.
+        self.committer = StepCommitter(client.pool, lease=client.settings.lease_seconds)
         client.workflows.register(*workflows)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -154,7 +164,32 @@ class Worker:
             self._listener.poke()
 
     async def run(self) -> None:
-        """Run until `stop()` (a stop requested before the loop started is honoured)."""
+        """Run until `stop()`, SIGTERM or SIGINT (a stop requested before the loop started is
+        honoured). On stop: no new claims, running steps get `RIPPLE_SHUTDOWN_GRACE` seconds
+        to finish, and the rest are released for other workers."""
+        with self._signals_handled():
+            await self._run()
+
+    @contextlib.contextmanager
+    def _signals_handled(self) -> Iterator[None]:
+        loop = asyncio.get_running_loop()
+        handled: list[signal.Signals] = []
+        if self.handle_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.add_signal_handler(sig, self._on_signal, sig)
+                    handled.append(sig)
+        try:
+            yield
+        finally:
+            for sig in handled:
+                loop.remove_signal_handler(sig)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        log.info("worker_signal", signal=sig.name, worker_id=self.worker_id)
+        self.stop()
+
+    async def _run(self) -> None:
         services = self.client.background_services(webhooks=self._webhooks, sweeper=self._sweeper)
         await self._register()
         # Its own task, shielded: canceling run() here must not leave a connection acquired.
@@ -197,7 +232,8 @@ class Worker:
 
     async def __aenter__(self) -> Self:
         self._stopping = False
-        self._main = asyncio.create_task(self.run(), name="ripple-worker")
+        # The block's owner decides when it ends: no signal handlers of the worker's own.
+        self._main = asyncio.create_task(self._run(), name="ripple-worker")
         return self
 
     async def __aexit__(
@@ -323,9 +359,19 @@ class Worker:
         for claim in claims:
             if claim.recovered:
                 metrics.LEASE_EXPIRATIONS.inc()
-                log.warning("run_lease_expired", run_id=claim.run_id, workflow=claim.workflow)
+                log.warning(
+                    "run_lease_expired",
+                    run_id=claim.run_id,
+                    workflow=claim.workflow,
+                    recoveries=claim.recoveries,
+                )
             rows = journals.get(claim.run_id, [])
             slot = _InFlight(claim.run_id, claim.epoch)
+            stale = self._inflight.get(claim.run_id)
+            if stale is not None:
+                # This worker lost the lease of that run and claimed it again: the older
+                # execution is fenced out; stop it (its cleanup leaves the new slot alone).
+                self._abort([stale], "reclaimed")
             self._inflight[claim.run_id] = slot
             slot.task = asyncio.create_task(self._execute(slot, claim, rows))
         return len(claims)
@@ -345,6 +391,7 @@ class Worker:
             trace=claim.trace,
             may_have_waits=any(e.kind == "wait" and not e.finished for e in entries),
             parent_run_id=claim.parent_run_id,
+            committer=self.committer,
         )
         engine = RunExecution(
             claim,
@@ -355,6 +402,7 @@ class Worker:
             is_stopping=lambda: self._stopping,
             resolve=self.client.workflows.resolve,
             lease=self.settings.lease_seconds,
+            max_recoveries=self.settings.max_recoveries,
         )
         slot.engine = engine
         in_flight = metrics.RUNS_IN_FLIGHT.labels(claim.workflow)
@@ -377,7 +425,8 @@ class Worker:
             log.exception("run_execution_error", run_id=claim.run_id)
         finally:
             in_flight.dec()
-            self._inflight.pop(claim.run_id, None)
+            if self._inflight.get(claim.run_id) is slot:
+                del self._inflight[claim.run_id]
             if self._backlog or self._until_idle or self._stopping:
                 self._kick()  # the loop may be waiting for a free slot
         if outcome is not None and outcome.wake_at is not None:
@@ -385,14 +434,13 @@ class Worker:
 
     # -- leases, cancels, shutdown -----------------------------------------------------------
 
-    def _abort(self, run_ids: Sequence[str], reason: str) -> None:
-        for run_id in run_ids:
-            slot = self._inflight.get(run_id)
-            if slot is None or slot.task is None or slot.task.done():
+    def _abort(self, slots: Sequence[_InFlight], reason: str) -> None:
+        for slot in slots:
+            if slot.task is None or slot.task.done():
                 continue
             if slot.engine is not None and slot.engine.concluding:
                 continue  # its final write is fenced; canceling could tear the commit
-            log.info("run_aborted", run_id=run_id, reason=reason)
+            log.info("run_aborted", run_id=slot.run_id, epoch=slot.epoch, reason=reason)
             slot.task.cancel()
 
     async def _heartbeat_loop(self) -> None:
@@ -416,7 +464,7 @@ class Worker:
                             for slot in slots:
                                 if slot.run_id in kept and slot.engine is not None:
                                     slot.engine.renew_lease(sent)
-                            lost = [s.run_id for s in slots if s.run_id not in kept]
+                            lost = [s for s in slots if s.run_id not in kept]
                             self._abort(lost, "lease_lost")
             except RippleError as exc:
                 log.warning("worker_heartbeat_failed", error=str(exc))
@@ -435,7 +483,10 @@ class Worker:
                 except RippleError as exc:
                     log.warning("worker_cancel_check_failed", error=str(exc))
                     continue
-                self._abort([row["run_id"] for row in rows], "canceled")
+                canceled = {row["run_id"] for row in rows}
+                self._abort(
+                    [s for s in list(self._inflight.values()) if s.run_id in canceled], "canceled"
+                )
 
     async def _drain(self) -> None:
         """Let running steps finish within the grace period; release the rest at once."""

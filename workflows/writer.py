@@ -1,25 +1,143 @@
-"""`PgRunWriter`: the Postgres side of one claimed run's execution (the engine's RunWriter).
+"""`PgRunWriter`: the Postgres side of one claimed run's execution (the engine's RunWriter),
+and `StepCommitter`, which group-commits the step flushes of all of a worker's runs.
 
 Every method is one transaction that first locks the run *if this worker still owns it* (same
 epoch, still running) and raises `LeaseLost` otherwise: a worker that lost its lease can never
-write again. Then it commits the batched journal entries and the run's next state together.
-Wake hints go out after commit.
+write again. Then it commits the journal entries not yet written and the run's next state
+together. Wake hints go out after commit.
 """
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import structlog
+
 from ripple.platform import metrics
 from ripple.platform.db import Connection, Pool, map_errors, transaction
+from ripple.platform.errors import RippleError, Unavailable
 from ripple.platform.wake import NullWaker, RunFinished, RunReady
 from ripple.workflows import store
 from ripple.workflows.engine import ChildSpec, WaitSpec
 from ripple.workflows.errors import LeaseLost
 from ripple.workflows.journal import Entry
 
-__all__ = ["PgRunWriter", "complete_parent_step"]
+__all__ = ["PgRunWriter", "StepCommitter", "complete_parent_step"]
+
+log = structlog.get_logger("ripple.workflows.writer")
+
+
+@dataclass(slots=True)
+class _Flush:
+    """One run's request to commit its journal entries (and extend its lease)."""
+
+    run_id: str
+    epoch: int
+    step_count: int
+    entries: list[dict[str, Any]]
+    done: asyncio.Future[None] = field(repr=False)
+
+
+class StepCommitter:
+    """Group commit across runs: the step flushes of every run of one worker, one statement
+    per batch.
+
+    A run asks to commit its finished steps before its next step body (or child, wait, timer)
+    begins, and waits only for the commit that holds them. When no commit is in flight a
+    request is committed at once; while one is, new requests gather and go together in the
+    next (as Postgres's own group commit and Kafka's linger do) — no fixed delay on an idle
+    worker. Each run stays fenced by its epoch: a run the worker no longer owns gets
+    `LeaseLost` without failing the others in its batch. A batch the database refuses for a
+    reason other than unavailability is retried one run at a time, so one run's bad entry
+    (say, a string Postgres cannot store) fails only that run.
+    """
+
+    def __init__(self, pool: Pool, *, lease: float) -> None:
+        self.pool = pool
+        self.lease = lease
+        self._queue: list[_Flush] = []
+        self._task: asyncio.Task[None] | None = None
+        #: Batches committed and runs in them, for metrics and tests.
+        self.batches = 0
+        self.flushed = 0
+
+    async def flush(self, run_id: str, epoch: int, step_count: int, entries: list[Entry]) -> None:
+        """Commit `entries` of one run; raises `LeaseLost` if the run is no longer owned."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        rows = []
+        for entry in entries:
+            row = entry.to_json()
+            row["run_id"] = run_id
+            rows.append(row)
+        self._queue.append(_Flush(run_id, epoch, step_count, rows, done))
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._drain(), name="ripple-step-commit"
+            )
+        # A run canceled while it waits cancels only its own future, never the batch.
+        await done
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                await self._commit(batch)
+        except BaseException:
+            left, self._queue = self._queue, []
+            for request in left:
+                _settle(request, Unavailable("the step commit was interrupted; retry"))
+            raise
+        finally:
+            self._task = None
+
+    async def _commit(self, batch: list[_Flush]) -> None:
+        try:
+            owned = await self._write(batch)
+        except Unavailable as exc:
+            for request in batch:
+                _settle(request, exc)
+            return
+        except RippleError as exc:
+            if len(batch) == 1:
+                _settle(batch[0], exc)
+                return
+            log.warning("step_batch_refused", runs=len(batch), error=str(exc))
+            for request in batch:
+                await self._commit([request])
+            return
+        except BaseException as exc:  # every waiter must hear how the batch ended
+            for request in batch:
+                _settle(request, exc if isinstance(exc, Exception) else RippleError(str(exc)))
+            raise
+        self.batches += 1
+        self.flushed += len(batch)
+        for request in batch:
+            _settle(request, None if request.run_id in owned else LeaseLost(request.run_id))
+
+    async def _write(self, batch: list[_Flush]) -> set[str]:
+        batch.sort(key=lambda r: r.run_id)
+        with map_errors():
+            rows = await self.pool.fetch(
+                store.FLUSH_RUNS,
+                [r.run_id for r in batch],
+                [r.epoch for r in batch],
+                [r.step_count for r in batch],
+                self.lease,
+                [row for r in batch for row in r.entries],
+            )
+        return {row["run_id"] for row in rows}
+
+
+def _settle(request: _Flush, error: BaseException | None) -> None:
+    if request.done.done():
+        return
+    if error is None:
+        request.done.set_result(None)
+    else:
+        request.done.set_exception(error)
 
 
 async def complete_parent_step(
@@ -64,8 +182,10 @@ class PgRunWriter:
         trace: dict[str, str] | None,
         may_have_waits: bool,
         parent_run_id: str | None = None,
+        committer: StepCommitter | None = None,
     ) -> None:
         self.pool = pool
+        self.committer = committer
         self.waker = waker
         self.run_id = run_id
         self.epoch = epoch
@@ -91,6 +211,9 @@ class PgRunWriter:
             raise LeaseLost(self.run_id)
 
     async def flush(self, entries: list[Entry], step_count: int) -> None:
+        if self.committer is not None:
+            await self.committer.flush(self.run_id, self.epoch, step_count, entries)
+            return
         with map_errors():
             await self._fence(self.pool, entries, step_count)
 

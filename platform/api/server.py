@@ -157,6 +157,7 @@ async def run_services(client: Client, services: Services) -> None:
                 concurrency=services.concurrency,
                 webhooks=services.webhooks,
                 sweeper=services.sweeper,
+                handle_signals=False,  # this process's stop event covers both services
             )
             tasks.append(asyncio.create_task(worker.run(), name="ripple-worker"))
         metrics_server = await _start_metrics(client, services.metrics)

@@ -113,3 +113,21 @@ async def napper(ctx: WorkflowContext) -> int:
     await ctx.step.run("a", record_effect, ctx.run_id, "a")
     await ctx.step.sleep("nap", 0.3)
     return int(await ctx.step.run("b", record_effect, ctx.run_id, "b"))
+
+
+async def ledger_step(run_id: str, step: str, millis: int) -> dict[str, int]:
+    """Write `step.start`, work for `millis` ms, write `step.end`: one execution in the ledger."""
+    await record_effect(run_id, f"{step}.start")
+    await asyncio.sleep(millis / 1000)
+    await record_effect(run_id, f"{step}.end")
+    return {"pid": os.getpid()}
+
+
+@workflow(name="ledger")
+async def ledger(ctx: WorkflowContext, millis: list[int]) -> list[int]:
+    """Three ledger steps, `a` → `b` → `c`, each working for its `millis` entry."""
+    out = []
+    for step, ms in zip(("a", "b", "c"), millis, strict=True):
+        done = await ctx.step.run(step, ledger_step, ctx.run_id, step, ms)
+        out.append(done["pid"])
+    return out

@@ -61,6 +61,20 @@ class WorkerProcess:
 
         await assert_eventually(printed, timeout=timeout)
 
+    async def wait_log(self, event: str, timeout: float = 30.0) -> dict[str, Any]:
+        """Wait until the worker logged `event`; returns that log line."""
+
+        def logged() -> dict[str, Any] | None:
+            found = [line for line in self.logs() if line.get("event") == event]
+            if found:
+                return found[0]
+            if self.proc.returncode is not None:
+                raise AssertionError(f"worker {self.pid} exited before logging {event!r}")
+            return None
+
+        found: dict[str, Any] = await assert_eventually(logged, timeout=timeout)
+        return found
+
     def logs(self) -> list[dict[str, Any]]:
         """The worker's structured log lines (non-JSON stderr lines are skipped)."""
         parsed = []
@@ -120,6 +134,7 @@ class Workers:
         wait_ready: bool = True,
         hold: bool = False,
         restarts: int | None = None,
+        own_signals: bool = False,
         **overrides: str,
     ) -> WorkerProcess:
         """Start a worker (env overrides as RIPPLE_* names) and wait for `ready`.
@@ -142,6 +157,7 @@ class Workers:
             str(concurrency),
             *(["--hold"] if hold else []),
             *(["--restarts", str(restarts)] if restarts is not None else []),
+            *(["--own-signals"] if own_signals else []),
             cwd=REPO_ROOT,
             env=env,
             stdin=asyncio.subprocess.PIPE if hold else asyncio.subprocess.DEVNULL,

@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 TERMINAL = {"completed", "failed", "canceled"}
 #: Workers the poison test may go through before it calls the crash loop unbounded.
+RECOVERIES = 4
 MAX_RESTARTS = 6
 
 
@@ -62,11 +63,11 @@ def _journal(steps: list[Any]) -> list[tuple[Any, ...]]:
 
 
 async def _gated_run_in_its_slow_step(
-    client: Client, effects: Effects, workers: Workers
+    client: Client, effects: Effects, workers: Workers, *, own_signals: bool = False
 ) -> tuple[WorkerProcess, WorkerProcess, Any]:
     """Two workers (the second on standby) and a gated run whose first step is recorded and
     whose slow step is executing on the first worker."""
-    w1, w2 = await asyncio.gather(workers.start(), workers.start(hold=True))
+    w1, w2 = await asyncio.gather(workers.start(own_signals=own_signals), workers.start(hold=True))
     handle = await client.start(app.gated, {"gate": "g"})
     await assert_eventually(lambda: effects.count(handle.run_id, "slow.started", w1.pid))
     await assert_eventually(lambda: _recorded(client, handle.run_id, "first"))
@@ -159,14 +160,22 @@ async def test_two_workers__500_runs_run_each_step_body_once(
     assert {r["pid"] for r in rows} <= {w1.pid, w2.pid}
 
 
+@pytest.mark.parametrize("own_signals", [False, True], ids=["worker-handles", "app-handles"])
 async def test_worker_sigterm__in_flight_step_finishes_and_is_recorded(
-    client: Client, effects: Effects, workers: Workers
+    client: Client, effects: Effects, workers: Workers, own_signals: bool
 ) -> None:
-    w1, w2, handle = await _gated_run_in_its_slow_step(client, effects, workers)
+    w1, w2, handle = await _gated_run_in_its_slow_step(
+        client, effects, workers, own_signals=own_signals
+    )
     run_id = handle.run_id
 
     w1.send(signal.SIGTERM)
-    await w1.wait_stdout("stopping")  # the worker is shutting down with the step in flight
+    # the worker is shutting down with the step in flight
+    if own_signals:  # handle_signals=False: the application's own handler ran, not the worker's
+        await w1.wait_stdout("stopping")
+        assert not [line for line in w1.logs() if line.get("event") == "worker_signal"]
+    else:  # Worker.run() handled SIGTERM itself
+        assert (await w1.wait_log("worker_signal"))["signal"] == "SIGTERM"
     await effects.open_gate("g")
     assert await w1.wait_exit() == 0
 
@@ -216,14 +225,16 @@ async def test_redis_unreachable__runs_complete(
             assert await effects.counts(handle.run_id) == {"a": 1, "b": 1}
 
 
-async def test_poison_step__fails_run_after_its_attempt_budget(
+async def test_poison_step__fails_run_after_its_crash_budget(
     client: Client, effects: Effects, workers: Workers
 ) -> None:
     handle = await client.start(app.poison)
     run_id = handle.run_id
     # a supervisor forks a fresh worker each time the previous one dies, like a process manager
     # would restart it; a shorter lease lets a dead worker's claim lapse sooner
-    supervisor = await workers.start(restarts=MAX_RESTARTS, RIPPLE_LEASE_SECONDS="1")
+    supervisor = await workers.start(
+        restarts=MAX_RESTARTS, RIPPLE_LEASE_SECONDS="1", RIPPLE_MAX_RECOVERIES=str(RECOVERIES)
+    )
 
     async def run_ended() -> bool:
         if supervisor.proc.returncode is not None:
@@ -238,18 +249,20 @@ async def test_poison_step__fails_run_after_its_attempt_budget(
     assert run is not None
     assert run.status == "failed"
     assert run.error is not None
+    assert run.error["type"] == "WorkerLost"
     assert "'poison'" in run.error["message"]
-    assert "attempt" in run.error["message"]
+    assert "RIPPLE_MAX_RECOVERIES" in run.error["message"]
     deaths = [line for line in supervisor.stdout if line.startswith("exited")]
     assert deaths == [f"exited {-signal.SIGKILL}"] * len(deaths)
     counts = await effects.counts(run_id)
-    # `ok` may run once more: its result is batched, not yet committed, when the poison step's
-    # first attempt kills the worker; every later (recovered) claim commits each attempt start
-    # before the body runs, so those attempts are charged against the budget
-    assert counts["ok"] in (1, 2)
-    # 3 charged attempts, plus at most the first one whose start was not committed yet
-    assert 3 <= counts["poison.started"] <= 4
+    # `ok` is committed before the poison step's body begins, so it never runs again
+    assert counts["ok"] == 1
+    # the first claim plus RECOVERIES recoveries; worker losses never touch the step's
+    # own attempt budget (max_attempts=3), which stays unspent
+    assert counts["poison.started"] == RECOVERIES + 1
     assert len(deaths) == counts["poison.started"]
+    steps = {s.key: s for s in await client.list_steps(run_id)}
+    assert steps["poison"].attempts == 1
 
 
 async def test_waiting_run__survives_worker_sigkill(

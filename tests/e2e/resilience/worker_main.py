@@ -2,8 +2,10 @@
 
 `python -m tests.e2e.resilience.worker_main --app <module> --concurrency N` connects a `Client`
 from the RIPPLE_* environment, runs a `Worker` for every workflow definition found in the module
-(no webhook dispatcher, no sweeper), prints `ready` on stdout once running, and on SIGTERM prints
-`stopping` and stops gracefully (in-flight steps get the configured grace), exiting 0.
+(no webhook dispatcher, no sweeper), prints `ready` on stdout once running, and on SIGTERM stops
+gracefully (in-flight steps get the configured grace), exiting 0: `Worker.run()` handles the
+signal itself. With `--own-signals` the program handles SIGTERM instead (prints `stopping`, then
+calls `worker.stop()`) and creates the worker with `handle_signals=False`.
 With `--hold` it prints `connected` once connected and waits for a line on stdin before it starts
 the worker: a standby a test can start at once, without paying for imports at that moment.
 With `--restarts N` it acts as a supervisor: it imports everything once, then forks the worker
@@ -37,7 +39,7 @@ def definitions(module_name: str) -> list[WorkflowDefinition[Any, Any]]:
     return found
 
 
-async def main(app: str, concurrency: int, hold: bool) -> None:
+async def main(app: str, concurrency: int, hold: bool, own_signals: bool = False) -> None:
     workflows = definitions(app)
     settings = load_settings()
     configure_logging(console=settings.log_console, level=settings.log_level)
@@ -45,14 +47,21 @@ async def main(app: str, concurrency: int, hold: bool) -> None:
         if hold:  # a standby worker: imported and connected, it starts when told to
             print("connected", flush=True)
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
-        worker = Worker(client, workflows, concurrency=concurrency, webhooks=False, sweeper=False)
+        worker = Worker(
+            client,
+            workflows,
+            concurrency=concurrency,
+            webhooks=False,
+            sweeper=False,
+            handle_signals=not own_signals,
+        )
 
         def on_sigterm() -> None:
             print("stopping", flush=True)
             worker.stop()
 
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        if own_signals:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_sigterm)
         task = asyncio.create_task(worker.run())
         await asyncio.sleep(0)  # let the worker start before announcing it
         print("ready", flush=True)
@@ -100,10 +109,11 @@ def cli() -> None:
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--hold", action="store_true", help="connect, then wait for a stdin line")
     parser.add_argument("--restarts", type=int, default=None, help="supervise: restart on death")
+    parser.add_argument("--own-signals", action="store_true", help="handle_signals=False")
     args = parser.parse_args()
     if args.restarts is not None:
         sys.exit(supervise(args.app, args.concurrency, args.restarts))
-    asyncio.run(main(args.app, args.concurrency, args.hold))
+    asyncio.run(main(args.app, args.concurrency, args.hold, args.own_signals))
 
 
 if __name__ == "__main__":

@@ -81,40 +81,81 @@ async def test_recovery__expired_lease_is_reclaimed_and_stale_worker_is_fenced(a
     assert counts == {"a": 1, "b": 2}
     steps = {s.key: s for s in await app.workflows.list_steps(handle.run_id)}
     assert steps["b"].output == "second"
-    assert steps["b"].attempts == 2
+    # The stalled worker's attempt is a lost worker, not the step's error: not charged.
+    assert steps["b"].attempts == 1
+    run = await app.workflows.get_run(handle.run_id)
+    assert run is not None
+    assert (
+        await app.pool.fetchval(
+            "SELECT recoveries FROM ripple_runs WHERE run_id = $1", handle.run_id
+        )
+        == 1
+    )
 
 
-async def test_recovery__step_that_keeps_killing_its_worker_exhausts_its_budget(
-    app: App,
-) -> None:
-    reset()
-    counts["never"] = 0
-
-    @workflow(name="poison")
-    async def poison(ctx: WorkflowContext) -> None:
-        async def body() -> None:
-            bump("never")
-
-        await ctx.step.run("boom", body, retry=RetryPolicy(max_attempts=3))
-
-    handle = await app.workflows.start(poison)
-    # The journal says: 3 attempts started, none recorded; the worker holding it died.
+async def _lose_worker(app: App, run_id: str, *, recoveries: int, attempts: int) -> None:
+    """The journal says: step "boom" started `attempts` times, none recorded, and the worker
+    holding the run died (its lease lapsed) after `recoveries` earlier losses."""
     await app.pool.execute(
         "UPDATE ripple_runs SET status = 'running', started_at = now(), attempt = 1, "
-        "lease_owner = 'dead', available_at = now() - interval '1 second', epoch = 3 "
-        "WHERE run_id = $1",
-        handle.run_id,
+        "lease_owner = 'dead', available_at = now() - interval '1 second', epoch = 3, "
+        "recoveries = $2 WHERE run_id = $1",
+        run_id,
+        recoveries,
     )
     await app.pool.execute(
         "INSERT INTO ripple_steps (run_id, key, seq, kind, status, attempts) "
-        "VALUES ($1, 'boom', 0, 'run', 'running', 3)",
-        handle.run_id,
+        "VALUES ($1, 'boom', 0, 'run', 'running', $2)",
+        run_id,
+        attempts,
     )
+
+
+@workflow(name="poison")
+async def poison(ctx: WorkflowContext) -> str:
+    def body() -> str:
+        bump("boom")
+        return "ok"
+
+    return await ctx.step.run("boom", body, retry=RetryPolicy(max_attempts=3))
+
+
+async def test_recovery__worker_losses_do_not_use_the_steps_attempts(app: App) -> None:
+    reset()
+    handle = await app.workflows.start(poison)
+    # Its third attempt was running when the worker died: the step's budget is not spent.
+    await _lose_worker(app, handle.run_id, recoveries=0, attempts=3)
+    async with app.worker(poison):
+        assert await handle.result(timeout=10) == "ok"
+    assert counts == {"boom": 1}
+    steps = await app.workflows.list_steps(handle.run_id)
+    assert [(s.key, s.attempts) for s in steps] == [("boom", 3)]
+
+
+async def test_recovery__run_that_keeps_killing_its_worker_exhausts_the_crash_budget(
+    app: App,
+) -> None:
+    reset()
+    app.settings = app.settings.model_copy(update={"max_recoveries": 3})
+    handle = await app.workflows.start(poison)
+    await _lose_worker(app, handle.run_id, recoveries=3, attempts=1)  # this claim is the 4th
     async with app.worker(poison):
         with pytest.raises(WorkflowFailed) as info:
             await handle.result(timeout=10)
     assert info.value.error["type"] == "WorkerLost"
-    assert counts["never"] == 0
+    assert "'boom'" in info.value.error["message"]
+    assert "RIPPLE_MAX_RECOVERIES" in info.value.error["message"]
+    assert counts == {}
+
+
+async def test_recovery__within_the_crash_budget_a_recovered_run_completes(app: App) -> None:
+    reset()
+    app.settings = app.settings.model_copy(update={"max_recoveries": 3})
+    handle = await app.workflows.start(poison)
+    await _lose_worker(app, handle.run_id, recoveries=2, attempts=1)  # the 3rd: allowed
+    async with app.worker(poison):
+        assert await handle.result(timeout=10) == "ok"
+    assert counts == {"boom": 1}
 
 
 async def test_recovery__recovered_run_records_attempt_start_before_the_body(app: App) -> None:

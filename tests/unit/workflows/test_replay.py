@@ -32,6 +32,7 @@ class Facts:
     trace: dict[str, str] | None = None
     step_count: int = 0
     recovered: bool = False
+    recoveries: int = 0
     db_now: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
