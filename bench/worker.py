@@ -1,9 +1,9 @@
-"""Benchmark worker process: `python -m bench.worker CONCURRENCY`; prints `ready`; SIGTERM stops."""
+"""Benchmark worker process: `python -m bench.worker CONCURRENCY`; prints `ready`; SIGTERM stops
+(`Worker.run()` handles it)."""
 
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 
 from bench.app import WORKFLOWS
@@ -16,8 +16,6 @@ async def main(concurrency: int) -> None:
     configure_logging(level="warning")
     async with Client() as client:
         worker = Worker(client, WORKFLOWS, concurrency=concurrency, webhooks=False, sweeper=False)
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, worker.stop)
         task = asyncio.create_task(worker.run())
         await asyncio.sleep(0.2)
         print("ready", flush=True)

@@ -78,18 +78,22 @@ async def throughput(definition: WorkflowDefinition[Any, Any] = noop3, label: st
 
 
 async def latency() -> None:
+    """start→result of one run at a time, worker in another process: a 1-step run (no step
+    flush: its one result commits with the completion) and a 3-step run (two group-commit
+    flushes: each step's result is durable before the next step begins)."""
     async with bench_database() as db, Client(settings=db.settings) as client:
         env = _env(db.url, db.settings.redis_url, db.settings.redis_prefix)
         async with subprocess_module("bench.worker", "100", env=env):
-            for _ in range(20):  # warm up connections and statement caches
-                await (await client.start(one_step)).result(timeout=30)
-            samples = []
-            for _ in range(LATENCY_RUNS):
-                t0 = time.perf_counter()
-                handle = await client.start(one_step)
-                await handle.result(timeout=30)
-                samples.append(time.perf_counter() - t0)
-        report("start→result latency (1 step, other process)", summary(samples))
+            for definition, label in ((one_step, "1 step"), (noop3, "3 steps")):
+                for _ in range(20):  # warm up connections and statement caches
+                    await (await client.start(definition)).result(timeout=30)
+                samples = []
+                for _ in range(LATENCY_RUNS):
+                    t0 = time.perf_counter()
+                    handle = await client.start(definition)
+                    await handle.result(timeout=30)
+                    samples.append(time.perf_counter() - t0)
+                report(f"start→result latency ({label}, other process)", summary(samples))
 
 
 async def sleep_lateness() -> None:
