@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -44,7 +45,15 @@ from ripple.workflows.errors import (
 from ripple.workflows.journal import Entry, Journal
 from ripple.workflows.retry import RetryPolicy, seconds
 
-__all__ = ["DEFAULT_STEP_RETRY", "ChildSpec", "Outcome", "RunExecution", "RunWriter", "WaitSpec"]
+__all__ = [
+    "DEFAULT_STEP_RETRY",
+    "ChildSpec",
+    "Outcome",
+    "RunExecution",
+    "RunWriter",
+    "WaitSpec",
+    "sync_bodies_running",
+]
 
 log = structlog.get_logger("ripple.workflows")
 
@@ -54,6 +63,27 @@ INLINE_WAIT = 0.05
 INFINITY = datetime.max.replace(tzinfo=UTC)
 #: Labelled step histograms, cached (label lookups are hot: one per step).
 _STEP_HISTOGRAMS: dict[tuple[str, str], Any] = {}
+#: Sync step bodies running in threads right now, in this process (a canceled step's thread
+#: keeps running until its function returns: a thread cannot be stopped from outside).
+_sync_running = 0
+_sync_lock = threading.Lock()
+
+
+def sync_bodies_running() -> int:
+    """How many sync step bodies are running in threads in this process, including those of
+    steps already canceled or released (their threads run on until the function returns)."""
+    return _sync_running
+
+
+def _call_in_thread(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    global _sync_running
+    with _sync_lock:
+        _sync_running += 1
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        with _sync_lock:
+            _sync_running -= 1
 
 
 class RunFacts(Protocol):
@@ -571,7 +601,7 @@ class RunExecution:
         ):
             coro = fn(*args, **kwargs)
         else:
-            coro = asyncio.to_thread(fn, *args, **kwargs)
+            coro = asyncio.to_thread(_call_in_thread, fn, args, kwargs)
         if timeout is not None:
             coro = asyncio.wait_for(coro, seconds(timeout))
         return await coro

@@ -36,7 +36,7 @@ from ripple.platform.wake import CH_CANCELS, CH_RUNS, Listener, NullWaker
 from ripple.workflows import store
 from ripple.workflows.client import WorkflowClient
 from ripple.workflows.definition import WorkflowDefinition
-from ripple.workflows.engine import Outcome, RunExecution
+from ripple.workflows.engine import Outcome, RunExecution, sync_bodies_running
 from ripple.workflows.errors import LeaseLost
 from ripple.workflows.journal import Entry
 from ripple.workflows.writer import PgRunWriter, StepCommitter
@@ -505,3 +505,8 @@ class Worker:
                 await self.client.pool.execute(store.RELEASE_RUN, slot.run_id, slot.epoch)
         if stuck:
             log.warning("worker_released_runs", count=len(stuck))
+        if sync_bodies_running():
+            # Their runs are released (another worker may run those steps now); the threads
+            # cannot be stopped and will run on until their functions return. Their results
+            # are never written: the tasks that would record them are canceled.
+            log.warning("worker_sync_steps_abandoned", threads=sync_bodies_running())

@@ -28,6 +28,7 @@ from ripple.platform.client import Client
 from ripple.platform.errors import ConfigError
 from ripple.platform.observability import serve_metrics
 from ripple.workflows.definition import WorkflowDefinition
+from ripple.workflows.engine import sync_bodies_running
 
 __all__ = ["AppModule", "Services", "load_app", "run_services"]
 
@@ -179,6 +180,19 @@ async def run_services(client: Client, services: Services) -> None:
         await _stop_metrics(metrics_server)
         await client.close()
         log.info("process_stopped")
+    if worker is not None and sync_bodies_running():
+        _exit_abandoning_threads()
+
+
+def _exit_abandoning_threads() -> None:
+    """End the process now although sync step bodies still run in threads: their runs were
+    released when the shutdown grace ran out, and another worker may be running those steps
+    already. Waiting for the threads (as interpreter shutdown would) would run one step in two
+    processes at once, for as long as the slower one takes."""
+    log.warning("process_exit_abandoning_threads", threads=sync_bodies_running())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _api_server(client: Client, sock: socket.socket) -> _Server:

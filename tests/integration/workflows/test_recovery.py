@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from structlog.testing import capture_logs
 
 from ripple.workflows import RetryPolicy, WorkflowContext, WorkflowFailed, store, workflow
 from ripple.workflows.errors import LeaseLost
@@ -279,3 +280,28 @@ async def test_fencing__a_claim_lost_in_a_database_crash_does_not_share_its_epoc
     )
     with pytest.raises(LeaseLost):
         await stale.flush([], 0)
+
+
+async def test_issue_18_same_worker_reclaiming_its_run_stops_the_older_execution(
+    app: App,
+) -> None:
+    """After a stall longer than the lease, the worker that held a run may claim it again
+    itself. The older execution is stopped, and its cleanup must not remove or cancel the
+    newer claim's slot (slots used to be found by run id alone)."""
+    reset()
+    handle = await app.workflows.start(two_steps)
+    worker = app.worker(two_steps)
+    with capture_logs() as logs:
+        async with worker:
+            await asyncio.wait_for(gate["entered"].wait(), 10)
+            first = worker._inflight[handle.run_id]
+            await expire_lease(app, handle.run_id)  # the stall: the lease lapsed meanwhile
+            worker._kick()
+            # The worker claims it again; the new execution re-runs step b and completes.
+            assert await handle.result(timeout=10) == ["a", "second"]
+            assert first.task is not None
+            await asyncio.gather(first.task, return_exceptions=True)
+            gate["release"].set()
+            await assert_eventually(lambda: not worker._inflight, timeout=10)
+    aborted = [e for e in logs if e["event"] == "run_aborted"]
+    assert [(e["reason"], e["epoch"]) for e in aborted] == [("reclaimed", first.epoch)]
