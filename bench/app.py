@@ -6,7 +6,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from ripple.workflows import WorkflowContext, workflow
+from ripple.workflows import Break, Continue, WorkflowContext, workflow
 
 
 async def _noop() -> None:
@@ -68,4 +68,20 @@ async def parent(ctx: WorkflowContext, value: int) -> int:
     return out
 
 
-WORKFLOWS = [noop3, noop3_sync, one_step, sleeper, waiter, child, parent]
+async def _tick(i: int) -> int:
+    return i
+
+
+@workflow(name="looper")
+async def looper(ctx: WorkflowContext, iterations: int) -> int:
+    """A durable loop of `iterations` iterations, one step each, keeping the last 10."""
+
+    async def body(ctx: WorkflowContext, i: int) -> Continue | Break:
+        if i == iterations:
+            return Break(i)
+        return Continue(await ctx.step.run("tick", _tick, i + 1))
+
+    return int(await ctx.step.loop("ticks", body, state=0, keep=10))
+
+
+WORKFLOWS = [noop3, noop3_sync, one_step, sleeper, waiter, child, parent, looper]

@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import Any
 
-from bench.app import noop3, noop3_sync, one_step, sleeper
+from bench.app import looper, noop3, noop3_sync, one_step, sleeper
 from bench.common import (
     bench_database,
     cpu_seconds,
@@ -110,8 +110,31 @@ async def sleep_lateness() -> None:
         report("1 s sleep lateness", summary(lateness))
 
 
+async def loop_iterations() -> None:
+    """One run of a durable loop, a step per iteration, `keep=10`: iterations per second, and
+    the journal's size when it ends (bounded by `keep`, not by the iterations)."""
+    iterations = 5000
+    async with bench_database() as db, Client(settings=db.settings) as client:
+        env = _env(db.url, db.settings.redis_url, db.settings.redis_prefix)
+        async with subprocess_module("bench.worker", "100", env=env):
+            await (await client.start(looper, 10)).result(timeout=60)  # warm up
+            t0 = time.perf_counter()
+            handle = await client.start(looper, iterations)
+            await handle.result(timeout=600)
+            elapsed = time.perf_counter() - t0
+            rows = await client.pool.fetchval(
+                "SELECT count(*) FROM ripple_steps WHERE run_id = $1", handle.run_id
+            )
+        report(
+            "durable loop, 1-step body, keep=10",
+            f"{iterations / elapsed:,.0f} iterations/s ({iterations} in {elapsed:.2f} s); "
+            f"{rows} journal rows at the end",
+        )
+
+
 async def run() -> None:
     await throughput()
     await throughput(noop3_sync, ", sync steps")
     await latency()
     await sleep_lateness()
+    await loop_iterations()

@@ -1,9 +1,11 @@
 """Ripple workflows: durable async workflows journaled in Postgres."""
 
 from ripple.workflows.client import RunHandle, RunRequest, WorkflowClient
+from ripple.workflows.composition import Break, Continue
 from ripple.workflows.context import Steps, WorkflowContext
 from ripple.workflows.definition import WorkflowDefinition, workflow
 from ripple.workflows.errors import (
+    JoinError,
     NonDeterminismError,
     NonRetriableError,
     RetryAfterError,
@@ -19,6 +21,9 @@ from ripple.workflows.retry import RetryPolicy
 from ripple.workflows.worker import Worker
 
 __all__ = [
+    "Break",
+    "Continue",
+    "JoinError",
     "NonDeterminismError",
     "NonRetriableError",
     "Page",

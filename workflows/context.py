@@ -6,9 +6,10 @@ No I/O of its own.
 
 from __future__ import annotations
 
+import asyncio
 import random as _random
 import uuid as _uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -65,14 +66,31 @@ class RunExecution(Protocol):
         timeout: timedelta | float | None,
     ) -> Any: ...
 
+    async def race(
+        self, name: str, branches: Mapping[str, Callable[[], Awaitable[Any]]]
+    ) -> Any: ...
+
+    async def join(
+        self, name: str, branches: Mapping[str, Callable[[], Awaitable[Any]]]
+    ) -> Any: ...
+
+    async def loop(
+        self, ctx: WorkflowContext, name: str, body: Any, state: Any, keep: int
+    ) -> Any: ...
+
+    def removed(self, name: str) -> None: ...
+
+    def patched(self, change_id: str) -> bool: ...
+
 
 class Steps:
     """Durable steps of a run; each call is journaled under its name (auto-indexed on repeats)."""
 
-    __slots__ = ("_engine",)
+    __slots__ = ("_ctx", "_engine")
 
-    def __init__(self, engine: RunExecution) -> None:
+    def __init__(self, engine: RunExecution, ctx: WorkflowContext) -> None:
         self._engine = engine
+        self._ctx = ctx
 
     async def run(
         self,
@@ -127,6 +145,54 @@ class Steps:
         failed (StepTimeoutError after `timeout`; the child keeps running)."""
         return await self._engine.run_child(workflow, input, name=name, timeout=timeout)
 
+    async def race(
+        self, name: str, branches: Mapping[str, Callable[[], Awaitable[Any]]]
+    ) -> tuple[str, Any]:
+        """Run the branches concurrently; the first to finish wins, and `(winner, value)` is
+        returned. The other branches are canceled: their timers and waits are dropped, their
+        running step bodies canceled and their child runs canceled. The winner and its value
+        (as JSON: a model comes back as a dict) are journaled, so a replay returns the same
+        winner. A branch is a zero-argument callable returning an awaitable that uses
+        `ctx.step.*` (a step, sleep, wait, child run, or several in sequence); its steps are
+        keyed `name/branch/step`. If the first branch to finish raised, the race raises it.
+        """
+        result: tuple[str, Any] = await self._engine.race(name, branches)
+        return result
+
+    async def join(
+        self, name: str, branches: Mapping[str, Callable[[], Awaitable[Any]]]
+    ) -> dict[str, Any]:
+        """Run every branch concurrently and return `{branch: value}` (values as JSON). If any
+        branch fails, the others still finish, then `JoinError` lists the failures."""
+        results: dict[str, Any] = await self._engine.join(name, branches)
+        return results
+
+    async def loop(
+        self,
+        name: str,
+        body: Callable[[WorkflowContext, Any], Awaitable[Any]],
+        state: Any = None,
+        *,
+        keep: int = 10,
+    ) -> Any:
+        """A durable loop: `await body(ctx, state)` returns `Continue(new_state)` for another
+        iteration or `Break(value)` to end it (then `loop` returns `value`). Each iteration's
+        steps are keyed `name/~i/step` and its state is journaled; journal entries of iterations
+        older than the last `keep` are deleted as later ones are recorded, so a loop of a
+        million iterations keeps a bounded journal and a resume replays from the last recorded
+        state, not from iteration 0. Finished iterations do not count toward
+        `RIPPLE_MAX_STEPS_PER_RUN`."""
+        return await self._engine.loop(self._ctx, name, body, state, keep)
+
+    def removed(self, name: str) -> Awaitable[None]:
+        """Declare a step `name` that earlier code called here and this code no longer does:
+        runs that recorded it skip it on replay instead of failing with NonDeterminismError;
+        new runs are not affected. Awaiting the result is optional."""
+        self._engine.removed(name)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
 
 class WorkflowContext:
     """What a workflow function receives as `ctx`."""
@@ -141,12 +207,22 @@ class WorkflowContext:
         self.workflow_name = workflow_name
         self.version = version
         self.input = input
-        self.step = Steps(engine)
+        self.step = Steps(engine, self)
 
     @property
     def attempt(self) -> int:
         """The workflow-level attempt (1-based)."""
         return self._engine.attempt
+
+    def patched(self, change_id: str) -> bool:
+        """Branch on a code change without a new version: True for runs that reach this point
+        on the new code (new runs, and runs that had not got here yet), False for runs whose
+        journal already went past it on the old code. Keep the old branch until those drain.
+
+            if ctx.patched("send-sms"):
+                await ctx.step.run("sms", send_sms, user)
+        """
+        return self._engine.patched(change_id)
 
     def now(self) -> datetime:
         """The current time (database clock), recorded once and replayed identically."""

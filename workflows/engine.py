@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from ripple.platform import metrics, tracing
 from ripple.platform.errors import InvalidInput, RippleError
 from ripple.platform.ids import new_id
-from ripple.workflows import serde
+from ripple.workflows import composition, serde
 from ripple.workflows.context import WorkflowContext
 from ripple.workflows.definition import WorkflowDefinition, check_workflow_name
 from ripple.workflows.errors import (
@@ -42,7 +42,7 @@ from ripple.workflows.errors import (
     WorkflowError,
     WorkflowFailed,
 )
-from ripple.workflows.journal import Entry, Journal
+from ripple.workflows.journal import Entry, Journal, current_scope
 from ripple.workflows.retry import RetryPolicy, seconds
 
 __all__ = [
@@ -151,7 +151,16 @@ class RunWriter(Protocol):
     """Durable, fenced writes of one claimed run; each call is one transaction that first
     commits `entries` (batched journal writes). Raise `LeaseLost` when fenced out."""
 
-    async def flush(self, entries: list[Entry], step_count: int) -> None: ...
+    async def flush(self, entries: list[Entry], step_count: int, trim: Sequence[str] = ()) -> None:
+        """Commit `entries`, and delete the journal entries under the `trim` key prefixes."""
+        ...
+
+    async def settle_race(
+        self, entries: list[Entry], step_count: int, losers: Sequence[str]
+    ) -> list[str]:
+        """Commit `entries` (the race's outcome among them), drop the waits of the losing
+        branches (key prefixes) and cancel the child runs they started."""
+        ...
 
     async def register_wait(
         self, entries: list[Entry], step_count: int, wait: WaitSpec
@@ -247,6 +256,7 @@ class RunExecution:
         self.careful = facts.recovered
         self._offset = facts.db_now - datetime.now(UTC)
         self._pending: dict[str, Entry] = {}
+        self._trims: list[str] = []
         self._flush_lock = asyncio.Lock()
         self._active = 0
         self._blocked: dict[int, _Block] = {}
@@ -279,16 +289,66 @@ class RunExecution:
         """Commit the journal entries not yet written now (and extend the lease)."""
         async with self._flush_lock:
             entries = self._take()
-            if entries or force:
+            trims, self._trims = self._trims, []
+            if entries or trims or force:
                 sent = asyncio.get_running_loop().time()
                 try:
-                    await self.writer.flush(entries, self.step_count)
+                    await self.writer.flush(entries, self.step_count, trims)
                 except BaseException:
                     # Not written: keep them for the next write (unless superseded since).
                     for entry in entries:
                         self._pending.setdefault(entry.key, entry)
+                    self._trims[:0] = trims
                     raise
                 self.renew_lease(sent)
+
+    # -- what composition (race, join, loop, patches) uses -------------------------------------
+
+    def allocate(self, name: str, kind: str) -> tuple[str, int, Entry | None]:
+        """Key, position and recorded entry of the next call `name` in the current scope."""
+        return self._allocate(name, kind)
+
+    def record(self, entry: Entry) -> None:
+        """Journal `entry` with the run's next write."""
+        self._record(entry)
+
+    def trim(self, prefix: str) -> None:
+        """Delete the journal entries under `prefix` with the run's next write."""
+        if any(key.startswith(prefix) for key in self.journal.by_key):
+            self._trims.append(prefix)
+            self.journal.forget(prefix)
+            for key in [k for k in self._pending if k.startswith(prefix)]:
+                del self._pending[key]
+
+    def raise_if_fatal(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+
+    def fail_fatal(self, exc: WorkflowFailed) -> WorkflowFailed:
+        return self._fail_fatal(exc)
+
+    def recorded_failure(self, key: str, error: dict[str, Any]) -> Exception:
+        return self._recorded_failure(key, error)
+
+    async def settle_race(self, losers: list[str]) -> None:
+        """Commit the race's outcome now, with its losing branches' waits and children gone."""
+        async with self._flush_lock:
+            await self.writer.settle_race(self._take(), self.step_count, losers)
+
+    async def race(self, name: str, branches: Mapping[str, Callable[[], Awaitable[Any]]]) -> Any:
+        return await composition.race(self, name, branches)
+
+    async def join(self, name: str, branches: Mapping[str, Callable[[], Awaitable[Any]]]) -> Any:
+        return await composition.join(self, name, branches)
+
+    async def loop(self, ctx: WorkflowContext, name: str, body: Any, state: Any, keep: int) -> Any:
+        return await composition.loop(self, ctx, name, body, state, keep)
+
+    def removed(self, name: str) -> None:
+        composition.removed(self, name)
+
+    def patched(self, change_id: str) -> bool:
+        return composition.patched(self, change_id)
 
     def _unflushed_results(self) -> bool:
         return any(e.status in ("completed", "failed") for e in self._pending.values())
@@ -329,7 +389,7 @@ class RunExecution:
         if not isinstance(name, str) or not name or name.startswith("$"):
             raise InvalidInput(f"invalid step name {name!r}: use a non-empty name without '$'")
         try:
-            return self.journal.allocate(name, kind)
+            return self.journal.allocate(name, kind, current_scope.get())
         except NonDeterminismError as exc:
             raise self._fail_fatal(exc) from None
 
@@ -769,7 +829,7 @@ class RunExecution:
         if self._fatal is not None:
             raise self._fatal
         try:
-            key, seq, entry = self.journal.allocate("$" + kind, kind)
+            key, seq, entry = self.journal.allocate("$" + kind, kind, current_scope.get())
         except NonDeterminismError as exc:
             raise self._fail_fatal(exc) from None
         if entry is not None and entry.status == "completed":

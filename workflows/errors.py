@@ -7,6 +7,7 @@ RippleError
     ├── WorkflowFailed(run_id, error)       a run (or child run) ended failed
     │   └── NonDeterminismError             code and journal disagree
     ├── WorkflowCanceled(run_id)            a run was canceled
+    ├── JoinError(name, failures)           branches of `ctx.step.join` failed
     └── StepTimeoutError                    a child or step exceeded its `timeout`
 """
 
@@ -19,6 +20,7 @@ from ripple.platform.errors import RippleError
 from ripple.workflows.retry import seconds
 
 __all__ = [
+    "JoinError",
     "LeaseLost",
     "NonDeterminismError",
     "NonRetriableError",
@@ -126,3 +128,17 @@ class StepTimeoutError(WorkflowError, TimeoutError):
 
 class LeaseLost(BaseException):
     """Internal: this worker no longer owns the run (lease expired, canceled, or fenced)."""
+
+
+class JoinError(WorkflowError):
+    """Branches of `ctx.step.join` failed (the others finished first)."""
+
+    def __init__(self, name: str, failures: dict[str, dict[str, Any]]) -> None:
+        listed = "; ".join(
+            f"{branch}: {error.get('type', 'Error')}: {error.get('message', '')}"
+            for branch, error in failures.items()
+        )
+        super().__init__(f"join {name!r}: {len(failures)} branch(es) failed ({listed})")
+        self.name = name
+        #: branch name -> the error it raised, as journaled ({type, message, ...})
+        self.failures = failures

@@ -5,13 +5,18 @@ non-determinism check (same key at the same call position, same kind). Pure: no 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from ripple.workflows.errors import NonDeterminismError
 
-__all__ = ["Entry", "Journal", "indexed_key"]
+__all__ = ["SCOPING_KINDS", "Entry", "Journal", "current_scope", "indexed_key"]
+
+#: The key prefix of the steps called in the current task: "" at a run's top level,
+#: "race/branch/" inside a race or join branch, "loop/~i/" inside a loop iteration.
+current_scope: ContextVar[str] = ContextVar("ripple_step_scope", default="")
 
 
 def indexed_key(name: str, index: int) -> str:
@@ -75,8 +80,20 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
+#: Journal kinds whose entries scope the steps called inside them (`race/branch/step`,
+#: `loop/~i/step`).
+SCOPING_KINDS = frozenset({"race", "join", "loop"})
+
+
 class Journal:
-    """The entries of one run plus the allocation state of the current replay pass."""
+    """The entries of one run plus the allocation state of the current replay pass.
+
+    Keys: the n-th call named `name` in one pass is `name`, `name:1`, ...; a call inside a race
+    or join branch or a loop iteration is keyed under its scope (`scope/name`). The order check
+    (same key at the same position) applies to the run's top level, where calls happen one
+    after another or started together; inside a scope, branches interleave by timing, so only
+    the key's kind is checked there.
+    """
 
     def __init__(self, run_id: str, entries: Iterable[Entry] = ()) -> None:
         self.run_id = run_id
@@ -85,30 +102,74 @@ class Journal:
         for entry in entries:
             self.by_key[entry.key] = entry
             self.by_seq[entry.seq] = entry
+        scopes = tuple(e.key + "/" for e in self.by_key.values() if e.kind in SCOPING_KINDS)
+        top = [e for e in self.by_key.values() if not scopes or not e.key.startswith(scopes)]
+        #: Recorded top-level entries by position among the top level.
+        self.top: list[Entry] = sorted(top, key=lambda e: e.seq)
         self._counts: dict[str, int] = {}
-        self._seq = 0
+        #: A new entry's position in the run's history: after everything recorded, so the
+        #: top level stays in call order across resumes (a replay may allocate fewer calls
+        #: than the pass that recorded them: a finished race does not run its branches again).
+        self._seq = max(self.by_seq, default=-1) + 1
+        self._top_pos = 0
 
-    def allocate(self, name: str, kind: str) -> tuple[str, int, Entry | None]:
-        """Key and position of the next call named `name`, and its recorded entry if any.
+    def allocate(self, name: str, kind: str, scope: str = "") -> tuple[str, int, Entry | None]:
+        """Key and position of the next call named `name` (in `scope`), and its recorded entry
+        if any.
 
         Raises NonDeterminismError when the journal recorded a different step at this position
-        or a different kind under this key.
+        of the top level, or a different kind under this key.
         """
-        index = self._counts.get(name, 0)
-        self._counts[name] = index + 1
-        key = indexed_key(name, index)
-        seq = self._seq
-        self._seq += 1
-        at_position = self.by_seq.get(seq)
-        if at_position is not None and at_position.key != key:
-            raise NonDeterminismError(
-                self.run_id, key, kind, f"{at_position.kind} step {at_position.key!r}"
-            )
+        full = scope + name
+        index = self._counts.get(full, 0)
+        self._counts[full] = index + 1
+        key = scope + indexed_key(name, index)
+        if not scope:
+            position = self._top_pos
+            self._top_pos += 1
+            if position < len(self.top) and self.top[position].key != key:
+                at_position = self.top[position]
+                raise NonDeterminismError(
+                    self.run_id, key, kind, f"{at_position.kind} step {at_position.key!r}"
+                )
         entry = self.by_key.get(key)
         if entry is not None and entry.kind != kind:
             raise NonDeterminismError(self.run_id, key, kind, entry.kind)
+        if entry is not None:
+            return key, entry.seq, entry
+        seq = self._seq
+        self._seq += 1
         return key, seq, entry
+
+    def skip(self, name: str) -> bool:
+        """`removed(name)`: if the run recorded the next top-level call `name` here, step past
+        it (True); new runs never recorded it, and nothing is consumed (False)."""
+        index = self._counts.get(name, 0)
+        key = indexed_key(name, index)
+        position = self._top_pos
+        if position < len(self.top) and self.top[position].key == key:
+            self._counts[name] = index + 1
+            self._top_pos += 1
+            return True
+        return False
+
+    @property
+    def top_position(self) -> int:
+        """Position of the next top-level call in this pass."""
+        return self._top_pos
+
+    def passed(self) -> bool:
+        """Whether the journal already recorded a top-level call at the current position (the
+        run went past this point before, on the code it ran then)."""
+        return self._top_pos < len(self.top)
 
     def put(self, entry: Entry) -> None:
         self.by_key[entry.key] = entry
         self.by_seq[entry.seq] = entry
+
+    def forget(self, prefix: str) -> None:
+        """Drop the entries under `prefix` (a trimmed loop iteration) from memory."""
+        for key in [k for k in self.by_key if k.startswith(prefix)]:
+            entry = self.by_key.pop(key)
+            if self.by_seq.get(entry.seq) is entry:
+                del self.by_seq[entry.seq]

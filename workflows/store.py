@@ -212,7 +212,9 @@ FLUSH_RUN: Final = _FLUSH_HEAD + _STEPS_AFTER_RUN + "SELECT run_id FROM run"  # 
 # failing the others; the statement returns the runs it wrote. Rows are locked in run_id order
 # (as LOCK_EVENT_WAIT_RUNS does), so two writers never deadlock.
 # $1 run ids text[], $2 epochs bigint[], $3 step counts int[], $4 lease seconds,
-# $5 jsonb array of journal entries, each with its run_id (see UPSERT_STEPS)
+# $5 jsonb array of journal entries, each with its run_id (see UPSERT_STEPS),
+# $6 jsonb array of {run_id, prefix}: journal entries to delete (trimmed loop iterations), in
+# the same statement that records the later iteration.
 FLUSH_RUNS: Final = """
 WITH req AS (
     SELECT * FROM unnest($1::text[], $2::bigint[], $3::int[]) AS q(run_id, epoch, step_count)
@@ -240,8 +242,35 @@ WITH req AS (
     SET status = excluded.status, attempts = excluded.attempts, output = excluded.output,
         error = excluded.error, due_at = excluded.due_at, completed_at = excluded.completed_at
     WHERE ripple_steps.status NOT IN ('completed', 'failed')
+), trimmed AS (
+    DELETE FROM ripple_steps s
+    USING jsonb_to_recordset($6::jsonb) AS t(run_id text, prefix text)
+    WHERE s.run_id = t.run_id AND t.run_id IN (SELECT run_id FROM owned)
+      AND left(s.key, length(t.prefix)) = t.prefix
 )
 SELECT run_id FROM run
+"""
+
+# Delete a run's journal entries under key prefixes (trimmed loop iterations), after the fence.
+# $1 run_id, $2 prefixes text[]
+TRIM_STEPS: Final = """
+DELETE FROM ripple_steps s USING unnest($2::text[]) AS t(prefix)
+WHERE s.run_id = $1 AND left(s.key, length(t.prefix)) = t.prefix
+"""
+
+# A race was decided: drop the waits of the losing branches (a later signal is not delivered to
+# them). Runs after the fence. $1 run_id, $2 key prefixes of the losing branches text[]
+DELETE_WAITS_UNDER: Final = """
+DELETE FROM ripple_waits w USING unnest($2::text[]) AS t(prefix)
+WHERE w.run_id = $1 AND left(w.step_key, length(t.prefix)) = t.prefix
+"""
+
+# The active child runs a race's losing branches started. $1 run_id, $2 prefixes text[]
+SELECT_CHILDREN_UNDER: Final = """
+SELECT r.run_id FROM ripple_runs r, unnest($2::text[]) AS t(prefix)
+WHERE r.parent_run_id = $1 AND left(r.parent_step_key, length(t.prefix)) = t.prefix
+  AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
+ORDER BY r.run_id
 """
 
 # One round trip: fence, journal and finish a run (with its row locked to commit). Returns no

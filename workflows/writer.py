@@ -10,6 +10,7 @@ together. Wake hints go out after commit.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -19,7 +20,7 @@ import structlog
 from ripple.platform import metrics
 from ripple.platform.db import Connection, Pool, map_errors, transaction
 from ripple.platform.errors import RippleError, Unavailable
-from ripple.platform.wake import NullWaker, RunFinished, RunReady
+from ripple.platform.wake import NullWaker, RunCanceled, RunFinished, RunReady
 from ripple.workflows import store
 from ripple.workflows.engine import ChildSpec, WaitSpec
 from ripple.workflows.errors import LeaseLost
@@ -39,6 +40,8 @@ class _Flush:
     step_count: int
     entries: list[dict[str, Any]]
     done: asyncio.Future[None] = field(repr=False)
+    #: Journal key prefixes to delete (trimmed loop iterations).
+    trim: Sequence[str] = ()
 
 
 class StepCommitter:
@@ -64,15 +67,23 @@ class StepCommitter:
         self.batches = 0
         self.flushed = 0
 
-    async def flush(self, run_id: str, epoch: int, step_count: int, entries: list[Entry]) -> None:
-        """Commit `entries` of one run; raises `LeaseLost` if the run is no longer owned."""
+    async def flush(
+        self,
+        run_id: str,
+        epoch: int,
+        step_count: int,
+        entries: list[Entry],
+        trim: Sequence[str] = (),
+    ) -> None:
+        """Commit `entries` of one run (and delete its journal entries under the `trim` key
+        prefixes); raises `LeaseLost` if the run is no longer owned."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         rows = []
         for entry in entries:
             row = entry.to_json()
             row["run_id"] = run_id
             rows.append(row)
-        self._queue.append(_Flush(run_id, epoch, step_count, rows, done))
+        self._queue.append(_Flush(run_id, epoch, step_count, rows, done, trim))
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(
                 self._drain(), name="ripple-step-commit"
@@ -127,6 +138,7 @@ class StepCommitter:
                 [r.step_count for r in batch],
                 self.lease,
                 [row for r in batch for row in r.entries],
+                [{"run_id": r.run_id, "prefix": p} for r in batch for p in r.trim],
             )
         return {row["run_id"] for row in rows}
 
@@ -210,12 +222,41 @@ class PgRunWriter:
         if owned is None:
             raise LeaseLost(self.run_id)
 
-    async def flush(self, entries: list[Entry], step_count: int) -> None:
+    async def flush(self, entries: list[Entry], step_count: int, trim: Sequence[str] = ()) -> None:
         if self.committer is not None:
-            await self.committer.flush(self.run_id, self.epoch, step_count, entries)
+            await self.committer.flush(self.run_id, self.epoch, step_count, entries, trim)
             return
-        with map_errors():
-            await self._fence(self.pool, entries, step_count)
+        if not trim:
+            with map_errors():
+                await self._fence(self.pool, entries, step_count)
+            return
+        async with transaction(self.pool) as conn:
+            await self._fence(conn, entries, step_count)
+            await conn.execute(store.TRIM_STEPS, self.run_id, list(trim))
+
+    async def settle_race(
+        self, entries: list[Entry], step_count: int, losers: Sequence[str]
+    ) -> list[str]:
+        """Journal a race's outcome and drop what its losing branches (key prefixes) left:
+        their waits, and their child runs (canceled with their descendants). Returns the
+        canceled run ids."""
+        error = {"type": "WorkflowCanceled", "message": "its branch lost a race"}
+        canceled: list[Any] = []
+        async with transaction(self.pool) as conn:
+            await self._fence(conn, entries, step_count)
+            await conn.execute(store.DELETE_WAITS_UNDER, self.run_id, list(losers))
+            for row in await conn.fetch(store.SELECT_CHILDREN_UNDER, self.run_id, list(losers)):
+                # As cancel() does: repeat until no active descendant is left.
+                while more := await conn.fetch(store.CANCEL_TREE, row["run_id"], error):
+                    canceled += more
+            ids = [row["run_id"] for row in canceled]
+            if ids:
+                await conn.execute(store.DELETE_WAITS_OF, ids)
+        if ids:
+            for row in canceled:
+                metrics.RUNS_COMPLETED.labels(row["workflow"], "canceled").inc()
+            self.waker.notify(RunCanceled(run_ids=ids), *(RunFinished(run_id=i) for i in ids))
+        return ids
 
     async def register_wait(
         self, entries: list[Entry], step_count: int, wait: WaitSpec

@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 
-from ripple.workflows import RetryPolicy, WorkflowContext, workflow
+from ripple.workflows import Break, Continue, RetryPolicy, WorkflowContext, workflow
 
 #: Schema the tests create in their database before starting workers.
 SCHEMA = """
@@ -131,3 +131,65 @@ async def ledger(ctx: WorkflowContext, millis: list[int]) -> list[int]:
         done = await ctx.step.run(step, ledger_step, ctx.run_id, step, ms)
         out.append(done["pid"])
     return out
+
+
+async def die_once(run_id: str, name: str) -> int:
+    """SIGKILL this worker process the first time `name` runs for the run; return the pid."""
+    pool = await _effects_pool()
+    if not await pool.fetchval(
+        "SELECT true FROM effects WHERE run_id = $1 AND step = $2", run_id, name
+    ):
+        await record_effect(run_id, name)
+        os.kill(os.getpid(), signal.SIGKILL)
+        await asyncio.sleep(60)  # never reached
+    return os.getpid()
+
+
+async def race_branch(run_id: str, branch: str, first_pid: int) -> str:
+    """Record the branch's start; branch `a` is slow in the first process and instant in any
+    other, `b` the reverse, so a race decided again after a crash would pick the other one."""
+    await record_effect(run_id, f"{branch}.started")
+    slow = (os.getpid() == first_pid) == (branch == "a")
+    await asyncio.sleep(0.5 if slow else 0.0)
+    return branch
+
+
+@workflow(name="crash-race")
+async def crash_race(ctx: WorkflowContext) -> dict[str, Any]:
+    """A race decided in one process, then a crash, then the rest in another."""
+    first_pid = await ctx.step.run("pid", os.getpid)
+    winner, value = await ctx.step.race(
+        "pick",
+        {
+            "a": lambda: ctx.step.run("go", race_branch, ctx.run_id, "a", first_pid),
+            "b": lambda: ctx.step.run("go", race_branch, ctx.run_id, "b", first_pid),
+        },
+    )
+    await ctx.step.run("crash", die_once, ctx.run_id, "crash")
+    return {"winner": winner, "value": value}
+
+
+async def journal_rows(run_id: str, i: int) -> int:
+    """Record the run's journal size at iteration `i` (an effect row `rows:<n>`)."""
+    pool = await _effects_pool()
+    rows = int(await pool.fetchval("SELECT count(*) FROM ripple_steps WHERE run_id = $1", run_id))
+    await record_effect(run_id, f"rows:{rows}")
+    return rows
+
+
+@workflow(name="long-loop")
+async def long_loop(ctx: WorkflowContext, inp: dict[str, Any]) -> int:
+    """`iterations` loop iterations keeping 10; a journaled step every `every` iterations (it
+    records the journal's size), and a SIGKILL of the worker at each of `kill_at` (once)."""
+    iterations, every, kill_at = inp["iterations"], inp["every"], set(inp["kill_at"])
+
+    async def body(ctx: WorkflowContext, i: int) -> Any:
+        if i == iterations:
+            return Break(i)
+        if i % every == 0:
+            await ctx.step.run("size", journal_rows, ctx.run_id, i)
+        if i in kill_at:
+            await ctx.step.run("kill", die_once, ctx.run_id, f"kill:{i}")
+        return Continue(i + 1)
+
+    return int(await ctx.step.loop("iterate", body, state=0, keep=10))
