@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 CODE := platform subscribers workflows
 
-.PHONY: setup run dev test test-unit test-int test-e2e lint fmt typecheck bench bench-dbos clean
+.PHONY: setup run dev test test-unit test-int test-e2e chaos lint fmt typecheck bench bench-dbos clean
 
 # uv installs itself into .tools when it is missing; `uv sync --locked` is idempotent and
 # re-installs the project (strict editable) only when its files change.
@@ -35,6 +35,12 @@ test-int: setup
 
 test-e2e: setup
 	$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+
+# The chaos battery in its full profile (each test owns its Postgres cluster and redis-server;
+# `make test` runs the reduced profile). Prints each test's figures; bounded to 10 minutes.
+chaos: setup
+	RIPPLE_CHAOS=full timeout 600 $(BIN)/pytest tests/chaos tests/e2e/resilience \
+		tests/e2e/test_worker_shutdown.py -p no:randomly -s -q $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

