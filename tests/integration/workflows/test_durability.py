@@ -123,7 +123,8 @@ async def test_group_commit__flushes_of_concurrent_runs_share_statements(app: Ap
         results = await asyncio.gather(*(h.result(timeout=60) for h in handles))
     assert results == [i + 2 for i in range(200)]
     # Two flushes per run ("a" before "b", "b" before "c"); the last commits with completion.
-    assert worker.committer.flushed == 400
+    # (More only if a run's lease needed confirming on a very slow machine.)
+    assert worker.committer.flushed >= 400
     assert worker.committer.batches < worker.committer.flushed
 
 
