@@ -6,6 +6,7 @@ import asyncio
 import gc
 from collections import Counter
 
+from ripple.platform.db import DedicatedConnection
 from ripple.workflows import WorkflowContext, workflow
 from tests.integration.workflows.conftest import App
 
@@ -79,6 +80,12 @@ async def test_worker__freezes_startup_objects_and_claims_without_waiting_for_th
     async with worker:
         await handle.result(timeout=10)
         assert gc.get_freeze_count() > 0
-        claimer = await worker._claimer.get()
-        assert await claimer.fetchval("SHOW synchronous_commit") == "off"
         assert await app.pool.fetchval("SHOW synchronous_commit") == "on"
+    # The claim loop owns its connection while it runs (a probe on it raced a claim, and the
+    # worker then dropped the connection): open one with the worker's settings instead.
+    probe = DedicatedConnection(app.settings, **worker._claimer._server_settings)
+    try:
+        conn = await probe.get()
+        assert await conn.fetchval("SHOW synchronous_commit") == "off"
+    finally:
+        await probe.close()

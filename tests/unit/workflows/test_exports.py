@@ -28,6 +28,9 @@ def test_exports__all_is_pinned() -> None:
     assert sorted(workflows.__all__) == sorted(
         API_NAMES
         | {
+            "Break",
+            "Continue",
+            "JoinError",
             "Page",
             "Run",
             "RunHandle",
