@@ -164,6 +164,7 @@ class Client:
         idempotency_key: str | None = None,
         deadline: datetime | timedelta | float | None = None,
         version: int | None = None,
+        priority: int = 0,
         conn: Connection | None = None,
     ) -> RunHandle[OutT]: ...
 
@@ -176,6 +177,7 @@ class Client:
         idempotency_key: str | None = None,
         deadline: datetime | timedelta | float | None = None,
         version: int | None = None,
+        priority: int = 0,
         conn: Connection | None = None,
     ) -> RunHandle[Any]: ...
 
@@ -187,12 +189,14 @@ class Client:
         idempotency_key: str | None = None,
         deadline: datetime | timedelta | float | None = None,
         version: int | None = None,
+        priority: int = 0,
         conn: Connection | None = None,
     ) -> RunHandle[Any]:
         """Start a run of `workflow` (a definition or a registered name) and return its handle.
 
         With `conn`, the run is created inside the caller's transaction (it exists if and only
-        if that transaction commits).
+        if that transaction commits). `priority` (0-1000): among pending runs of the workflow,
+        higher is claimed first, FIFO within a priority.
         """
         return await self.workflows.start(
             workflow,
@@ -200,6 +204,7 @@ class Client:
             idempotency_key=idempotency_key,
             deadline=deadline,
             version=version,
+            priority=priority,
             conn=conn,
         )
 

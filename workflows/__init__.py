@@ -16,13 +16,16 @@ from ripple.workflows.errors import (
     WorkflowError,
     WorkflowFailed,
 )
+from ripple.workflows.flow import Concurrency, Debounce, Throttle
 from ripple.workflows.records import Page, Run, RunStatus, SignalResult, StepRecord, StepStatus
 from ripple.workflows.retry import RetryPolicy
 from ripple.workflows.worker import Worker
 
 __all__ = [
     "Break",
+    "Concurrency",
     "Continue",
+    "Debounce",
     "JoinError",
     "NonDeterminismError",
     "NonRetriableError",
@@ -40,6 +43,7 @@ __all__ = [
     "StepStatus",
     "StepTimeoutError",
     "Steps",
+    "Throttle",
     "Worker",
     "WorkflowCanceled",
     "WorkflowClient",

@@ -29,6 +29,7 @@ from ripple.platform.wake import (
 from ripple.workflows import serde, store
 from ripple.workflows.definition import WorkflowDefinition, check_workflow_name
 from ripple.workflows.errors import WorkflowCanceled, WorkflowFailed
+from ripple.workflows.flow import check_priority
 from ripple.workflows.records import (
     TERMINAL,
     Page,
@@ -126,13 +127,32 @@ class WorkflowClient:
         self.settings = settings
         #: Definitions seen by this process (start by name validates when known).
         self.definitions: dict[str, WorkflowDefinition[Any, Any]] = {}
+        #: Definitions whose flow-control options are not yet stored (`sync_definitions`).
+        self._unsynced: dict[str, WorkflowDefinition[Any, Any]] = {}
 
     def register(self, *definitions: WorkflowDefinition[Any, Any]) -> None:
-        """Make definitions known, so starts by name validate their input."""
+        """Make definitions known, so starts by name validate their input (their flow-control
+        options are stored before this process's next start, or by `sync_definitions`)."""
         for definition in definitions:
             current = self.definitions.get(definition.name)
             if current is None or current.version <= definition.version:
+                if current is not definition:
+                    self._unsynced[definition.name] = definition
                 self.definitions[definition.name] = definition
+
+    async def sync_definitions(self) -> None:
+        """Store the flow-control options of the definitions registered since the last call,
+        so every process creating their runs applies them (a worker does this at start)."""
+        if not self._unsynced:
+            return
+        pending = dict(self._unsynced)
+        rows = [(name, d.flow_control) for name, d in pending.items()]
+        with map_errors():
+            async with transaction(self.pool) as conn:
+                await store.sync_flow_controls(conn, rows)
+        for name, definition in pending.items():
+            if self._unsynced.get(name) is definition:
+                del self._unsynced[name]
 
     def resolve(self, name: str) -> WorkflowDefinition[Any, Any] | None:
         return self.definitions.get(name)
@@ -167,9 +187,13 @@ class WorkflowClient:
         idempotency_key: str | None = None,
         deadline: datetime | timedelta | float | None = None,
         version: int | None = None,
+        priority: int = 0,
         conn: Connection | None = None,
     ) -> RunHandle[OutT]:
-        """Start a run (idempotent per (workflow, idempotency_key)); returns its handle."""
+        """Start a run (idempotent per (workflow, idempotency_key)); returns its handle.
+
+        `priority` (0-1000): among pending runs of the workflow, higher is claimed first.
+        """
         if isinstance(workflow, WorkflowDefinition):
             definition: WorkflowDefinition[Any, Any] | None = workflow
             self.register(workflow)
@@ -181,7 +205,10 @@ class WorkflowClient:
             raise InvalidInput("idempotency_key must be 1-255 characters", field="idempotencyKey")
         if version is not None and (not isinstance(version, int) or version < 1):
             raise InvalidInput("version must be an integer >= 1", field="version")
+        check_priority(priority)
         value = self._prepare_input(definition, name, input)
+        if self._unsynced:
+            await self.sync_definitions()
         if version is None and definition is not None:
             version = definition.version
         deadline_at = _deadline_at(deadline)
@@ -201,11 +228,12 @@ class WorkflowClient:
             None,
             None,
             None,
+            priority,
         )
         with map_errors():
             # One statement: without a caller's transaction it commits on its own.
             target = conn if conn is not None else self.pool
-            created = await target.fetchval(store.INSERT_RUN, *args)
+            created = await target.fetchval(store.INSERT_RUN_PRIORITIZED, *args)
             if created is None:
                 run_id = await target.fetchval(store.SELECT_RUN_BY_KEY, name, idempotency_key)
         if created is not None:
@@ -227,6 +255,8 @@ class WorkflowClient:
         `notify_runs_ready()` after the commit."""
         if not requests:
             return 0
+        if self._unsynced:
+            await self.sync_definitions()
         rows = []
         for req in requests:
             check_workflow_name(req.workflow)

@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from ripple.platform.errors import InvalidInput
+from ripple.workflows.flow import Concurrency, Debounce, Throttle, flow_control_row
 from ripple.workflows.retry import RetryPolicy, seconds
 from ripple.workflows.serde import NO_TYPE
 
@@ -56,6 +57,16 @@ class WorkflowDefinition(Generic[InT, OutT]):
     input_type: Any = field(default=NO_TYPE)
     takes_input: bool = True
     output_type: Any = field(default=NO_TYPE)
+    concurrency: Concurrency | None = None
+    throttle: Throttle | None = None
+    debounce: Debounce | None = None
+    #: a `ripple.workflows.schedules.Schedule` (registered when a worker serving it starts)
+    schedule: Any = None
+
+    @property
+    def flow_control(self) -> tuple[Any, ...] | None:
+        """The `ripple_flow_controls` values of its options (None: it declares none)."""
+        return flow_control_row(self.concurrency, self.throttle, self.debounce)
 
     def __call__(self, ctx: WorkflowContext, *args: Any) -> Awaitable[OutT]:
         return self.fn(ctx, *args)
@@ -83,6 +94,15 @@ def _describe(fn: Callable[..., Any]) -> tuple[bool, Any, Any]:
     return takes_input, input_type, output_type
 
 
+OptT = TypeVar("OptT")
+
+
+def _option(value: OptT | None, kind: type[OptT], name: str) -> OptT | None:
+    if value is not None and not isinstance(value, kind):
+        raise InvalidInput(f"{name} must be a {kind.__name__}(...)", field=name)
+    return value
+
+
 @overload
 def workflow(fn: Callable[..., Awaitable[OutT]], /) -> WorkflowDefinition[Any, OutT]: ...
 
@@ -95,6 +115,10 @@ def workflow(
     retry: RetryPolicy | None = None,
     retention: timedelta | float | None = None,
     deadline: timedelta | float | None = None,
+    concurrency: Concurrency | None = None,
+    throttle: Throttle | None = None,
+    debounce: Debounce | None = None,
+    schedule: Any = None,
 ) -> Callable[[Callable[..., Awaitable[OutT]]], WorkflowDefinition[Any, OutT]]: ...
 
 
@@ -107,6 +131,10 @@ def workflow(
     retry: RetryPolicy | None = None,
     retention: timedelta | float | None = None,
     deadline: timedelta | float | None = None,
+    concurrency: Concurrency | None = None,
+    throttle: Throttle | None = None,
+    debounce: Debounce | None = None,
+    schedule: Any = None,
 ) -> Any:
     """Declare a durable workflow: `async def f(ctx: WorkflowContext, inp: In) -> Out`.
 
@@ -116,6 +144,10 @@ def workflow(
         retry: workflow-level retry (default: 1 attempt, no retry).
         retention: how long terminal runs are kept (default 30 days, capped by settings).
         deadline: default deadline of a run, counted from its start.
+        concurrency: at most `limit` active runs per key (`Concurrency(limit, key)`).
+        throttle: at most `limit` starts per `period` and key (`Throttle(limit, period, key)`).
+        debounce: collapse starts per key into one run (`Debounce(period, key, max_wait)`).
+        schedule: start runs on a cadence (`Schedule(cron=... | every=...)`).
     """
 
     def wrap(func: Callable[..., Awaitable[Any]]) -> WorkflowDefinition[Any, Any]:
@@ -134,6 +166,10 @@ def workflow(
             input_type=input_type,
             takes_input=takes_input,
             output_type=output_type,
+            concurrency=_option(concurrency, Concurrency, "concurrency"),
+            throttle=_option(throttle, Throttle, "throttle"),
+            debounce=_option(debounce, Debounce, "debounce"),
+            schedule=schedule,
         )
 
     if fn is not None:

@@ -68,6 +68,11 @@ class Run:
     parent_run_id: str | None
     deadline: datetime | None = None
     idempotency_key: str | None = None
+    #: claim order among pending runs of the workflow (higher first)
+    priority: int = 0
+    #: why a pending run is not claimed yet: "concurrency", "throttle" or "debounce" (None:
+    #: nothing holds it back)
+    blocked_by: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> Run:
@@ -86,6 +91,8 @@ class Run:
             parent_run_id=row["parent_run_id"],
             deadline=row["deadline"],
             idempotency_key=row["idempotency_key"],
+            priority=row["priority"],
+            blocked_by=row["blocked_by"],
         )
 
 

@@ -16,18 +16,62 @@ __all__ = ["ClaimedRun", "JournalRow"]
 
 _RUN_COLUMNS: Final = (
     "run_id, workflow, version, status, input, output, error, attempt, created_at, started_at, "
-    "completed_at, parent_run_id, deadline, idempotency_key"
+    "completed_at, parent_run_id, deadline, idempotency_key, priority, blocked_by"
 )
+
+# Every statement creating runs reads the workflow's ripple_flow_controls row (if any) and
+# stores the run's concurrency and throttle keys (read from the input by their paths; "" when
+# the path is missing or there is none) and limits with it.
+_FLOW_COLUMNS: Final = (
+    "priority, concurrency_key, concurrency_limit, throttle_key, throttle_limit, throttle_period"
+)
+_FLOW_VALUES: Final = """
+       CASE WHEN f.concurrency_limit IS NOT NULL
+            THEN coalesce({input} #>> f.concurrency_key, '') END,
+       f.concurrency_limit,
+       CASE WHEN f.throttle_limit IS NOT NULL THEN coalesce({input} #>> f.throttle_key, '') END,
+       f.throttle_limit, f.throttle_period"""
 
 # $1 run_id, $2 workflow, $3 version, $4 input, $5 idempotency_key, $6 deadline,
 # $7 retention_seconds, $8 trace, $9 parent_run_id, $10 parent_step_key, $11 parent_step_seq
-INSERT_RUN: Final = """
+# (INSERT_RUN_PRIORITIZED: $12 priority; INSERT_RUN creates priority 0, e.g. children)
+_INSERT_RUN: Final = f"""
 INSERT INTO ripple_runs (run_id, workflow, version, input, idempotency_key, deadline,
-                         retention_seconds, trace, parent_run_id, parent_step_key, parent_step_seq)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                         retention_seconds, trace, parent_run_id, parent_step_key, parent_step_seq,
+                         {_FLOW_COLUMNS})
+SELECT $1, $2, $3, $4::jsonb, $5, $6, $7, $8::jsonb, $9, $10, $11, {{priority}},
+       {_FLOW_VALUES.format(input="$4::jsonb")}
+FROM (VALUES (1)) AS one (x) LEFT JOIN ripple_flow_controls f ON f.workflow = $2
 ON CONFLICT (workflow, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING run_id
+"""  # noqa: S608
+INSERT_RUN: Final = _INSERT_RUN.format(priority="0")
+INSERT_RUN_PRIORITIZED: Final = _INSERT_RUN.format(priority="$12::int")
+
+# A workflow's flow-control options as its definition declares them (see workflows/flow.py
+# flow_control_row). $1 workflow, $2 concurrency limit, $3 its key path text[], $4 throttle
+# limit, $5 period seconds, $6 key path, $7 debounce period, $8 max wait, $9 key path
+UPSERT_FLOW_CONTROL: Final = """
+INSERT INTO ripple_flow_controls AS f (workflow, concurrency_limit, concurrency_key,
+    throttle_limit, throttle_period, throttle_key, debounce_period, debounce_max_wait,
+    debounce_key)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (workflow) DO UPDATE
+SET concurrency_limit = excluded.concurrency_limit, concurrency_key = excluded.concurrency_key,
+    throttle_limit = excluded.throttle_limit, throttle_period = excluded.throttle_period,
+    throttle_key = excluded.throttle_key, debounce_period = excluded.debounce_period,
+    debounce_max_wait = excluded.debounce_max_wait, debounce_key = excluded.debounce_key,
+    updated_at = now()
+WHERE (f.concurrency_limit, f.concurrency_key, f.throttle_limit, f.throttle_period,
+       f.throttle_key, f.debounce_period, f.debounce_max_wait, f.debounce_key)
+      IS DISTINCT FROM
+      (excluded.concurrency_limit, excluded.concurrency_key, excluded.throttle_limit,
+       excluded.throttle_period, excluded.throttle_key, excluded.debounce_period,
+       excluded.debounce_max_wait, excluded.debounce_key)
 """
+
+# $1 workflow names text[]: they declare no flow control (any more).
+DELETE_FLOW_CONTROLS: Final = "DELETE FROM ripple_flow_controls WHERE workflow = ANY($1::text[])"
 
 # $1 workflow, $2 idempotency_key
 SELECT_RUN_BY_KEY: Final = """
@@ -41,14 +85,17 @@ WHERE workflow = $1 AND idempotency_key = $2
 """
 
 # $1 jsonb array of {run_id, workflow, input, idempotency_key, trace, retention_seconds}
-INSERT_RUNS_BATCH: Final = """
-INSERT INTO ripple_runs (run_id, workflow, input, idempotency_key, trace, retention_seconds)
-SELECT r.run_id, r.workflow, r.input, r.idempotency_key, r.trace, r.retention_seconds
+INSERT_RUNS_BATCH: Final = f"""
+INSERT INTO ripple_runs (run_id, workflow, input, idempotency_key, trace, retention_seconds,
+                         {_FLOW_COLUMNS})
+SELECT r.run_id, r.workflow, r.input, r.idempotency_key, r.trace, r.retention_seconds, 0,
+       {_FLOW_VALUES.format(input="r.input")}
 FROM jsonb_to_recordset($1::jsonb)
      AS r(run_id text, workflow text, input jsonb, idempotency_key text, trace jsonb,
           retention_seconds double precision)
+LEFT JOIN ripple_flow_controls f ON f.workflow = r.workflow
 ON CONFLICT (workflow, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-"""
+"""  # noqa: S608
 
 # $1 run_id
 SELECT_RUN: Final = f"SELECT {_RUN_COLUMNS} FROM ripple_runs WHERE run_id = $1"  # noqa: S608
@@ -81,19 +128,29 @@ LIMIT $7
 # recovery, the crash budget the engine checks (apart from any step's attempts).
 # $1 worker_id, $2 lease seconds, $3 limit, $4 distinct workflow names text[],
 # $5 names text[], $6 versions int[] (parallel arrays: the pairs this worker serves).
-# c: per served workflow, its due active runs in availability order from ripple_runs_claim
-# (stopping after $3), skipping rows other claimers hold; then the $3 oldest of those.
+# due: per served workflow, its due active runs in availability order from ripple_runs_claim
+# (stopping after $3), skipping rows other claimers hold; urgent: the same from
+# ripple_runs_priority for pending runs with priority > 0; c: the $3 first of both, by
+# priority then availability (FIFO within a priority).
 # A run with NULL version is pinned to the newest version this worker serves for its name.
 # The new epoch is higher than the last by a random amount (1 to 2^32), not by one: workers
 # commit claims asynchronously, and a claim lost in a Postgres crash must not hand its epoch to
 # the next claimer (see Worker); random, so it holds whatever the clocks do.
+# Flow control (migration 0011), for pending runs with keys only (the rest pass untouched):
+# t_*: a first start of a throttled run needs a start in its key's sliding window; the window
+# row is upserted (ON CONFLICT locks it and sees its latest value, so concurrent claimers never
+# grant more than the limit); runs over it are parked until the window has room for them, in
+# order. k_*: then a pending run of a concurrency key needs a slot, granted the same way from
+# ripple_concurrency_slots; runs over the limit are parked (available_at infinity) until a
+# slot is freed (the trigger of migration 0011 wakes the next one). Rows are locked in key order.
 CLAIM_RUNS: Final = """
-WITH c AS (
-    SELECT x.run_id, x.prev_status, x.prev_owner, x.fresh
+WITH due AS (
+    SELECT x.*
     FROM unnest($4::text[]) AS n(workflow)
     CROSS JOIN LATERAL (
-        SELECT r.run_id, r.status AS prev_status, r.lease_owner AS prev_owner,
-               r.started_at IS NULL AS fresh, r.available_at
+        SELECT r.run_id, r.workflow, r.status AS prev_status, r.lease_owner AS prev_owner,
+               r.started_at IS NULL AS fresh, r.available_at, r.priority, r.concurrency_key,
+               r.concurrency_limit, r.throttle_key, r.throttle_limit, r.throttle_period
         FROM ripple_runs r
         WHERE r.workflow = n.workflow
           AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
@@ -104,8 +161,96 @@ WITH c AS (
         LIMIT $3
         FOR UPDATE OF r SKIP LOCKED
     ) AS x
-    ORDER BY x.available_at
+), urgent AS (
+    SELECT x.*
+    FROM unnest($4::text[]) AS n(workflow)
+    CROSS JOIN LATERAL (
+        SELECT r.run_id, r.workflow, r.status AS prev_status, r.lease_owner AS prev_owner,
+               r.started_at IS NULL AS fresh, r.available_at, r.priority, r.concurrency_key,
+               r.concurrency_limit, r.throttle_key, r.throttle_limit, r.throttle_period
+        FROM ripple_runs r
+        WHERE r.workflow = n.workflow
+          AND r.status = 'pending' AND r.priority > 0 AND r.available_at < 'infinity'
+          AND r.available_at <= now()
+          AND (r.version IS NULL OR (r.workflow, r.version) IN
+               (SELECT p.w, p.v FROM unnest($5::text[], $6::int[]) AS p(w, v)))
+        ORDER BY r.priority DESC, r.available_at
+        LIMIT $3
+        FOR UPDATE OF r SKIP LOCKED
+    ) AS x
+), c AS (
+    SELECT u.* FROM (SELECT * FROM due UNION SELECT * FROM urgent) AS u
+    ORDER BY u.priority DESC, u.available_at, u.run_id
     LIMIT $3
+), t_rank AS (
+    SELECT c.run_id, c.workflow, c.throttle_key AS key,
+           row_number() OVER (PARTITION BY c.workflow, c.throttle_key
+                              ORDER BY c.priority DESC, c.available_at, c.run_id) AS rk
+    FROM c WHERE c.throttle_key IS NOT NULL AND c.fresh AND c.prev_status = 'pending'
+), t_slots AS (
+    INSERT INTO ripple_throttle_windows AS w (workflow, key, starts, lim, period, granted)
+    SELECT c.workflow, c.throttle_key,
+           array_fill(now(), ARRAY[least(count(*), max(c.throttle_limit))::int]),
+           max(c.throttle_limit), max(c.throttle_period), least(count(*), max(c.throttle_limit))
+    FROM c WHERE c.throttle_key IS NOT NULL AND c.fresh AND c.prev_status = 'pending'
+    GROUP BY c.workflow, c.throttle_key
+    ORDER BY c.workflow, c.throttle_key
+    ON CONFLICT (workflow, key) DO UPDATE
+    SET granted = greatest(0, least(excluded.granted, excluded.lim - (
+            SELECT count(*) FROM unnest(w.starts) AS s(t)
+            WHERE s.t > now() - excluded.period * interval '1 second'))),
+        starts = ARRAY(
+            SELECT s.t FROM unnest(w.starts) AS s(t)
+            WHERE s.t > now() - excluded.period * interval '1 second' ORDER BY s.t
+        ) || array_fill(now(), ARRAY[greatest(0, least(excluded.granted, excluded.lim - (
+            SELECT count(*) FROM unnest(w.starts) AS s(t)
+            WHERE s.t > now() - excluded.period * interval '1 second')))::int]),
+        lim = excluded.lim, period = excluded.period
+    RETURNING w.workflow, w.key, w.granted, w.starts, w.lim, w.period
+), c2 AS (
+    SELECT c.* FROM c
+    LEFT JOIN t_rank tr ON tr.run_id = c.run_id
+    LEFT JOIN t_slots ts ON ts.workflow = tr.workflow AND ts.key = tr.key
+    WHERE tr.run_id IS NULL OR tr.rk <= ts.granted
+), k_rank AS (
+    SELECT c2.run_id, c2.workflow, c2.concurrency_key AS key,
+           row_number() OVER (PARTITION BY c2.workflow, c2.concurrency_key
+                              ORDER BY c2.priority DESC, c2.available_at, c2.run_id) AS rk
+    FROM c2 WHERE c2.concurrency_key IS NOT NULL AND c2.prev_status = 'pending'
+), k_slots AS (
+    INSERT INTO ripple_concurrency_slots AS s (workflow, key, active, lim, granted)
+    SELECT c2.workflow, c2.concurrency_key, least(count(*), max(c2.concurrency_limit)),
+           max(c2.concurrency_limit), least(count(*), max(c2.concurrency_limit))
+    FROM c2 WHERE c2.concurrency_key IS NOT NULL AND c2.prev_status = 'pending'
+    GROUP BY c2.workflow, c2.concurrency_key
+    ORDER BY c2.workflow, c2.concurrency_key
+    ON CONFLICT (workflow, key) DO UPDATE
+    SET granted = greatest(0, least(excluded.granted, excluded.lim - s.active)),
+        active = s.active + greatest(0, least(excluded.granted, excluded.lim - s.active)),
+        lim = excluded.lim
+    RETURNING s.workflow, s.key, s.granted
+), ok AS (
+    SELECT c2.* FROM c2
+    LEFT JOIN k_rank kr ON kr.run_id = c2.run_id
+    LEFT JOIN k_slots ks ON ks.workflow = kr.workflow AND ks.key = kr.key
+    WHERE kr.run_id IS NULL OR kr.rk <= ks.granted
+), parked AS (
+    UPDATE ripple_runs r SET available_at = p.until, blocked_by = p.reason, updated_at = now()
+    FROM (
+        -- the j-th run over a full window (j from 0) fits when the window's (j mod lim)-th
+        -- start leaves it, (j div lim) periods later
+        SELECT tr.run_id, 'throttle' AS reason,
+               ts.starts[(tr.rk - ts.granted - 1) % ts.lim + 1]
+               + ((tr.rk - ts.granted - 1) / ts.lim + 1) * ts.period * interval '1 second'
+               AS until
+        FROM t_rank tr JOIN t_slots ts ON ts.workflow = tr.workflow AND ts.key = tr.key
+        WHERE tr.rk > ts.granted
+        UNION ALL
+        SELECT kr.run_id, 'concurrency', 'infinity'::timestamptz
+        FROM k_rank kr JOIN k_slots ks ON ks.workflow = kr.workflow AND ks.key = kr.key
+        WHERE kr.rk > ks.granted
+    ) AS p
+    WHERE r.run_id = p.run_id
 )
 UPDATE ripple_runs r
 SET status = 'running',
@@ -118,8 +263,9 @@ SET status = 'running',
     started_at = coalesce(r.started_at, now()),
     version = coalesce(r.version, (SELECT max(p.v) FROM unnest($5::text[], $6::int[]) AS p(w, v)
                                    WHERE p.w = r.workflow)),
+    blocked_by = NULL,
     updated_at = now()
-FROM c
+FROM ok AS c
 WHERE r.run_id = c.run_id
 RETURNING r.run_id, r.workflow, r.version, r.input, r.attempt, r.epoch, r.deadline, r.trace,
           r.step_count, r.created_at, r.parent_run_id, r.recoveries, c.prev_status,
@@ -588,3 +734,13 @@ async def next_due(conn: Connection, pairs: Sequence[tuple[str, int]]) -> float 
         NEXT_DUE, sorted(set(names)), names, [p[1] for p in pairs]
     )
     return value
+
+
+async def sync_flow_controls(conn: Connection | Any, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Store the flow-control options of workflows: `rows` are (name, options-or-None)."""
+    gone = [row[0] for row in rows if row[1] is None]
+    for name, options in rows:
+        if options is not None:
+            await conn.execute(UPSERT_FLOW_CONTROL, name, *options)
+    if gone:
+        await conn.execute(DELETE_FLOW_CONTROLS, gone)

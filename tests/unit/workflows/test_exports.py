@@ -15,6 +15,9 @@ API_NAMES = {
     "WorkflowFailed",
     "WorkflowCanceled",
     "NonDeterminismError",
+    "Concurrency",
+    "Throttle",
+    "Debounce",
 }
 
 

@@ -1,0 +1,192 @@
+"""Flow control enforced by the claim: per-key concurrency, priority, throttle (issue 14)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from ripple.platform.errors import InvalidInput
+from ripple.workflows import (
+    Concurrency,
+    Debounce,
+    RunStatus,
+    Throttle,
+    WorkflowContext,
+    workflow,
+)
+from ripple.workflows.flow import check_key_path
+from tests.helpers import assert_eventually
+from tests.integration.workflows.conftest import App
+
+# key -> runs of that key executing now / the most seen at once; "all": across keys
+active: dict[str, int] = {}
+peak: dict[str, int] = {}
+order: list[str] = []
+
+
+def _enter(key: str) -> None:
+    for k in (key, "all"):
+        active[k] = active.get(k, 0) + 1
+        peak[k] = max(peak.get(k, 0), active[k])
+
+
+def _leave(key: str) -> None:
+    for k in (key, "all"):
+        active[k] -= 1
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    active.clear()
+    peak.clear()
+    order.clear()
+
+
+@workflow(name="per-customer", concurrency=Concurrency(limit=1, key="customer.id"))
+async def per_customer(ctx: WorkflowContext, inp: dict[str, Any]) -> str:
+    key = str(inp["customer"]["id"])
+
+    async def body() -> str:
+        _enter(key)
+        try:
+            await asyncio.sleep(0.05)  # the workload: a window in which overlaps would show
+        finally:
+            _leave(key)
+        return key
+
+    return str(await ctx.step.run("work", body))
+
+
+@workflow(name="gated", concurrency=Concurrency(limit=1, key="k"))
+async def gated(ctx: WorkflowContext, inp: dict[str, Any]) -> Any:
+    return await ctx.step.wait_for_event("go", event="gate.open", match={"n": inp["n"]})
+
+
+@workflow(name="ordered", concurrency=Concurrency(limit=1))
+async def ordered(ctx: WorkflowContext, name: str) -> str:
+    order.append(name)
+    return name
+
+
+@workflow(name="throttled", throttle=Throttle(limit=2, period=timedelta(seconds=1), key="k"))
+async def throttled(ctx: WorkflowContext, inp: dict[str, Any]) -> int:
+    return int(inp["n"])
+
+
+async def test_concurrency__one_run_per_key_and_keys_side_by_side(app: App) -> None:
+    app.workflows.register(per_customer)
+    handles = [
+        await app.workflows.start(per_customer, {"customer": {"id": key}})
+        for key in ("a", "b", "c")
+        for _ in range(4)
+    ]
+    async with app.worker(per_customer, concurrency=10):
+        for handle in handles:
+            await handle.result(timeout=20)
+    assert peak["a"] == peak["b"] == peak["c"] == 1
+    assert peak["all"] > 1
+
+
+async def test_concurrency__a_waiting_run_holds_its_slot(app: App) -> None:
+    first = await app.workflows.start(gated, {"k": "x", "n": 1})
+    second = await app.workflows.start(gated, {"k": "x", "n": 2})
+    other = await app.workflows.start(gated, {"k": "y", "n": 3})
+    async with app.worker(gated):
+
+        async def status(run_id: str) -> tuple[RunStatus, str | None]:
+            run = await app.workflows.get_run(run_id)
+            assert run is not None
+            return run.status, run.blocked_by
+
+        async def held() -> bool:
+            return (
+                await status(first.run_id) == (RunStatus.WAITING, None)
+                and await status(second.run_id) == (RunStatus.PENDING, "concurrency")
+                and await status(other.run_id) == (RunStatus.WAITING, None)
+            )
+
+        await assert_eventually(held)
+        await app.workflows.signal_matching("gate.open", {"n": 1})
+        assert await first.result(timeout=10) == {"n": 1}
+        # the freed slot wakes the parked run, which now waits in its turn
+
+        async def second_waits() -> bool:
+            return await status(second.run_id) == (RunStatus.WAITING, None)
+
+        await assert_eventually(second_waits)
+        await app.workflows.signal_matching("gate.open", {"n": 2})
+        await app.workflows.signal_matching("gate.open", {"n": 3})
+        assert await second.result(timeout=10) == {"n": 2}
+        assert await other.result(timeout=10) == {"n": 3}
+
+
+async def test_priority__higher_first_fifo_within(app: App) -> None:
+    app.workflows.register(ordered)
+    handles = [await app.workflows.start(ordered, f"low{i}") for i in range(3)]
+    handles.append(await app.workflows.start(ordered, "high0", priority=5))
+    handles.append(await app.workflows.start(ordered, "mid0", priority=2))
+    handles.append(await app.workflows.start(ordered, "high1", priority=5))
+    async with app.worker(ordered, concurrency=1):
+        for handle in handles:
+            await handle.result(timeout=10)
+    assert order == ["high0", "high1", "mid0", "low0", "low1", "low2"]
+
+
+async def test_throttle__never_more_than_limit_starts_within_the_period(app: App) -> None:
+    handles = [await app.workflows.start(throttled, {"k": "a", "n": i}) for i in range(7)]
+    other = await app.workflows.start(throttled, {"k": "b", "n": 99})
+    async with app.worker(throttled, concurrency=10):
+        assert [await h.result(timeout=20) for h in handles] == list(range(7))
+        assert await other.result(timeout=20) == 99
+    runs = [await app.workflows.get_run(h.run_id) for h in handles]
+    starts = sorted(run.started_at for run in runs if run is not None and run.started_at)
+    assert len(starts) == 7
+    for first, third in zip(starts, starts[2:], strict=False):
+        assert third - first >= timedelta(seconds=1)
+
+
+async def test_throttle__blocked_runs_say_why(app: App) -> None:
+    handles = [await app.workflows.start(throttled, {"k": "a", "n": i}) for i in range(3)]
+    async with app.worker(throttled, concurrency=10):
+
+        async def third_blocked() -> bool:
+            run = await app.workflows.get_run(handles[2].run_id)
+            return run is not None and run.blocked_by == "throttle"
+
+        await assert_eventually(third_blocked)
+        assert await handles[2].result(timeout=10) == 2
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: Concurrency(limit=0), "concurrency.limit"),
+        (lambda: Concurrency(limit=1, key="a..b"), "concurrency.key"),
+        (lambda: Throttle(limit=1, period=0), "throttle.period"),
+        (lambda: Throttle(limit=1, period=timedelta(seconds=-1)), "throttle.period"),
+        (lambda: Debounce(period=1, key="a b"), "debounce.key"),
+        (lambda: Debounce(period=1, max_wait=0), "debounce.max_wait"),
+    ],
+)
+def test_flow_options__bad_input_is_invalid_input(make: Any, field: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        make()
+    assert isinstance(info.value, ValueError)
+    assert info.value.field == field
+
+
+def test_key_path__dotted_names_only() -> None:
+    assert check_key_path("customer.id", "key") == "customer.id"
+    for bad in ("", ".a", "a.", "a b", "a/b"):
+        with pytest.raises(InvalidInput):
+            check_key_path(bad, "key")
+
+
+async def test_priority__out_of_range_is_invalid_input(app: App) -> None:
+    with pytest.raises(InvalidInput):
+        await app.workflows.start(ordered, "x", priority=-1)
+    page = await app.workflows.list_runs(workflow="ordered")
+    assert page.items == []
