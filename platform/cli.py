@@ -483,13 +483,16 @@ def runs_start(
     workflow: Annotated[str, typer.Argument(help="Workflow name.")],
     input: Annotated[str | None, typer.Argument(help="JSON input.")] = None,
     idempotency_key: Annotated[str | None, typer.Option("--idempotency-key", "-k")] = None,
+    priority: Annotated[
+        int, typer.Option(min=0, help="Higher is claimed first among pending runs (0-1000).")
+    ] = 0,
     api: ApiOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a run of WORKFLOW with a JSON input."""
     value = _json_arg(input, "input")
-    result = _operate(api, token, lambda op: op.start(workflow, value, idempotency_key))
+    result = _operate(api, token, lambda op: op.start(workflow, value, idempotency_key, priority))
     if as_json:
         _print_json(result)
     else:
@@ -515,7 +518,7 @@ def runs_list(
         [
             r["runId"],
             r["workflow"],
-            r["status"],
+            r["status"] + (f" ({r['blockedBy']})" if r.get("blockedBy") else ""),
             _short_time(r.get("createdAt"))[:19],
             _error_text(r.get("error")),
         ]
@@ -544,7 +547,8 @@ def runs_show(
         return
     out.print(
         f"[bold]run {run['runId']}[/bold]  {run['workflow']} v{run.get('version')}  "
-        f"[bold]{run['status']}[/bold]",
+        f"[bold]{run['status']}[/bold]"
+        + (f"  blocked by {run['blockedBy']}" if run.get("blockedBy") else ""),
         highlight=False,
     )
     out.print(

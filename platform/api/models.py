@@ -96,6 +96,9 @@ class RunOut(OutModel):
     started_at: datetime | None = None
     completed_at: datetime | None = None
     parent_run_id: str | None = None
+    priority: int = 0
+    #: why a pending run is not claimed yet: concurrency, throttle or debounce
+    blocked_by: str | None = None
 
 
 class RunPage(OutModel):

@@ -43,7 +43,9 @@ class Operator(Protocol):
     async def unsubscribe(self, subscription_id: str) -> bool: ...
     async def set_paused(self, subscription_id: str, paused: bool) -> Json: ...
     async def subscriptions(self) -> Json: ...
-    async def start(self, workflow: str, input: Json, idempotency_key: str | None) -> Json: ...
+    async def start(
+        self, workflow: str, input: Json, idempotency_key: str | None, priority: int = 0
+    ) -> Json: ...
     async def list_runs(
         self, workflow: str | None, status: str | None, limit: int, cursor: str | None
     ) -> Json: ...
@@ -123,8 +125,12 @@ class LocalOperator:
         subs = await self.client.list_subscriptions()
         return [subscription_out(s).model_dump(mode="json", by_alias=True) for s in subs]
 
-    async def start(self, workflow: str, input: Json, idempotency_key: str | None) -> Json:
-        handle = await self.client.start(workflow, input, idempotency_key=idempotency_key)
+    async def start(
+        self, workflow: str, input: Json, idempotency_key: str | None, priority: int = 0
+    ) -> Json:
+        handle = await self.client.start(
+            workflow, input, idempotency_key=idempotency_key, priority=priority
+        )
         run = await self.client.get_run(handle.run_id)
         return {"runId": handle.run_id, "status": run.status if run else "pending"}
 
@@ -265,8 +271,10 @@ class RemoteOperator:
     async def subscriptions(self) -> Json:
         return await self._call("GET", "/v1/subscriptions")
 
-    async def start(self, workflow: str, input: Json, idempotency_key: str | None) -> Json:
-        body = {"input": input, "idempotencyKey": idempotency_key}
+    async def start(
+        self, workflow: str, input: Json, idempotency_key: str | None, priority: int = 0
+    ) -> Json:
+        body = {"input": input, "idempotencyKey": idempotency_key, "priority": priority}
         return await self._call("POST", f"/v1/workflows/{workflow}/runs", json=body)
 
     async def list_runs(

@@ -22,6 +22,7 @@ from ripple.platform.api.problems import ProblemError, problem_responses
 from ripple.platform.api.workflow_stats import workflow_counts
 from ripple.platform.errors import InvalidInput
 from ripple.workflows.definition import NAME_RE
+from ripple.workflows.flow import MAX_PRIORITY
 
 __all__ = ["router"]
 
@@ -54,6 +55,12 @@ class StartRun(ApiModel):
         description="When the run fails if not finished: ISO-8601 time or seconds from now "
         "(at most ten years).",
         examples=[3600],
+    )
+    priority: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_PRIORITY,
+        description="Among pending runs of the workflow, higher is claimed first (FIFO within).",
     )
 
 
@@ -125,6 +132,7 @@ async def start_run(name: WorkflowName, body: StartRun, client: ClientDep) -> St
         idempotency_key=body.idempotency_key,
         deadline=body.deadline,
         version=body.version,
+        priority=body.priority,
     )
     run = await client.get_run(handle.run_id)
     return Started(run_id=handle.run_id, status=run.status if run is not None else "pending")

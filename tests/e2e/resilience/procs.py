@@ -135,6 +135,7 @@ class Workers:
         hold: bool = False,
         restarts: int | None = None,
         own_signals: bool = False,
+        app: str = APP,
         **overrides: str,
     ) -> WorkerProcess:
         """Start a worker (env overrides as RIPPLE_* names) and wait for `ready`.
@@ -152,7 +153,7 @@ class Workers:
             "-m",
             "tests.e2e.resilience.worker_main",
             "--app",
-            APP,
+            app,
             "--concurrency",
             str(concurrency),
             *(["--hold"] if hold else []),
