@@ -29,7 +29,7 @@ from ripple.platform.wake import (
 from ripple.workflows import serde, store
 from ripple.workflows.definition import WorkflowDefinition, check_workflow_name
 from ripple.workflows.errors import WorkflowCanceled, WorkflowFailed
-from ripple.workflows.flow import check_priority
+from ripple.workflows.flow import Debounce, check_priority
 from ripple.workflows.records import (
     TERMINAL,
     Page,
@@ -230,12 +230,18 @@ class WorkflowClient:
             None,
             priority,
         )
+        debounce = definition.debounce if definition is not None else None
         with map_errors():
             # One statement: without a caller's transaction it commits on its own.
             target = conn if conn is not None else self.pool
-            created = await target.fetchval(store.INSERT_RUN_PRIORITIZED, *args)
-            if created is None:
-                run_id = await target.fetchval(store.SELECT_RUN_BY_KEY, name, idempotency_key)
+            if debounce is not None:
+                created, run_id = await self._debounce(target, debounce, args)
+            else:
+                created = await target.fetchval(store.INSERT_RUN_PRIORITIZED, *args)
+                if created is None:
+                    run_id = await target.fetchval(
+                        store.SELECT_RUN_BY_KEY, name, idempotency_key
+                    )
         if created is not None:
             metrics.RUNS_STARTED.labels(name).inc()
             hint = RunReady(workflow=name)
@@ -249,6 +255,29 @@ class WorkflowClient:
         output_type = definition.output_type if definition is not None else serde.NO_TYPE
         return RunHandle(self, run_id, output_type)
 
+    async def _debounce(
+        self, target: Connection | Pool, debounce: Debounce, args: tuple[Any, ...]
+    ) -> tuple[str | None, str]:
+        """Collapse this start into the key's pending debounced run, or create one. Returns
+        (the id if created, else None; the run's id)."""
+        name, idempotency_key = args[1], args[4]
+        if idempotency_key is not None:
+            existing = await target.fetchval(store.SELECT_RUN_BY_KEY, name, idempotency_key)
+            if existing is not None:
+                return None, str(existing)
+        path = None if debounce.key is None else debounce.key.split(".")
+        row = await target.fetchrow(
+            store.DEBOUNCE_RUN,
+            *args[:8],
+            args[11],
+            debounce.period_seconds,
+            debounce.max_wait_seconds,
+            path,
+        )
+        assert row is not None  # inserted or updated
+        run_id = str(row["run_id"])
+        return (run_id if row["created"] else None), run_id
+
     async def create_runs(self, conn: Connection, requests: Sequence[RunRequest]) -> int:
         """Insert pending runs inside the caller's transaction; idempotent per
         (workflow, idempotency_key). Returns how many were created. Call
@@ -257,9 +286,25 @@ class WorkflowClient:
             return 0
         if self._unsynced:
             await self.sync_definitions()
-        rows = []
+        rows: list[dict[str, Any]] = []
+        debounced: list[dict[str, Any]] = []
         for req in requests:
             check_workflow_name(req.workflow)
+            known = self.definitions.get(req.workflow)
+            if known is not None and known.debounce is not None:
+                debounced.append(
+                    {
+                        "run_id": new_id(),
+                        "workflow": req.workflow,
+                        "input": self._prepare_input(None, req.workflow, req.input),
+                        "idempotency_key": req.idempotency_key,
+                        "trace": req.trace,
+                        "retention_seconds": self._retention_seconds(known),
+                        "period": known.debounce.period_seconds,
+                        "path": None if known.debounce.key is None else known.debounce.key.split("."),
+                    }
+                )
+                continue
             # Not validated against the input type here: one subscriber's bad type must not
             # fail the publish. The run fails at execution with a clear InvalidInput error.
             rows.append(
@@ -275,9 +320,16 @@ class WorkflowClient:
                     ),
                 }
             )
+        created = 0
         with map_errors():
-            status = await conn.execute(store.INSERT_RUNS_BATCH, rows)
-        created = int(status.rsplit(" ", 1)[-1])
+            if rows:
+                status = await conn.execute(store.INSERT_RUNS_BATCH, rows)
+                created = int(status.rsplit(" ", 1)[-1])
+            if debounced:
+                # every start counts as delivered, also the ones collapsed into a pending run
+                # (a publish's events are new: a repeat, skipped, returns no row)
+                if await conn.fetch(store.DEBOUNCE_RUNS_BATCH, debounced):
+                    created += len(debounced)
         if created == len(requests):
             for req in requests:
                 metrics.RUNS_STARTED.labels(req.workflow).inc()

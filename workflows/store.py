@@ -48,6 +48,73 @@ RETURNING run_id
 INSERT_RUN: Final = _INSERT_RUN.format(priority="0")
 INSERT_RUN_PRIORITIZED: Final = _INSERT_RUN.format(priority="$12::int")
 
+# Debounce (the workflow's definition is known to the starting process): the key's pending,
+# never-claimed run (ripple_runs_debounce) takes this start's input and is pushed back to
+# `period` from now, at most to `max_wait` after its first start; else a new run due after
+# `period` is created. Returns the run's id either way (and whether it is new).
+# $1 run_id, $2 workflow, $3 version, $4 input, $5 idempotency_key, $6 deadline,
+# $7 retention_seconds, $8 trace, $9 priority, $10 period seconds, $11 max wait seconds|NULL,
+# $12 debounce key path text[] (NULL: one shared key)
+DEBOUNCE_RUN: Final = f"""
+INSERT INTO ripple_runs AS r (run_id, workflow, version, input, idempotency_key, deadline,
+                              retention_seconds, trace, debounce_key, available_at,
+                              blocked_by, {_FLOW_COLUMNS})
+SELECT $1, $2, $3, $4::jsonb, $5, $6, $7, $8::jsonb,
+       coalesce($4::jsonb #>> $12::text[], ''), now() + $10 * interval '1 second', 'debounce',
+       $9::int, {_FLOW_VALUES.format(input="$4::jsonb")}
+FROM (VALUES (1)) AS one (x) LEFT JOIN ripple_flow_controls f ON f.workflow = $2
+ON CONFLICT (workflow, debounce_key)
+    WHERE status = 'pending' AND started_at IS NULL AND debounce_key IS NOT NULL
+DO UPDATE SET
+    input = excluded.input,
+    available_at = CASE WHEN $11::float8 IS NULL THEN excluded.available_at
+                        ELSE least(excluded.available_at, r.created_at + $11 * interval '1 second')
+                   END,
+    blocked_by = 'debounce',
+    priority = greatest(r.priority, excluded.priority),
+    concurrency_key = excluded.concurrency_key, throttle_key = excluded.throttle_key,
+    updated_at = now()
+RETURNING r.run_id, r.xmax = 0 AS created
+"""  # noqa: S608
+
+# The same for a publish's workflow runs: $1 jsonb array of {run_id, workflow, input,
+# idempotency_key, trace, retention_seconds, period, path}, in publish order (max wait: the
+# workflow's ripple_flow_controls row); per key
+# the last one wins. Runs whose idempotency key exists already (a re-delivered event) are
+# skipped. Returns one row per run created or updated.
+DEBOUNCE_RUNS_BATCH: Final = f"""
+INSERT INTO ripple_runs AS r (run_id, workflow, input, idempotency_key, trace,
+                              retention_seconds, debounce_key, available_at, blocked_by,
+                              {_FLOW_COLUMNS})
+SELECT DISTINCT ON (d.workflow, d.key)
+       d.run_id, d.workflow, d.input, d.idempotency_key, d.trace, d.retention_seconds, d.key,
+       now() + d.period * interval '1 second', 'debounce', 0,
+       {_FLOW_VALUES.format(input="d.input")}
+FROM (
+    SELECT b.*, coalesce(b.input #>> b.path, '') AS key
+    FROM ROWS FROM (jsonb_to_recordset($1::jsonb)
+         AS (run_id text, workflow text, input jsonb, idempotency_key text, trace jsonb,
+             retention_seconds double precision, period double precision, path text[]))
+         WITH ORDINALITY AS b(run_id, workflow, input, idempotency_key, trace,
+                              retention_seconds, period, path, ord)
+) AS d
+LEFT JOIN ripple_flow_controls f ON f.workflow = d.workflow
+WHERE NOT EXISTS (SELECT 1 FROM ripple_runs x
+                  WHERE x.workflow = d.workflow AND x.idempotency_key = d.idempotency_key)
+ORDER BY d.workflow, d.key, d.ord DESC
+ON CONFLICT (workflow, debounce_key)
+    WHERE status = 'pending' AND started_at IS NULL AND debounce_key IS NOT NULL
+DO UPDATE SET
+    input = excluded.input,
+    available_at = coalesce(least(excluded.available_at, r.created_at + (
+        SELECT f2.debounce_max_wait FROM ripple_flow_controls f2 WHERE f2.workflow = r.workflow
+    ) * interval '1 second'), excluded.available_at),
+    blocked_by = 'debounce',
+    concurrency_key = excluded.concurrency_key, throttle_key = excluded.throttle_key,
+    updated_at = now()
+RETURNING r.run_id, r.xmax = 0 AS created
+"""  # noqa: S608
+
 # A workflow's flow-control options as its definition declares them (see workflows/flow.py
 # flow_control_row). $1 workflow, $2 concurrency limit, $3 its key path text[], $4 throttle
 # limit, $5 period seconds, $6 key path, $7 debounce period, $8 max wait, $9 key path

@@ -190,3 +190,49 @@ async def test_priority__out_of_range_is_invalid_input(app: App) -> None:
         await app.workflows.start(ordered, "x", priority=-1)
     page = await app.workflows.list_runs(workflow="ordered")
     assert page.items == []
+
+
+@workflow(name="debounced", debounce=Debounce(period=0.3, key="user"))
+async def debounced(ctx: WorkflowContext, inp: dict[str, Any]) -> int:
+    return int(inp["n"])
+
+
+@workflow(name="capped", debounce=Debounce(period=600, max_wait=0.3))
+async def capped(ctx: WorkflowContext, inp: dict[str, Any]) -> int:
+    return int(inp["n"])
+
+
+async def test_debounce__starts_collapse_into_one_run_with_the_last_input(app: App) -> None:
+    handles = [await app.workflows.start(debounced, {"user": "u", "n": i}) for i in range(5)]
+    other = await app.workflows.start(debounced, {"user": "v", "n": 9})
+    assert len({h.run_id for h in handles}) == 1
+    assert other.run_id != handles[0].run_id
+    run = await app.workflows.get_run(handles[0].run_id)
+    assert run is not None
+    assert (run.status, run.blocked_by) == (RunStatus.PENDING, "debounce")
+    async with app.worker(debounced):
+        assert await handles[0].result(timeout=10) == 4
+        assert await other.result(timeout=10) == 9
+        again = await app.workflows.start(debounced, {"user": "u", "n": 5})
+        assert again.run_id != handles[0].run_id  # the first run started: a new one
+        assert await again.result(timeout=10) == 5
+    page = await app.workflows.list_runs(workflow="debounced")
+    assert len(page.items) == 3
+
+
+async def test_debounce__max_wait_caps_the_push_back(app: App) -> None:
+    first = await app.workflows.start(capped, {"n": 1})
+    second = await app.workflows.start(capped, {"n": 2})
+    assert first.run_id == second.run_id
+    async with app.worker(capped):
+        # due 0.3 s after the first start, not 600 s after the last
+        assert await first.result(timeout=10) == 2
+
+
+async def test_debounce__idempotency_key_returns_the_same_run(app: App) -> None:
+    a = await app.workflows.start(debounced, {"user": "w", "n": 1}, idempotency_key="k1")
+    b = await app.workflows.start(debounced, {"user": "w", "n": 2}, idempotency_key="k1")
+    assert a.run_id == b.run_id
+    run = await app.workflows.get_run(a.run_id)
+    assert run is not None
+    assert run.input == {"user": "w", "n": 1}

@@ -8,7 +8,7 @@ from typing import Any
 from ripple.platform.client import Client
 from ripple.platform.config import Settings
 from ripple.subscribers import WorkflowTarget
-from ripple.workflows import RunStatus, Worker, WorkflowContext, workflow
+from ripple.workflows import Debounce, RunStatus, Worker, WorkflowContext, workflow
 from tests.helpers import assert_eventually
 
 
@@ -75,3 +75,26 @@ async def test_client__start_in_callers_transaction_wakes_worker_after_commit(
         async with starter.pool.acquire() as conn, conn.transaction():
             handle = await starter.start(greet, {"userId": 7}, conn=conn)
         assert await handle.result(timeout=10) == "hello 7"
+
+
+@workflow(name="profile-sync", debounce=Debounce(period=0.3, key="userId"))
+async def profile_sync(ctx: WorkflowContext, inp: dict[str, Any]) -> Any:
+    return inp
+
+
+async def test_client__debounce_collapses_subscription_starts(client: Client) -> None:
+    client.workflows.register(profile_sync)
+    await client.subscribe("profile.*", WorkflowTarget("profile-sync"))
+    for i in range(5):
+        await client.publish("profile.updated", {"userId": 7, "v": i})
+    await client.publish("profile.updated", {"userId": 8, "v": 0})
+    async with Worker(client, [profile_sync], webhooks=False, sweeper=False):
+
+        async def completed() -> list[Any]:
+            page = await client.list_runs(workflow="profile-sync", status="completed")
+            done = sorted((r.output["userId"], r.output["v"]) for r in page.items)
+            return done if len(done) == 2 else []
+
+        assert await assert_eventually(completed) == [(7, 4), (8, 0)]
+    page = await client.list_runs(workflow="profile-sync")
+    assert len(page.items) == 2
