@@ -118,6 +118,10 @@ def _deadline_at(deadline: datetime | timedelta | float | None) -> datetime | No
     return datetime.now(UTC) + timedelta(seconds=seconds(deadline))
 
 
+def _key_path(debounce: Debounce) -> list[str] | None:
+    return None if debounce.key is None else debounce.key.split(".")
+
+
 class WorkflowClient:
     """Start, inspect, cancel and signal workflow runs."""
 
@@ -239,9 +243,7 @@ class WorkflowClient:
             else:
                 created = await target.fetchval(store.INSERT_RUN_PRIORITIZED, *args)
                 if created is None:
-                    run_id = await target.fetchval(
-                        store.SELECT_RUN_BY_KEY, name, idempotency_key
-                    )
+                    run_id = await target.fetchval(store.SELECT_RUN_BY_KEY, name, idempotency_key)
         if created is not None:
             metrics.RUNS_STARTED.labels(name).inc()
             hint = RunReady(workflow=name)
@@ -265,7 +267,7 @@ class WorkflowClient:
             existing = await target.fetchval(store.SELECT_RUN_BY_KEY, name, idempotency_key)
             if existing is not None:
                 return None, str(existing)
-        path = None if debounce.key is None else debounce.key.split(".")
+        path = _key_path(debounce)
         row = await target.fetchrow(
             store.DEBOUNCE_RUN,
             *args[:8],
@@ -301,7 +303,7 @@ class WorkflowClient:
                         "trace": req.trace,
                         "retention_seconds": self._retention_seconds(known),
                         "period": known.debounce.period_seconds,
-                        "path": None if known.debounce.key is None else known.debounce.key.split("."),
+                        "path": _key_path(known.debounce),
                     }
                 )
                 continue
@@ -325,11 +327,10 @@ class WorkflowClient:
             if rows:
                 status = await conn.execute(store.INSERT_RUNS_BATCH, rows)
                 created = int(status.rsplit(" ", 1)[-1])
-            if debounced:
-                # every start counts as delivered, also the ones collapsed into a pending run
-                # (a publish's events are new: a repeat, skipped, returns no row)
-                if await conn.fetch(store.DEBOUNCE_RUNS_BATCH, debounced):
-                    created += len(debounced)
+            # every start counts as delivered, also the ones collapsed into a pending run
+            # (a publish's events are new: a repeat, skipped, returns no row)
+            if debounced and await conn.fetch(store.DEBOUNCE_RUNS_BATCH, debounced):
+                created += len(debounced)
         if created == len(requests):
             for req in requests:
                 metrics.RUNS_STARTED.labels(req.workflow).inc()

@@ -3,6 +3,8 @@ worker at once, with real processes, Postgres and Redis."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from ripple.platform.client import Client
@@ -15,7 +17,8 @@ FLOW_APP = "tests.e2e.resilience.flow_app"
 # Interval of each run's step: [start, end] by key, from the effect rows the bodies wrote.
 INTERVALS = """
 SELECT split_part(s.step, '.', 1) AS key, s.run_id, s.pid, s.at AS started, e.at AS ended
-FROM effects s JOIN effects e ON e.run_id = s.run_id AND e.step = split_part(s.step, '.', 1) || '.end'
+FROM effects s
+JOIN effects e ON e.run_id = s.run_id AND e.step = split_part(s.step, '.', 1) || '.end'
 WHERE s.step LIKE '%.start'
 ORDER BY s.at
 """
@@ -41,7 +44,7 @@ async def test_flow__concurrency_key_holds_across_two_worker_processes(
     for row in rows:
         by_key.setdefault(row["key"], []).append((row["started"], row["ended"]))
     for key, spans in by_key.items():
-        for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+        for (_, end), (start, _) in itertools.pairwise(spans):
             assert start >= end, f"two runs of key {key} overlapped"
     # different keys ran side by side
     spans = [(row["started"], row["ended"], row["key"]) for row in rows]
