@@ -21,6 +21,7 @@ from ripple.platform.fanout import TargetKind
 from ripple.platform.observability import GaugeCollector
 from ripple.platform.publish import Explanation, Publisher, PublishResult
 from ripple.platform.queues import Queues
+from ripple.platform.schedules import Scheduler, Schedules
 from ripple.platform.services import BackgroundService
 from ripple.platform.subscriptions import Subscription, Subscriptions
 from ripple.platform.sweeper import Sweeper
@@ -102,6 +103,8 @@ class Client:
             pool, waker, self.settings, self.subscriptions, self._kinds, self.workflows
         )
         self.queues = Queues(pool, waker, self.settings)
+        #: Schedules managed at run time (`create`, `pause`, `resume`, `trigger`, `delete`).
+        self.schedules = Schedules(pool, _Firing(self))
         self.deliveries = Deliveries(pool, waker, self.settings)
         #: Refreshes the gauges computed from Postgres (call before exposing `/metrics`).
         self.gauges = GaugeCollector(pool, self.settings)
@@ -147,7 +150,16 @@ class Client:
             services.append(WebhookDispatcher(self.pool, self.waker, self.settings))
         if sweeper:
             services.append(Sweeper(self.pool, self.settings))
+        services.append(Scheduler(self.schedules, self.settings, self._prepare_worker))
         return services
+
+    async def _prepare_worker(self) -> None:
+        """At a worker's start: store the flow-control options and the code schedules of the
+        workflows this process registered (the worker registers the ones it serves)."""
+        await self.workflows.sync_definitions()
+        for definition in list(self.workflows.definitions.values()):
+            if definition.schedule is not None:
+                await self.schedules.register_code(definition.name, definition.schedule)
 
     async def hold(self, run_id: str, hold: bool = True) -> bool:
         """Exempt a run from retention (`hold=False` clears it); False if there is no such run."""
@@ -299,3 +311,26 @@ class Client:
     async def resume_subscription(self, subscription_id: str) -> Subscription:
         """Deliver again to a paused or disabled subscription (raises NotFound)."""
         return await self.subscriptions.resume(subscription_id)
+
+
+class _Firing:
+    """What a schedule's tick does, for `Schedules` (which knows neither workflows nor topics)."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    async def start_run(
+        self, conn: Connection, workflow: str, input: Any, idempotency_key: str
+    ) -> str:
+        handle: RunHandle[Any] = await self._client.workflows.start(
+            workflow, input, idempotency_key=idempotency_key, conn=conn
+        )
+        return handle.run_id
+
+    async def publish(
+        self, conn: Connection, topic: str, payload: Any, idempotency_key: str
+    ) -> None:
+        await self._client.publisher.publish(topic, payload, idempotency_key, conn=conn)
+
+    async def run_active(self, conn: Connection, run_id: str) -> bool:
+        return await self._client.workflows.is_active(run_id, conn)

@@ -1,5 +1,6 @@
 """Ripple workflows: durable async workflows journaled in Postgres."""
 
+from ripple.platform.cadence import Schedule
 from ripple.workflows.client import RunHandle, RunRequest, WorkflowClient
 from ripple.workflows.composition import Break, Continue
 from ripple.workflows.context import Steps, WorkflowContext
@@ -37,6 +38,7 @@ __all__ = [
     "RunHandle",
     "RunRequest",
     "RunStatus",
+    "Schedule",
     "SignalResult",
     "StepFailedError",
     "StepRecord",

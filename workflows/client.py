@@ -359,6 +359,12 @@ class WorkflowClient:
             row = await self.pool.fetchrow(store.SELECT_RUN, run_id)
         return None if row is None else Run.from_row(row)
 
+    async def is_active(self, run_id: str, conn: Connection | None = None) -> bool:
+        """Whether the run exists and is pending, running, sleeping or waiting."""
+        with map_errors():
+            row = await (conn or self.pool).fetchrow(store.SELECT_RUN_OUTCOME, run_id)
+        return row is not None and row["status"] not in TERMINAL
+
     async def list_steps(self, run_id: str) -> list[StepRecord]:
         """The run's journal in call order."""
         with map_errors():

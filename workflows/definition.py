@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
+from ripple.platform.cadence import Schedule
 from ripple.platform.errors import InvalidInput
 from ripple.workflows.flow import Concurrency, Debounce, Throttle, flow_control_row
 from ripple.workflows.retry import RetryPolicy, seconds
@@ -60,8 +61,8 @@ class WorkflowDefinition(Generic[InT, OutT]):
     concurrency: Concurrency | None = None
     throttle: Throttle | None = None
     debounce: Debounce | None = None
-    #: a `ripple.workflows.schedules.Schedule` (registered when a worker serving it starts)
-    schedule: Any = None
+    #: registered (named after the workflow) when a worker serving it starts
+    schedule: Schedule | None = None
 
     @property
     def flow_control(self) -> tuple[Any, ...] | None:
@@ -118,7 +119,7 @@ def workflow(
     concurrency: Concurrency | None = None,
     throttle: Throttle | None = None,
     debounce: Debounce | None = None,
-    schedule: Any = None,
+    schedule: Schedule | None = None,
 ) -> Callable[[Callable[..., Awaitable[OutT]]], WorkflowDefinition[Any, OutT]]: ...
 
 
@@ -134,7 +135,7 @@ def workflow(
     concurrency: Concurrency | None = None,
     throttle: Throttle | None = None,
     debounce: Debounce | None = None,
-    schedule: Any = None,
+    schedule: Schedule | None = None,
 ) -> Any:
     """Declare a durable workflow: `async def f(ctx: WorkflowContext, inp: In) -> Out`.
 
@@ -169,7 +170,7 @@ def workflow(
             concurrency=_option(concurrency, Concurrency, "concurrency"),
             throttle=_option(throttle, Throttle, "throttle"),
             debounce=_option(debounce, Debounce, "debounce"),
-            schedule=schedule,
+            schedule=_option(schedule, Schedule, "schedule"),
         )
 
     if fn is not None:

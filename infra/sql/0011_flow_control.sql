@@ -97,3 +97,29 @@ CREATE TRIGGER ripple_runs_release_slot
           AND OLD.status IN ('running', 'sleeping', 'waiting')
           AND NEW.status NOT IN ('running', 'sleeping', 'waiting'))
     EXECUTE FUNCTION ripple_release_concurrency_slot();
+
+-- Schedules: one row per schedule, from code (`@workflow(schedule=...)`, written when a worker
+-- serving the workflow starts) or the API. `next_run_at` is the next tick; a scheduler locks
+-- due rows (FOR UPDATE SKIP LOCKED), fires the latest due tick (tick time in the idempotency
+-- key: one run or event per tick whatever happens) and advances the row, in one transaction.
+CREATE TABLE ripple_schedules (
+    name          text PRIMARY KEY,
+    workflow      text,
+    topic         text,
+    -- run input (workflow) or event payload (topic)
+    input         jsonb,
+    cron          text,
+    every_seconds double precision,
+    timezone      text NOT NULL DEFAULT 'UTC',
+    overlap       text NOT NULL DEFAULT 'skip' CHECK (overlap IN ('skip', 'allow')),
+    paused        boolean NOT NULL DEFAULT false,
+    source        text NOT NULL DEFAULT 'api' CHECK (source IN ('api', 'code')),
+    next_run_at   timestamptz NOT NULL,
+    last_tick_at  timestamptz,
+    last_run_id   text,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    CHECK ((workflow IS NULL) <> (topic IS NULL)),
+    CHECK ((cron IS NULL) <> (every_seconds IS NULL))
+);
+CREATE INDEX ripple_schedules_due ON ripple_schedules (next_run_at) WHERE NOT paused;
