@@ -3,6 +3,7 @@ after downtime, overlap. Time is moved by updating `next_run_at` in SQL, not by 
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -32,7 +33,8 @@ async def held(ctx: WorkflowContext) -> Any:
 
 
 def _tick(key: str | None) -> datetime:
-    assert key is not None and key.startswith("schedule:ticker:")
+    assert key is not None
+    assert key.startswith("schedule:ticker:")
     return datetime.fromisoformat(key.removeprefix("schedule:ticker:"))
 
 
@@ -71,7 +73,7 @@ async def test_schedules__every_second_with_two_workers_one_run_per_tick(
         ended = await _db_now(client)
     ticks = await _ticks(client)
     assert len(ticks) == len(set(ticks))  # never two runs for one tick
-    assert all(b - a == timedelta(seconds=1) for a, b in zip(ticks, ticks[1:], strict=False))
+    assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(ticks))
     window = (ended - began).total_seconds()
     assert window - 1 <= len(ticks) <= window + 1
     schedules = await client.schedules.list()
@@ -86,8 +88,9 @@ async def test_schedules__survive_a_worker_restart(client: Client, settings: Set
 
         await assert_eventually(two, timeout=20)
     before = await _ticks(client)
-    async with Client(settings=settings) as fresh, Worker(
-        fresh, [ticker], webhooks=False, sweeper=False
+    async with (
+        Client(settings=settings) as fresh,
+        Worker(fresh, [ticker], webhooks=False, sweeper=False),
     ):
 
         async def more() -> bool:

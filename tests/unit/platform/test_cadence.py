@@ -31,10 +31,16 @@ def test_cadence__cron_keeps_local_time_across_spring_forward() -> None:
 def test_cadence__a_skipped_local_time_fires_after_the_gap_and_a_repeated_one_once() -> None:
     spring = _ticks("30 2 * * *", "Europe/Berlin", datetime(2026, 3, 28, 12, tzinfo=UTC), 2)
     # 02:30 does not exist on 2026-03-29: fires at 03:00 CEST (01:00Z)
-    assert spring == [datetime(2026, 3, 29, 1, tzinfo=UTC), datetime(2026, 3, 30, 0, 30, tzinfo=UTC)]
+    assert spring == [
+        datetime(2026, 3, 29, 1, tzinfo=UTC),
+        datetime(2026, 3, 30, 0, 30, tzinfo=UTC),
+    ]
     autumn = _ticks("30 2 * * *", "Europe/Berlin", datetime(2026, 10, 24, 12, tzinfo=UTC), 2)
     # 02:30 happens twice on 2026-10-25: fires once, at the first (CEST, 00:30Z)
-    assert autumn == [datetime(2026, 10, 25, 0, 30, tzinfo=UTC), datetime(2026, 10, 26, 1, 30, tzinfo=UTC)]
+    assert autumn == [
+        datetime(2026, 10, 25, 0, 30, tzinfo=UTC),
+        datetime(2026, 10, 26, 1, 30, tzinfo=UTC),
+    ]
 
 
 def test_cadence__every_ticks_are_aligned_to_the_epoch() -> None:
@@ -42,8 +48,9 @@ def test_cadence__every_ticks_are_aligned_to_the_epoch() -> None:
     assert next_tick(at, cron=None, every_seconds=10, timezone="UTC") == at.replace(
         second=10, microsecond=0
     )
-    assert next_tick(at.replace(second=10, microsecond=0), cron=None, every_seconds=10,
-                     timezone="UTC") == at.replace(second=20, microsecond=0)
+    assert next_tick(
+        at.replace(second=10, microsecond=0), cron=None, every_seconds=10, timezone="UTC"
+    ) == at.replace(second=20, microsecond=0)
 
 
 def test_cadence__after_downtime_only_the_latest_missed_tick() -> None:
