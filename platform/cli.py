@@ -42,7 +42,9 @@ queues_app = typer.Typer(help="Send, receive and inspect durable queues.", no_ar
 deliveries_app = typer.Typer(help="Inspect and redrive webhook deliveries.", no_args_is_help=True)
 app.add_typer(runs_app, name="runs")
 app.add_typer(queues_app, name="queues")
+schedules_app = typer.Typer(help="Create and operate schedules.", no_args_is_help=True)
 app.add_typer(deliveries_app, name="deliveries")
+app.add_typer(schedules_app, name="schedules")
 
 # Piped output (not a terminal) gets a wide console, so tables never wrap ids in files or tests.
 out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
@@ -754,3 +756,108 @@ def deliveries_redrive(
 def main() -> None:
     """Console entry point."""
     app()
+
+
+# -- schedules --------------------------------------------------------------------------------
+
+
+@schedules_app.command("list")
+def schedules_list(api: ApiOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """List schedules with their next tick."""
+    result = _operate(api, token, lambda op: op.schedules())
+    if as_json:
+        _print_json(result)
+        return
+    rows = [
+        [
+            s["name"],
+            f"workflow {s['workflow']}" if s.get("workflow") else f"topic {s['topic']}",
+            s.get("cron") or f"every {s.get('everySeconds')}s",
+            s.get("timezone"),
+            "paused" if s.get("paused") else _short_time(s.get("nextRunAt"))[:19],
+            s.get("source"),
+        ]
+        for s in result
+    ]
+    _table("schedules", ["name", "fires", "cadence", "timezone", "next", "source"], rows)
+
+
+@schedules_app.command("create")
+def schedules_create(
+    name: Annotated[str, typer.Argument(help="Schedule name.")],
+    workflow: Annotated[str | None, typer.Option(help="Start runs of this workflow.")] = None,
+    topic: Annotated[str | None, typer.Option(help="Or publish events to this topic.")] = None,
+    cron: Annotated[str | None, typer.Option(help="Cron expression, e.g. '0 3 * * *'.")] = None,
+    every: Annotated[float | None, typer.Option(help="Or seconds between ticks.")] = None,
+    timezone: Annotated[str, typer.Option(help="IANA time zone of the cron.")] = "UTC",
+    input: Annotated[str | None, typer.Option(help="JSON input (or event payload).")] = None,
+    overlap: Annotated[str, typer.Option(help="skip | allow")] = "skip",
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create (or replace) a schedule."""
+    body = {
+        "name": name,
+        "workflow": workflow,
+        "topic": topic,
+        "cron": cron,
+        "every": every,
+        "timezone": timezone,
+        "input": _json_arg(input, "input"),
+        "overlap": overlap,
+    }
+    result = _operate(api, token, lambda op: op.schedule_create(body))
+    if as_json:
+        _print_json(result)
+    else:
+        out.print(f"schedule {result['name']} next at {result.get('nextRunAt')}")
+
+
+def _schedule_action(name: str, action: str, api: str | None, token: str | None) -> Any:
+    return _operate(api, token, lambda op: op.schedule_action(name, action))
+
+
+@schedules_app.command("pause")
+def schedules_pause(
+    name: Annotated[str, typer.Argument(help="Schedule name.")],
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Stop firing a schedule until it is resumed."""
+    _schedule_action(name, "pause", api, token)
+    out.print(f"schedule {name} paused")
+
+
+@schedules_app.command("resume")
+def schedules_resume(
+    name: Annotated[str, typer.Argument(help="Schedule name.")],
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Fire a paused schedule again from its next tick on."""
+    result = _schedule_action(name, "resume", api, token)
+    out.print(f"schedule {name} resumed, next at {result.get('nextRunAt')}")
+
+
+@schedules_app.command("trigger")
+def schedules_trigger(
+    name: Annotated[str, typer.Argument(help="Schedule name.")],
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Fire a schedule once now, outside its cadence."""
+    result = _schedule_action(name, "trigger", api, token)
+    out.print(f"schedule {name} fired" + (f": run {result['runId']}" if result["runId"] else ""))
+
+
+@schedules_app.command("delete")
+def schedules_delete(
+    name: Annotated[str, typer.Argument(help="Schedule name.")],
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Delete a schedule."""
+    if not _operate(api, token, lambda op: op.schedule_delete(name)):
+        raise _fail(f"no schedule {name}")
+    out.print(f"schedule {name} deleted")

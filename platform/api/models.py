@@ -131,6 +131,28 @@ def step_out(step: Any) -> StepOut:
     return StepOut.model_validate(data)
 
 
+class ScheduleOut(OutModel):
+    name: str
+    workflow: str | None = None
+    topic: str | None = None
+    input: Any = None
+    cron: str | None = None
+    every_seconds: float | None = None
+    timezone: str = "UTC"
+    overlap: str = "skip"
+    paused: bool = False
+    source: str = "api"
+    next_run_at: datetime | None = None
+    last_tick_at: datetime | None = None
+    last_run_id: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+def schedule_out(info: Any) -> ScheduleOut:
+    return ScheduleOut.model_validate(jsonable(info))
+
+
 class SubscriptionOut(OutModel):
     id: str
     pattern: str

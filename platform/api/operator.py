@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 
 import httpx
 
-from ripple.platform.api.models import Published, jsonable, run_out, step_out, subscription_out
+from ripple.platform.api.models import (
+    Published,
+    jsonable,
+    run_out,
+    schedule_out,
+    step_out,
+    subscription_out,
+)
 from ripple.platform.errors import NotFound, RippleError
 
 if TYPE_CHECKING:
@@ -65,6 +72,10 @@ class Operator(Protocol):
     async def queue_redrive(self, queue: str) -> Json: ...
     async def deliveries(self, status: str | None, limit: int, cursor: str | None) -> Json: ...
     async def delivery_redrive(self, delivery_id: str | None) -> Json: ...
+    async def schedules(self) -> Json: ...
+    async def schedule_create(self, body: Json) -> Json: ...
+    async def schedule_action(self, name: str, action: str) -> Json: ...
+    async def schedule_delete(self, name: str) -> bool: ...
 
 
 class LocalOperator:
@@ -204,6 +215,35 @@ class LocalOperator:
             raise OperatorError(exc.message) from exc
         return {"redriven": 1}
 
+    async def schedules(self) -> Json:
+        return [_dump(schedule_out(s)) for s in await self.client.schedules.list()]
+
+    async def schedule_create(self, body: Json) -> Json:
+        info = await self.client.schedules.create(
+            body["name"],
+            workflow=body.get("workflow"),
+            topic=body.get("topic"),
+            cron=body.get("cron"),
+            every=body.get("every"),
+            timezone=body.get("timezone") or "UTC",
+            input=body.get("input"),
+            overlap=body.get("overlap") or "skip",
+        )
+        return _dump(schedule_out(info))
+
+    async def schedule_action(self, name: str, action: str) -> Json:
+        schedules = self.client.schedules
+        try:
+            if action == "trigger":
+                return {"runId": await schedules.trigger(name)}
+            info = await (schedules.pause(name) if action == "pause" else schedules.resume(name))
+        except NotFound as exc:
+            raise OperatorError(exc.message) from exc
+        return _dump(schedule_out(info))
+
+    async def schedule_delete(self, name: str) -> bool:
+        return await self.client.schedules.delete(name)
+
 
 class RemoteOperator:
     """Talks to a Ripple API over HTTP (`--api URL --token T`)."""
@@ -335,3 +375,25 @@ class RemoteOperator:
         if delivery_id is None:
             return await self._call("POST", "/v1/deliveries/redrive")
         return await self._call("POST", f"/v1/deliveries/{delivery_id}/redrive")
+
+    async def schedules(self) -> Json:
+        return await self._call("GET", "/v1/schedules")
+
+    async def schedule_create(self, body: Json) -> Json:
+        return await self._call("POST", "/v1/schedules", json=body)
+
+    async def schedule_action(self, name: str, action: str) -> Json:
+        return await self._call("POST", f"/v1/schedules/{name}/{action}")
+
+    async def schedule_delete(self, name: str) -> bool:
+        try:
+            await self._call("DELETE", f"/v1/schedules/{name}")
+        except OperatorError as exc:
+            if str(exc).startswith("404"):
+                return False
+            raise
+        return True
+
+
+def _dump(model: Any) -> Json:
+    return model.model_dump(mode="json", by_alias=True)

@@ -287,3 +287,44 @@ async def test_api__webhook_deliveries_list_attempts_redrive(
         await assert_eventually(failed, timeout=30, interval=0.2)
         bulk = await http.post("/v1/deliveries/redrive", json={"subscriptionId": sub.json()["id"]})
         assert bulk.json() == {"redriven": 1}
+
+
+async def test_api__schedules_and_run_priority(api_server: ApiServer) -> None:
+    async with api_server.http() as http:
+        for bad in (
+            {"name": "s1", "workflow": "report", "cron": "99 * * * *"},
+            {"name": "s1", "workflow": "report", "every": 5, "timezone": "Nowhere/Else"},
+            {"name": "s1", "workflow": "report", "every": 0},
+            {"name": "s1", "workflow": "report", "topic": "a.b", "every": 5},
+        ):
+            problem(await http.post("/v1/schedules", json=bad), 422)
+        assert (await http.get("/v1/schedules")).json() == []
+        created = await http.post(
+            "/v1/schedules",
+            json={
+                "name": "api-nightly",
+                "workflow": "report",
+                "cron": "0 3 * * *",
+                "timezone": "Europe/Berlin",
+                "input": {"a": 1},
+            },
+        )
+        assert created.status_code == 201, created.text
+        assert created.json()["nextRunAt"]
+        assert [s["name"] for s in (await http.get("/v1/schedules")).json()] == ["api-nightly"]
+        assert (await http.post("/v1/schedules/api-nightly/pause")).json()["paused"] is True
+        assert (await http.post("/v1/schedules/api-nightly/resume")).json()["paused"] is False
+        run_id = (await http.post("/v1/schedules/api-nightly/trigger")).json()["runId"]
+        run = (await http.get(f"/v1/runs/{run_id}")).json()
+        assert run["input"] == {"a": 1}
+        assert (await http.delete("/v1/schedules/api-nightly")).status_code == 204
+        problem(await http.delete("/v1/schedules/api-nightly"), 404)
+        problem(await http.get("/v1/schedules/api-nightly"), 404)
+        problem(await http.post("/v1/schedules/api-nightly/trigger"), 404)
+
+        problem(await http.post("/v1/workflows/report/runs", json={"priority": 5000}), 422)
+        started = await http.post("/v1/workflows/report/runs", json={"input": {}, "priority": 7})
+        assert started.status_code == 201, started.text
+        shown = (await http.get(f"/v1/runs/{started.json()['runId']}")).json()
+        assert shown["priority"] == 7
+        assert "blockedBy" in shown

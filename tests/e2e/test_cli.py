@@ -184,3 +184,37 @@ async def test_cli__operator_commands_through_the_api(
     assert "redrove 0" in redrive.stdout
     assert denied.returncode == 1
     assert "401" in denied.stderr
+
+
+async def test_cli__schedules(ripple_cli: CliRunner) -> None:
+    bad = await ripple_cli(
+        "schedules", "create", "cli-bad", "--workflow", "report", "--cron", "nope", check=False
+    )
+    assert bad.returncode == 1
+    assert "cron" in bad.stderr
+    created = parsed(
+        (
+            await ripple_cli(
+                "schedules",
+                "create",
+                "cli-tick",
+                "--topic",
+                "cli.tick",
+                "--every",
+                "3600",
+                "--input",
+                '{"n": 1}',
+                "--json",
+            )
+        ).stdout
+    )
+    assert created["topic"] == "cli.tick"
+    assert created["everySeconds"] == 3600
+    listed = parsed((await ripple_cli("schedules", "list", "--json")).stdout)
+    assert "cli-tick" in [s["name"] for s in listed]
+    assert "paused" in (await ripple_cli("schedules", "pause", "cli-tick")).stdout
+    assert "resumed" in (await ripple_cli("schedules", "resume", "cli-tick")).stdout
+    assert "fired" in (await ripple_cli("schedules", "trigger", "cli-tick")).stdout
+    assert "deleted" in (await ripple_cli("schedules", "delete", "cli-tick")).stdout
+    gone = await ripple_cli("schedules", "delete", "cli-tick", check=False)
+    assert gone.returncode == 1
