@@ -6,7 +6,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from ripple.workflows import Break, Continue, WorkflowContext, workflow
+from ripple.workflows import Break, Concurrency, Continue, WorkflowContext, workflow
 
 
 async def _noop() -> None:
@@ -84,4 +84,12 @@ async def looper(ctx: WorkflowContext, iterations: int) -> int:
     return int(await ctx.step.loop("ticks", body, state=0, keep=10))
 
 
-WORKFLOWS = [noop3, noop3_sync, one_step, sleeper, waiter, child, parent, looper]
+@workflow(name="keyed3", concurrency=Concurrency(limit=1, key="k"))
+async def keyed3(ctx: WorkflowContext, inp: dict[str, Any]) -> None:
+    """noop3 with at most one active run per key `k`."""
+    await ctx.step.run("a", _noop)
+    await ctx.step.run("b", _noop)
+    await ctx.step.run("c", _noop)
+
+
+WORKFLOWS = [noop3, noop3_sync, one_step, sleeper, waiter, child, parent, looper, keyed3]
