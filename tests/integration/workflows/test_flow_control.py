@@ -88,6 +88,29 @@ async def test_concurrency__one_run_per_key_and_keys_side_by_side(app: App) -> N
             await handle.result(timeout=20)
     assert peak["a"] == peak["b"] == peak["c"] == 1
     assert peak["all"] > 1
+    # every slot was given back
+    assert await app.pool.fetchval("SELECT sum(active) FROM ripple_concurrency_slots") == 0
+
+
+async def test_concurrency__canceling_the_active_run_frees_its_slot(app: App) -> None:
+    first = await app.workflows.start(gated, {"k": "z", "n": 1})
+    second = await app.workflows.start(gated, {"k": "z", "n": 2})
+    async with app.worker(gated):
+
+        async def blocked() -> bool:
+            run = await app.workflows.get_run(second.run_id)
+            return run is not None and run.blocked_by == "concurrency"
+
+        await assert_eventually(blocked)
+        assert await app.workflows.cancel(first.run_id)
+
+        async def second_waits() -> bool:
+            run = await app.workflows.get_run(second.run_id)
+            return run is not None and run.status == RunStatus.WAITING
+
+        await assert_eventually(second_waits)
+        await app.workflows.signal_matching("gate.open", {"n": 2})
+        assert await second.result(timeout=10) == {"n": 2}
 
 
 async def test_concurrency__a_waiting_run_holds_its_slot(app: App) -> None:

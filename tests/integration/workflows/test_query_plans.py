@@ -77,3 +77,26 @@ async def test_claim__takes_the_oldest_due_runs_of_served_pairs_only(app: App) -
     # 'later-b' is next (an hour away); the claimed runs' leases expire in 30 s.
     assert due is not None
     assert 25 < due <= 30
+
+
+async def test_claim__parked_runs_are_not_rescanned(app: App) -> None:
+    """5,000 runs parked behind a full concurrency key cost a claim nothing (issue 14)."""
+    await app.pool.execute(
+        "INSERT INTO ripple_runs (run_id, workflow, version, available_at, concurrency_key, "
+        "concurrency_limit, blocked_by) "
+        "SELECT 'parked-' || i, 'wf', 1, 'infinity', 'k', 1, 'concurrency' "
+        "FROM generate_series(1, 5000) AS i"
+    )
+    await app.pool.execute(
+        "INSERT INTO ripple_runs (run_id, workflow, version, available_at, concurrency_key, "
+        "concurrency_limit) SELECT 'due-' || i, 'wf', 1, now(), 'k' || i, 1 "
+        "FROM generate_series(1, 10) AS i"
+    )
+    rows = await app.pool.fetch(
+        "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + store.CLAIM_RUNS, *CLAIM_ARGS
+    )
+    plan = "\n".join(r[0] for r in rows)
+    assert "Seq Scan on ripple_runs" not in plan, plan
+    assert _buffers(plan) < 300, plan
+    running = await app.pool.fetchval("SELECT count(*) FROM ripple_runs WHERE status = 'running'")
+    assert running == 10
