@@ -149,7 +149,7 @@ async def test_metrics__scripted_scenario_counts(client: Client) -> None:
         "UPDATE ripple_runs SET completed_at = now() - interval '31 days' "
         "WHERE status IN ('completed', 'failed')"
     )
-    (sweeper,) = client.background_services(webhooks=False, sweeper=True)
+    sweeper = client.background_services(webhooks=False, sweeper=True)[0]
     await sweeper.sweep_once()  # type: ignore[attr-defined]
     swept = await scrape(client)
     assert delta(after, swept, "sweeper_deleted_total", kind="runs") == 6

@@ -334,8 +334,10 @@ async def test_sweeper__worker_runs_it_unless_switched_off(settings: Settings) -
 
     fast = settings.model_copy(update={"sweep_interval": 0.05})
     async with Client(settings=fast) as client:
-        assert client.background_services(webhooks=False, sweeper=False) == []
-        (service,) = client.background_services(webhooks=False, sweeper=True)
+        # the scheduler always runs (schedules, issue 14); the others only when asked for
+        off = client.background_services(webhooks=False, sweeper=False)
+        assert [s.name for s in off] == ["scheduler"]
+        service = client.background_services(webhooks=False, sweeper=True)[0]
         assert service.name == "sweeper"
         run_id = await make_run(client.pool, status="completed", age_days=31)
         assert await client.hold(run_id) is True

@@ -83,7 +83,7 @@ async def test_tracing__webhook_delivery_joins_the_publishers_trace(
     async with Client(settings=loopback) as client, Sink() as sink:
         await client.subscribe("order.*", WebhookTarget(sink.url()))
         await client.publish("order.placed", {"n": 1})
-        (dispatcher,) = client.background_services(webhooks=True, sweeper=False)
+        dispatcher = client.background_services(webhooks=True, sweeper=False)[0]
         await dispatcher.run_until_idle()  # type: ignore[attr-defined]
 
     assert len(sink.received) == 1
@@ -155,7 +155,7 @@ async def test_logs__lines_inside_a_delivery_carry_event_and_subscription(
     async with Client(settings=loopback) as client, Sink() as sink:
         sub = await client.subscribe("order.*", WebhookTarget(sink.url()))
         published = await client.publish("order.placed", {"n": 1})
-        (dispatcher,) = client.background_services(webhooks=True, sweeper=False)
+        dispatcher = client.background_services(webhooks=True, sweeper=False)[0]
         with merged() as entries:
             await dispatcher.run_until_idle()  # type: ignore[attr-defined]
 

@@ -27,7 +27,7 @@ async def test_webhook_client__subscribe_publish_deliver_redrive(hook_settings: 
         sub = await client.subscribe("user.*", target)
         ev = await client.publish("user.signup", {"userId": 42})
         assert ev.deliveries == 1
-        (dispatcher,) = client.background_services(webhooks=True, sweeper=False)
+        dispatcher = client.background_services(webhooks=True, sweeper=False)[0]
         await dispatcher.run_until_idle()  # type: ignore[attr-defined]
 
         page = await client.deliveries.list(status="failed")
