@@ -2,7 +2,8 @@
 
 A value is stored as JSON (`dump`) and read back into the annotated type (`load`). Without an
 annotation the stored JSON itself is returned. Errors become structured JSON
-({type, message, traceback}).
+({type, message, traceback}). NaN and ±Infinity are refused (`InvalidInput`, the rule of
+`ripple.platform.topics.check_json`), never turned into `null` silently: JSON cannot hold them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from pydantic import TypeAdapter
+from pydantic import ConfigDict, PydanticUserError, TypeAdapter
+
+from ripple.platform.topics import check_json
 
 __all__ = [
     "NO_TYPE",
@@ -32,11 +35,24 @@ __all__ = [
 #: Marker for "no usable annotation": values pass through as JSON.
 NO_TYPE: Any = object()
 _PLAIN = (str, int, float, bool, type(None))
+#: pydantic turns NaN/±Infinity into `null` in JSON mode by default; keep them so that
+#: `check_json` refuses them (models carry their own config and keep them already).
+_KEEP_NON_FINITE = ConfigDict(ser_json_inf_nan="constants")
+#: Nesting bound of the non-finite check on stored values (inputs and payloads are checked
+#: against RIPPLE_MAX_JSON_DEPTH where they enter; this only keeps the walk bounded).
+_MAX_NESTING = 256
+
+
+def _make_adapter(annotation: Any) -> TypeAdapter[Any]:
+    try:
+        return TypeAdapter(annotation, config=_KEEP_NON_FINITE)
+    except PydanticUserError:  # a model or dataclass with a config of its own
+        return TypeAdapter(annotation)
 
 
 @lru_cache(maxsize=1024)
 def _adapter(annotation: Any) -> TypeAdapter[Any]:
-    return TypeAdapter(annotation)
+    return _make_adapter(annotation)
 
 
 def _adapter_for(annotation: Any) -> TypeAdapter[Any] | None:
@@ -45,18 +61,29 @@ def _adapter_for(annotation: Any) -> TypeAdapter[Any] | None:
     try:
         return _adapter(annotation)
     except TypeError:  # unhashable annotation: build one without caching
-        return TypeAdapter(annotation)
+        return _make_adapter(annotation)
 
 
-def dump(value: Any, annotation: Any = NO_TYPE) -> Any:
-    """JSON-compatible form of `value` (validated against `annotation` when given)."""
+def _checked(value: Any, field: str, max_depth: int) -> Any:
+    check_json(value, field=field, max_depth=max_depth)
+    return value
+
+
+def dump(
+    value: Any, annotation: Any = NO_TYPE, *, field: str = "value", max_depth: int = _MAX_NESTING
+) -> Any:
+    """JSON-compatible form of `value` (validated against `annotation` when given).
+
+    Raises InvalidInput (naming `field`) for NaN or ±Infinity anywhere in it, or for nesting
+    deeper than `max_depth`.
+    """
     if isinstance(value, _PLAIN):
-        return value
+        return _checked(value, field, max_depth) if isinstance(value, float) else value
     adapter = _adapter_for(annotation)
     if adapter is None:
         adapter = _adapter_for(type(value))
     assert adapter is not None
-    return adapter.dump_python(value, mode="json")
+    return _checked(adapter.dump_python(value, mode="json"), field, max_depth)
 
 
 def load(data: Any, annotation: Any = NO_TYPE) -> Any:
@@ -67,12 +94,18 @@ def load(data: Any, annotation: Any = NO_TYPE) -> Any:
     return adapter.validate_python(data)
 
 
-def validate(value: Any, annotation: Any = NO_TYPE) -> Any:
-    """Validate a caller's value (model instance or raw JSON) and return its JSON form."""
+def validate(
+    value: Any, annotation: Any = NO_TYPE, *, field: str = "value", max_depth: int = _MAX_NESTING
+) -> Any:
+    """Validate a caller's value (model instance or raw JSON) and return its JSON form.
+
+    Raises pydantic ValidationError, or InvalidInput as `dump` does.
+    """
     adapter = _adapter_for(annotation)
     if adapter is None:
-        return dump(value)
-    return adapter.dump_python(adapter.validate_python(value), mode="json")
+        return dump(value, field=field, max_depth=max_depth)
+    validated = adapter.validate_python(value)
+    return _checked(adapter.dump_python(validated, mode="json"), field, max_depth)
 
 
 @lru_cache(maxsize=4096)
