@@ -258,13 +258,30 @@ class Client:
         """Cancel a run (and its active children); True if it was still active."""
         return await self.workflows.cancel(run_id)
 
-    async def signal(self, run_id: str, name: str, payload: Any = None) -> SignalResult:
-        """Deliver a signal to one run's wait `name`, or buffer it until such a wait exists."""
-        return await self.workflows.signal(run_id, name, payload)
+    async def signal(
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> SignalResult:
+        """Deliver a signal to one run's wait `name`, or buffer it until such a wait exists.
 
-    async def signal_matching(self, event: str, payload: Any) -> int:
-        """Resume every run waiting on `event` whose match `payload` contains; return how many."""
-        return await self.workflows.signal_matching(event, payload)
+        A repeat with the same `idempotency_key` (per run) returns the first result and is
+        observed once.
+        """
+        return await self.workflows.signal(run_id, name, payload, idempotency_key=idempotency_key)
+
+    async def signal_matching(
+        self, event: str, payload: Any, *, idempotency_key: str | None = None
+    ) -> int:
+        """Resume every run waiting on `event` whose match `payload` contains; return how many.
+
+        A repeat with the same `idempotency_key` (per event name) returns the first count and
+        resumes nothing.
+        """
+        return await self.workflows.signal_matching(event, payload, idempotency_key=idempotency_key)
 
     # -- topics and subscriptions -----------------------------------------------------------
 

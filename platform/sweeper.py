@@ -6,7 +6,8 @@ What goes, each sweep (settings in parentheses):
   workflows that declare none), clamped by `max_run_retention_days`, with their journal, waits
   and unconsumed signals;
   a run with `hold` set is kept whatever its age;
-- events older than `event_retention_days` (their idempotency keys become reusable);
+- events older than `event_retention_days` (their idempotency keys become reusable), and
+  signal idempotency keys older than that;
 - delivered and failed webhook deliveries last changed before that cutoff, with their attempt
   log, and attempt log rows older than it of deliveries still retrying.
 
@@ -43,6 +44,7 @@ KINDS = (
     "waits",
     "signals",
     "events",
+    "signal_keys",
     "webhook_deliveries",
     "webhook_attempts",
 )
@@ -84,6 +86,10 @@ class Sweeper:
             deleted = await sweeper_store.delete_old_events(conn, events, batch)
             return {"events": deleted}, deleted >= batch
 
+        async def signal_keys(conn: Connection) -> tuple[dict[str, int], bool]:
+            deleted = await sweeper_store.delete_old_signal_keys(conn, events, batch)
+            return {"signal_keys": deleted}, deleted >= batch
+
         async def deliveries(conn: Connection) -> tuple[dict[str, int], bool]:
             counts = await sweeper_store.delete_old_webhook_deliveries(conn, events, batch)
             return counts, counts["webhook_deliveries"] >= batch
@@ -92,7 +98,7 @@ class Sweeper:
             deleted = await sweeper_store.delete_old_webhook_attempts(conn, events, batch)
             return {"webhook_attempts": deleted}, deleted >= batch
 
-        for step in (runs, old_events, deliveries, attempts):
+        for step in (runs, old_events, signal_keys, deliveries, attempts):
             await self._drain(step, totals)
         if any(totals.values()):
             log.info("sweep_finished", **totals)

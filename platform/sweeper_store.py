@@ -14,6 +14,7 @@ from ripple.platform.db import Connection
 __all__ = [
     "delete_expired_runs",
     "delete_old_events",
+    "delete_old_signal_keys",
     "delete_old_webhook_attempts",
     "delete_old_webhook_deliveries",
     "set_hold",
@@ -69,6 +70,19 @@ WITH doomed AS (
     FOR UPDATE SKIP LOCKED
 )
 DELETE FROM ripple_events e USING doomed d WHERE e.id = d.id
+"""
+
+# $1 retention in seconds, $2 batch size. Signal idempotency keys expire with events.
+DELETE_OLD_SIGNAL_KEYS: Final = """
+WITH doomed AS (
+    SELECT scope, idempotency_key FROM ripple_signal_keys
+    WHERE created_at < now() - make_interval(secs => $1)
+    ORDER BY created_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM ripple_signal_keys k USING doomed d
+WHERE k.scope = d.scope AND k.idempotency_key = d.idempotency_key
 """
 
 # $1 retention in seconds, $2 batch size.
@@ -137,6 +151,10 @@ async def delete_expired_runs(
 
 async def delete_old_events(conn: Connection, retention: float, batch: int) -> int:
     return _count(await conn.execute(DELETE_OLD_EVENTS, retention, batch))
+
+
+async def delete_old_signal_keys(conn: Connection, retention: float, batch: int) -> int:
+    return _count(await conn.execute(DELETE_OLD_SIGNAL_KEYS, retention, batch))
 
 
 async def delete_old_webhook_deliveries(

@@ -166,9 +166,12 @@ class WorkflowClient:
     def _prepare_input(
         self, definition: WorkflowDefinition[Any, Any] | None, name: str, input: Any
     ) -> Any:
+        depth = self.settings.max_json_depth
         if definition is None:
             try:
-                return serde.dump(input)
+                return serde.dump(input, field="input", max_depth=depth)
+            except InvalidInput:
+                raise
             except Exception as exc:
                 raise InvalidInput(f"input of {name} is not JSON: {exc}", field="input") from exc
         if not definition.takes_input:
@@ -176,7 +179,7 @@ class WorkflowClient:
                 raise InvalidInput(f"workflow {name} takes no input", field="input")
             return None
         try:
-            return serde.validate(input, definition.input_type)
+            return serde.validate(input, definition.input_type, field="input", max_depth=depth)
         except ValidationError as exc:
             raise InvalidInput(
                 f"invalid input for workflow {name}: {exc.errors(include_url=False)}",
@@ -440,20 +443,45 @@ class WorkflowClient:
 
     # -- signals -----------------------------------------------------------------------------
 
-    async def signal(self, run_id: str, name: str, payload: Any = None) -> SignalResult:
+    def _payload(self, payload: Any) -> Any:
+        if payload is None:
+            return {}
+        return serde.dump(payload, field="payload", max_depth=self.settings.max_json_depth)
+
+    async def signal(
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> SignalResult:
         """Resolve the run's earliest wait `name` whose match `payload` contains, or keep the
-        signal in the run's inbox for the first later matching wait."""
+        signal in the run's inbox for the first later matching wait.
+
+        A repeat with the same `idempotency_key` (per run) returns the first call's result and
+        changes nothing, also after the run ended.
+        """
         if not isinstance(name, str) or not 0 < len(name) <= 255:
             raise InvalidInput("signal name must be 1-255 characters", field="name")
-        payload = {} if payload is None else serde.dump(payload)
+        _check_key(idempotency_key)
+        payload = self._payload(payload)
+        scope = f"run:{run_id}"
         with tracing.span("workflow.signal", run_id=run_id, signal=name):
             async with transaction(self.pool) as conn:
+                earlier = await _claim_key(conn, scope, idempotency_key)
+                if earlier is not None:
+                    delivered = bool(earlier.get("delivered"))
+                    return SignalResult(delivered=delivered, buffered=not delivered)
                 status = await conn.fetchval(store.LOCK_RUN, run_id)
                 if status is None:
                     raise NotFound(f"no run {run_id}: check the run id")
                 if status in TERMINAL:
                     raise Conflict(f"run {run_id} is {status}; signals go to active runs only")
                 delivered = bool(await conn.fetchval(store.SIGNAL_RUN, run_id, name, payload))
+                if idempotency_key is not None:
+                    result = {"delivered": delivered}
+                    await conn.execute(store.RECORD_SIGNAL_KEY, scope, idempotency_key, result)
         metrics.SIGNALS.labels("delivered" if delivered else "buffered").inc()
         if delivered:
             self.waker.notify(RunReady())
@@ -471,14 +499,56 @@ class WorkflowClient:
             )
         return count
 
-    async def signal_matching(self, event: str, payload: Any) -> int:
-        """Resume every run waiting on `event` whose match `payload` contains."""
+    async def signal_matching(
+        self, event: str, payload: Any, *, idempotency_key: str | None = None
+    ) -> int:
+        """Resume every run waiting on `event` whose match `payload` contains.
+
+        A repeat with the same `idempotency_key` (per event name) returns the first call's
+        count and resumes nothing.
+        """
         if not isinstance(event, str) or not 0 < len(event) <= 255:
             raise InvalidInput("event must be 1-255 characters", field="event")
-        payload = {} if payload is None else serde.dump(payload)
+        _check_key(idempotency_key)
+        payload = self._payload(payload)
+        scope = f"event:{event}"
         async with transaction(self.pool) as conn:
+            earlier = await _claim_key(conn, scope, idempotency_key)
+            if earlier is not None:
+                return int(earlier.get("resumed", 0))
             count = await self.resolve_event_waits(conn, event, payload)
+            if idempotency_key is not None:
+                result = {"resumed": count}
+                await conn.execute(store.RECORD_SIGNAL_KEY, scope, idempotency_key, result)
         if count:
             metrics.SIGNALS.labels("delivered").inc(count)
             self.waker.notify(RunReady())
         return count
+
+
+def _check_key(idempotency_key: str | None) -> None:
+    if idempotency_key is not None and (
+        not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= _MAX_KEY
+    ):
+        raise InvalidInput(
+            f"idempotency_key must be a string of 1-{_MAX_KEY} characters",
+            field="idempotencyKey",
+        )
+
+
+async def _claim_key(
+    conn: Connection, scope: str, idempotency_key: str | None
+) -> dict[str, Any] | None:
+    """None when the call goes ahead (no key, or its first use); else the first call's result.
+
+    The key row is inserted first in the signal's transaction, so a concurrent repeat waits
+    for the first call's commit and then reads its result (or, if it rolled back, goes ahead).
+    """
+    if idempotency_key is None:
+        return None
+    if await conn.fetchval(store.CLAIM_SIGNAL_KEY, scope, idempotency_key) is not None:
+        return None
+    result: dict[str, Any] | None = await conn.fetchval(
+        store.SELECT_SIGNAL_KEY, scope, idempotency_key
+    )
+    return result if result is not None else {}

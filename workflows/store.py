@@ -616,6 +616,24 @@ WITH hit AS (
 SELECT EXISTS (SELECT 1 FROM hit)
 """
 
+# Signal idempotency (ripple_signal_keys). Taken first in a signal's transaction: a concurrent
+# call with the same key waits here for the first to commit (or roll back), then inserts nothing.
+# Returns a row only for the first call. $1 scope (`run:<id>` / `event:<name>`), $2 key
+CLAIM_SIGNAL_KEY: Final = """
+INSERT INTO ripple_signal_keys (scope, idempotency_key) VALUES ($1, $2)
+ON CONFLICT DO NOTHING RETURNING 1
+"""
+
+# The first call's answer, for a repeat. $1 scope, $2 key
+SELECT_SIGNAL_KEY: Final = """
+SELECT result FROM ripple_signal_keys WHERE scope = $1 AND idempotency_key = $2
+"""
+
+# Record the first call's answer, in its transaction. $1 scope, $2 key, $3 result jsonb
+RECORD_SIGNAL_KEY: Final = """
+UPDATE ripple_signal_keys SET result = $3 WHERE scope = $1 AND idempotency_key = $2
+"""
+
 # Event waits: lock the runs with a candidate wait first (ordered, so publishers never
 # deadlock), so a run that is suspending sees the resolution. $1 event, $2 payload
 LOCK_EVENT_WAIT_RUNS: Final = """

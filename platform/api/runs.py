@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Path, Query
+from fastapi import APIRouter, Body, Header, Path, Query
 from pydantic import Field
 
 from ripple.platform.api.deps import ClientDep, Limit
@@ -98,6 +98,37 @@ UntilQuery = Annotated[datetime | None, Query(description="Created before (ISO-8
 CursorQuery = Annotated[str | None, Query(max_length=512)]
 SignalPath = Annotated[str, Path(min_length=1, max_length=255, examples=["approved"])]
 PayloadBody = Annotated[Any, Body(examples=[{"by": "ann"}])]
+KeyHeader = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=255,
+        description="Retry-safe signal: a repeat with the same key (per run; per event on "
+        "`/v1/signals`) returns the first answer and is observed once.",
+    ),
+]
+KeyQuery = Annotated[
+    str | None,
+    Query(
+        alias="idempotencyKey",
+        min_length=1,
+        max_length=255,
+        description="The same as the `Idempotency-Key` header (the body is the payload).",
+    ),
+]
+
+
+def idempotency_key(header: str | None, other: str | None) -> str | None:
+    """The key from the `Idempotency-Key` header or the request's own field (422 if both
+    are given and differ)."""
+    if header is not None and other is not None and header != other:
+        raise ProblemError(
+            422,
+            "Idempotency-Key header and idempotencyKey differ; send one of them",
+            slug="invalid-input",
+        )
+    return header if header is not None else other
 
 
 async def _page(client: ClientDep, **query: Any) -> RunPage:
@@ -183,13 +214,18 @@ async def signal_run(
     signal: SignalPath,
     client: ClientDep,
     payload: PayloadBody = None,
+    key_header: KeyHeader = None,
+    key_query: KeyQuery = None,
 ) -> SignalOut:
     """Deliver a signal to the run's wait of that name; the body is the payload.
 
     If no such wait exists yet, the signal is kept and consumed by the first matching wait.
+    With an `Idempotency-Key` header (or `?idempotencyKey=`), a repeat returns the first
+    answer and is observed once.
     """
+    key = idempotency_key(key_header, key_query)
     await _run_of(client, name, run_id)
-    result = await client.signal(run_id, signal, payload)
+    result = await client.signal(run_id, signal, payload, idempotency_key=key)
     return SignalOut(delivered=result.delivered, buffered=result.buffered)
 
 
@@ -256,9 +292,15 @@ async def cancel_run_by_id(run_id: RunIdPath, client: ClientDep) -> Canceled:
     responses=problem_responses(404, 409, 422),
 )
 async def signal_run_by_id(
-    run_id: RunIdPath, signal: SignalPath, client: ClientDep, payload: PayloadBody = None
+    run_id: RunIdPath,
+    signal: SignalPath,
+    client: ClientDep,
+    payload: PayloadBody = None,
+    key_header: KeyHeader = None,
+    key_query: KeyQuery = None,
 ) -> SignalOut:
-    """Signal a run, by id; the body is the payload."""
+    """Signal a run, by id; the body is the payload (idempotency key as for the route above)."""
+    key = idempotency_key(key_header, key_query)
     await _run_of(client, None, run_id)
-    result = await client.signal(run_id, signal, payload)
+    result = await client.signal(run_id, signal, payload, idempotency_key=key)
     return SignalOut(delivered=result.delivered, buffered=result.buffered)

@@ -10,6 +10,7 @@ from pydantic import Field
 from ripple.platform.api.deps import ClientDep
 from ripple.platform.api.models import ApiModel, OutModel
 from ripple.platform.api.problems import problem_responses
+from ripple.platform.api.runs import KeyHeader, idempotency_key
 
 __all__ = ["router"]
 
@@ -19,6 +20,14 @@ router = APIRouter(tags=["signals"])
 class SignalMatching(ApiModel):
     event: str = Field(min_length=1, max_length=255, examples=["user.verified"])
     payload: Any = Field(default=None, examples=[{"userId": 42}])
+    idempotency_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="A repeat with the same key (per event) returns the first `resumed` and "
+        "resumes nothing (or send the `Idempotency-Key` header).",
+        examples=["verified-42"],
+    )
 
 
 class Resumed(OutModel):
@@ -26,6 +35,10 @@ class Resumed(OutModel):
 
 
 @router.post("/signals", response_model=Resumed, responses=problem_responses(422))
-async def signal_matching(body: SignalMatching, client: ClientDep) -> Resumed:
+async def signal_matching(
+    body: SignalMatching, client: ClientDep, key_header: KeyHeader = None
+) -> Resumed:
     """Resume every run waiting on `event` whose `match` the payload contains."""
-    return Resumed(resumed=await client.signal_matching(body.event, body.payload))
+    key = idempotency_key(key_header, body.idempotency_key)
+    resumed = await client.signal_matching(body.event, body.payload, idempotency_key=key)
+    return Resumed(resumed=resumed)
