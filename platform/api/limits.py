@@ -1,19 +1,26 @@
-"""Request limits enforced on the raw ASGI stream, before any parsing: body size and JSON depth.
+"""Request limits enforced on the raw ASGI stream, before the routes parse: body size, content
+type, JSON depth and strict JSON.
 
 The body is counted as it streams in (and refused early when `Content-Length` already says too
 much), so an oversized request never reaches a JSON parser; then the nesting depth of a JSON body
 is measured on the bytes, so a deeply nested document cannot exhaust the parser's recursion.
+A body that is not JSON by its `Content-Type` is a 415. A JSON body is then read once strictly:
+not UTF-8 or an integer over 4,300 digits is a 400 `bad-request`; a duplicate object key, NaN or
+±Infinity is a 422 (JSON has no NaN; with duplicates the value a reader sees depends on the
+reader). Syntax errors are left to the route's parser (400 `malformed-json`).
 """
 
 from __future__ import annotations
 
-from typing import Final
+import json
+from typing import Any, Final
 
+from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ripple.platform.api.problems import problem_response
 
-__all__ = ["RequestLimits", "json_depth"]
+__all__ = ["RequestLimits", "json_depth", "strict_json_problem"]
 
 _OPEN: Final = frozenset(b"[{")
 _CLOSE: Final = frozenset(b"]}")
@@ -52,6 +59,45 @@ def json_depth(data: bytes, limit: int) -> int:
     return deepest
 
 
+class _NotStrict(Exception):
+    """A JSON document Python's parser accepts but Ripple refuses (422)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotStrict(f"{name} is not JSON; send a number or null")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _NotStrict(f"duplicate key {key!r} in a JSON object; send each key once")
+            seen.add(key)
+    return value
+
+
+def strict_json_problem(body: bytes) -> tuple[int, str] | None:
+    """(status, detail) when `body` is JSON Ripple refuses; None when it is fine or malformed
+    (syntax errors are reported by the route's parser)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return 400, f"request body is not UTF-8 ({exc.reason} at byte {exc.start})"
+    try:
+        json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_refuse_constant)
+    except _NotStrict as exc:
+        return 422, str(exc)
+    except json.JSONDecodeError:
+        return None
+    except ValueError:  # an integer over sys.get_int_max_str_digits() (4,300) digits
+        return 400, "request body has an integer of more than 4300 digits; send it as a string"
+    except RecursionError:
+        return None  # bounded by the depth check before; the route's parser reports it
+    return None
+
+
 class _TooLarge(Exception):
     pass
 
@@ -85,15 +131,8 @@ class RequestLimits:
             return
         content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
         is_json = content_type in (b"", b"application/json") or content_type.endswith(b"+json")
-        if body and is_json and json_depth(body, self.max_depth) > self.max_depth:
-            response = problem_response(
-                422,
-                f"JSON nested deeper than {self.max_depth} levels "
-                "(RIPPLE_MAX_JSON_DEPTH); flatten the document",
-                instance=path,
-                slug="json-too-deep",
-                title="JSON too deep",
-            )
+        response = self._check(body, is_json, content_type, path)
+        if response is not None:
             await response(scope, receive, send)
             return
 
@@ -107,6 +146,34 @@ class RequestLimits:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    def _check(
+        self, body: bytes, is_json: bool, content_type: bytes, path: str
+    ) -> JSONResponse | None:
+        """The problem response for a body the routes must not see, or None."""
+        if not body:
+            return None
+        if not is_json:
+            shown = content_type.decode("latin-1")
+            return problem_response(
+                415,
+                f"request bodies are JSON: send Content-Type: application/json (got {shown})",
+                instance=path,
+            )
+        if json_depth(body, self.max_depth) > self.max_depth:
+            return problem_response(
+                422,
+                f"JSON nested deeper than {self.max_depth} levels "
+                "(RIPPLE_MAX_JSON_DEPTH); flatten the document",
+                instance=path,
+                slug="json-too-deep",
+                title="JSON too deep",
+            )
+        problem = strict_json_problem(body)
+        if problem is None:
+            return None
+        status, detail = problem
+        return problem_response(status, detail, instance=path)
 
     async def _read(self, receive: Receive) -> bytes:
         chunks: list[bytes] = []

@@ -167,3 +167,62 @@ async def test_api_problems__errors_map_to_statuses(
 async def test_api_problems__unknown_route_and_wrong_method(http: httpx.AsyncClient) -> None:
     assert "no route" in _problem(await http.get("/nope"), 404)["detail"]
     _problem(await http.delete("/echo"), 405)
+
+
+@pytest.fixture
+async def roomy() -> Any:
+    """The test app with room for 4,300-digit numbers."""
+    transport = httpx.ASGITransport(app=_app(max_body=16_384), raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        yield client
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "slug", "says"),
+    [
+        (b'{"value": 1, "value": 2}', 422, "invalid-input", "duplicate key 'value'"),
+        (b'{"value": {"a": 1, "b": [{"c": 1, "c": 1}]}}', 422, "invalid-input", "'c'"),
+        (b'{"value": NaN}', 422, "invalid-input", "NaN is not JSON"),
+        (b'{"value": [Infinity]}', 422, "invalid-input", "Infinity is not JSON"),
+        (b'{"value": -Infinity}', 422, "invalid-input", "-Infinity is not JSON"),
+        (b'{"value": "\xff\xfe"}', 400, "bad-request", "not UTF-8"),
+        (b'{"value": ' + b"9" * 4301 + b"}", 400, "bad-request", "4300 digits"),
+    ],
+)
+async def test_issue_18_strict_json_bodies(
+    roomy: httpx.AsyncClient, content: bytes, status: int, slug: str, says: str
+) -> None:
+    response = await roomy.post(
+        "/echo", content=content, headers={"content-type": "application/json"}
+    )
+    body = _problem(response, status)
+    assert body["type"].endswith(slug)
+    assert says in body["detail"]
+
+
+async def test_issue_18_big_but_readable_numbers_and_repeated_keys_in_strings_pass(
+    roomy: httpx.AsyncClient,
+) -> None:
+    content = b'{"value": [' + b"9" * 4300 + b', {"a": "a", "b": "\\"a\\": 1"}]}'
+    response = await roomy.post(
+        "/echo", content=content, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "application/x-www-form-urlencoded", "application/xml"]
+)
+async def test_issue_18_wrong_content_type_is_415(
+    roomy: httpx.AsyncClient, content_type: str
+) -> None:
+    response = await roomy.post(
+        "/echo", content=b'{"value": 1}', headers={"content-type": content_type}
+    )
+    body = _problem(response, 415)
+    assert body["type"].endswith("unsupported-media-type")
+    assert "application/json" in body["detail"]
+    # JSON types and a missing Content-Type (read as JSON) are accepted
+    for ok in ("application/json; charset=utf-8", "application/merge-patch+json"):
+        response = await roomy.post("/echo", content=b'{"value": 1}', headers={"content-type": ok})
+        assert response.status_code == 200, response.text
