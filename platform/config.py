@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     redis_prefix: str = "ripple:"
     pool_min_size: Annotated[int, Field(ge=0, le=1000)] = 2
     pool_max_size: Annotated[int, Field(ge=1, le=1000)] = 20
+    #: Seconds a database connect or statement may take before the call fails with
+    #: `Unavailable` (the API answers 503 with `Retry-After`) instead of hanging in an outage.
+    db_timeout: Annotated[float, Field(gt=0, le=3600)] = 5.0
     #: Seconds a claimed run or delivery stays leased without a heartbeat.
     lease_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
     #: Fallback poll interval in seconds: the longest a lost wake-up hint delays work.

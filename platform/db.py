@@ -6,13 +6,17 @@ call `map_errors()` (or use `transaction()`, which does) and handle `RippleError
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import asyncpg
 import asyncpg.pool
+import structlog
 
 from ripple.platform.config import Settings
 from ripple.platform.errors import (
@@ -31,8 +35,11 @@ __all__ = [
     "create_pool",
     "dumps",
     "map_errors",
+    "quiet_driver_noise",
     "transaction",
 ]
+
+log = structlog.get_logger("ripple.db")
 
 Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
 #: A connection, whether acquired from the pool (a proxy) or opened directly.
@@ -73,8 +80,13 @@ def _database_url(settings: Settings, dsn: str | None = None) -> str:
 
 
 async def create_pool(settings: Settings, *, dsn: str | None = None, **kwargs: Any) -> Pool:
-    """Open a pool to `dsn` (default `settings.database_url`) with Ripple's codecs."""
+    """Open a pool to `dsn` (default `settings.database_url`) with Ripple's codecs.
+
+    Connects and statements time out after `settings.db_timeout` (RIPPLE_DB_TIMEOUT) seconds:
+    in a database outage a call fails with `Unavailable` instead of hanging.
+    """
     url = _database_url(settings, dsn)
+    quiet_driver_noise()
     with map_errors():
         pool: Pool = await asyncpg.create_pool(
             url,
@@ -83,9 +95,86 @@ async def create_pool(settings: Settings, *, dsn: str | None = None, **kwargs: A
             init=init_connection,
             # Statement cache stays on: the hot statements are few and fixed.
             server_settings={"application_name": "ripple"},
+            timeout=settings.db_timeout,
+            command_timeout=settings.db_timeout,
             **{"reset": _release_reset, **kwargs},
         )
     return pool
+
+
+# -- driver noise during outages -----------------------------------------------------------
+# In a database outage asyncpg logs "Failed to restore the pool connection floor" with a
+# traceback on every reconnect attempt, and futures it fails in `connection_lost` that nobody
+# awaits reach asyncio's "Future exception was never retrieved" handler, also with a traceback.
+# Both become one structured warning each (then at most one a minute, counting the rest).
+
+#: Seconds during which repeats of a driver warning are counted instead of logged.
+_REPEAT_WINDOW: Final = 60.0
+_DRIVER_ERRORS: Final = (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError)
+_FLOOR_MESSAGE: Final = "Failed to restore the pool connection floor"
+_UNRETRIEVED: Final = "Future exception was never retrieved"
+
+
+class _Repeats:
+    """Per warning kind: when it was last logged, and how many repeats were not logged since."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+        self._count: dict[str, int] = {}
+
+    def warn(self, event: str, exc: BaseException | None) -> None:
+        now = time.monotonic()
+        last = self._last.get(event)
+        if last is not None and now - last < _REPEAT_WINDOW:
+            self._count[event] = self._count.get(event, 0) + 1
+            return
+        self._last[event] = now
+        repeats = self._count.pop(event, 0)
+        error = "unknown" if exc is None else f"{type(exc).__name__}: {exc}"
+        log.warning(event, error=error, repeats_since_last=repeats)
+
+
+_repeats = _Repeats()
+
+
+class _FloorFilter(logging.Filter):
+    """Turns asyncpg's reconnect-failure log record into `db_pool_reconnect_failed`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith(_FLOOR_MESSAGE):
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        _repeats.warn("db_pool_reconnect_failed", exc)
+        return False
+
+
+def _exception_handler(previous: Any) -> Any:
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if str(context.get("message", "")).startswith(_UNRETRIEVED) and isinstance(
+            exc, _DRIVER_ERRORS
+        ):
+            _repeats.warn("db_connection_lost", exc)
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    handle.ripple_quiet = True  # type: ignore[attr-defined]
+    return handle
+
+
+def quiet_driver_noise() -> None:
+    """Replace asyncpg's outage tracebacks by structured warnings (idempotent; needs a running
+    loop for the loop's exception handler, which wraps any handler already set)."""
+    pool_logger = logging.getLogger("asyncpg.pool")
+    if not any(isinstance(f, _FloorFilter) for f in pool_logger.filters):
+        pool_logger.addFilter(_FloorFilter())
+    loop = asyncio.get_running_loop()
+    current = loop.get_exception_handler()
+    if not getattr(current, "ripple_quiet", False):
+        loop.set_exception_handler(_exception_handler(current))
 
 
 class DedicatedConnection:
@@ -133,6 +222,11 @@ def map_errors() -> Iterator[None]:
         yield
     except RippleError:
         raise
+    except TimeoutError as exc:  # a connect or statement past RIPPLE_DB_TIMEOUT
+        raise Unavailable(
+            "the database did not answer within RIPPLE_DB_TIMEOUT; the outcome is unknown: "
+            "retry (with the same idempotency key)"
+        ) from exc
     except asyncpg.UniqueViolationError as exc:
         raise Conflict(
             f"already exists ({exc.constraint_name})", constraint=exc.constraint_name

@@ -23,6 +23,8 @@ log = structlog.get_logger("ripple.migrate")
 
 # Arbitrary constant shared by every Ripple process: "ripple" in ASCII.
 _LOCK_KEY = 0x726970706C65
+#: Statement timeout (seconds) of the migration lock wait and of migrations themselves.
+_SLOW = 24 * 3600.0
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _NO_TX = "-- ripple: no-transaction"
 
@@ -113,17 +115,19 @@ async def apply_migrations(pool: Pool, migrations: list[Migration] | None = None
             # Fast path: nothing to do, no lock taken.
             if not _check(migrations, await _applied(conn)):
                 return 0
-            await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
+            # Waiting for another process's migrations, and migrating, may take longer than
+            # RIPPLE_DB_TIMEOUT (the pool's statement timeout): these statements have their own.
+            await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY, timeout=_SLOW)
             try:
                 await conn.execute(CREATE_TABLE)
                 pending = _check(migrations, await _applied(conn))
                 for m in pending:
                     if m.transactional:
                         async with conn.transaction():
-                            await conn.execute(m.sql)
+                            await conn.execute(m.sql, timeout=_SLOW)
                             await conn.execute(INSERT_APPLIED, m.version, m.name, m.checksum)
                     else:
-                        await conn.execute(m.sql)
+                        await conn.execute(m.sql, timeout=_SLOW)
                         await conn.execute(INSERT_APPLIED, m.version, m.name, m.checksum)
                     log.info("migration_applied", version=m.version, name=m.name)
                 return len(pending)

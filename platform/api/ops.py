@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, Final
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import Field
@@ -18,6 +19,10 @@ from ripple.platform.observability import metrics_exposition
 __all__ = ["router"]
 
 router = APIRouter(tags=["operations"])
+
+#: Longest `/readyz` waits for the database (or RIPPLE_DB_TIMEOUT if shorter) before it answers
+#: 503: a load balancer must learn of a stalled database quickly, not when it recovers.
+READY_WAIT: Final = 1.0
 
 
 class Health(OutModel):
@@ -37,14 +42,36 @@ async def healthz() -> Health:
     return Health(status="ok")
 
 
+def _probe(request: Request, client: ClientDep) -> asyncio.Task[int]:
+    """The database probe in flight, shared by concurrent `/readyz` calls (a stalled database
+    gets one probe, not one per call), or a new one."""
+    task: asyncio.Task[int] | None = getattr(request.app.state, "ready_probe", None)
+    if task is None or task.done():
+        task = asyncio.create_task(migrate.pending_migrations(client.pool))
+        # Retrieve the outcome even when every caller gave up waiting for it.
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        request.app.state.ready_probe = task
+    return task
+
+
+def _unavailable(detail: str) -> JSONResponse:
+    body = Readiness(status="unavailable", database=False, detail=detail)
+    return JSONResponse(body.model_dump(by_alias=True), status_code=503)
+
+
 @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
-async def readyz(client: ClientDep) -> Any:
-    """Ready when the database answers and every migration this version ships is applied."""
+async def readyz(request: Request, client: ClientDep) -> Any:
+    """Ready when the database answers (within a second) and every migration this version
+    ships is applied."""
+    probe = _probe(request, client)
+    wait = min(READY_WAIT, client.settings.db_timeout)
+    done, _ = await asyncio.wait({probe}, timeout=wait)
+    if not done:
+        return _unavailable(f"the database did not answer within {wait:g} s")
     try:
-        pending = await migrate.pending_migrations(client.pool)
+        pending = probe.result()
     except RippleError as exc:
-        body = Readiness(status="unavailable", database=False, detail=exc.message)
-        return JSONResponse(body.model_dump(by_alias=True), status_code=503)
+        return _unavailable(exc.message)
     if pending:
         body = Readiness(
             status="migrations pending",
