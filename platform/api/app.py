@@ -27,8 +27,11 @@ _DESCRIPTION = """
 Ripple: publish events to topics, fan them out to queues, webhooks and durable workflows.
 
 All `/v1` routes take `Authorization: Bearer <token>` (tokens from `RIPPLE_API_TOKENS`).
-Errors are RFC 9457 `application/problem+json`. Bodies are limited to `RIPPLE_MAX_BODY_BYTES`
-(413 above it) and JSON nesting to `RIPPLE_MAX_JSON_DEPTH` (422). Lists take `limit` and `cursor`.
+Errors are RFC 9457 `application/problem+json`. Bodies are JSON (415 otherwise), limited to
+`RIPPLE_MAX_BODY_BYTES` (413 above it) and JSON nesting to `RIPPLE_MAX_JSON_DEPTH` (422); NaN,
+Infinity and repeated object keys are 422, bodies that are not UTF-8 or hold integers of more
+than 4,300 digits 400 (`bad-request`). A database that does not answer within
+`RIPPLE_DB_TIMEOUT` gives 503 with `Retry-After`. Lists take `limit` and `cursor`.
 """
 
 
@@ -90,12 +93,14 @@ def _problem_everywhere(schema: dict[str, Any]) -> None:
     """Document the problem responses every /v1 route can give (401, 413, 422, 5xx)."""
     ref = {"$ref": "#/components/schemas/Problem"}
     common = {
-        "400": "Malformed JSON",
+        "400": "Malformed JSON (`malformed-json`); a body that is not UTF-8 or has an integer "
+        "of more than 4,300 digits (`bad-request`)",
         "404": "Not found",
         "405": "Method not allowed",
         "401": "Missing or invalid bearer token",
         "413": "Request body too large",
-        "422": "Invalid input",
+        "415": "Request body is not JSON (Content-Type)",
+        "422": "Invalid input (also NaN/Infinity or a repeated key in a JSON object)",
         "503": "Database unavailable; retry",
     }
     for path, item in schema.get("paths", {}).items():
