@@ -357,13 +357,16 @@ def explain(
 def signal(
     event: Annotated[str, typer.Argument(help="Event name the runs wait on.")],
     payload: Annotated[str | None, typer.Argument(help="JSON payload.")] = None,
+    idempotency_key: Annotated[
+        str | None, typer.Option("--idempotency-key", "-k", help="Retry-safe: dedupe repeats.")
+    ] = None,
     api: ApiOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Resume every run waiting on EVENT whose match the payload contains."""
     value = _json_arg(payload, "payload")
-    result = _operate(api, token, lambda op: op.signal_matching(event, value))
+    result = _operate(api, token, lambda op: op.signal_matching(event, value, idempotency_key))
     if as_json:
         _print_json(result)
     else:
@@ -596,13 +599,16 @@ def runs_signal(
     run_id: Annotated[str, typer.Argument(help="Run id.")],
     name: Annotated[str, typer.Argument(help="Wait name.")],
     payload: Annotated[str | None, typer.Argument(help="JSON payload.")] = None,
+    idempotency_key: Annotated[
+        str | None, typer.Option("--idempotency-key", "-k", help="Retry-safe: dedupe repeats.")
+    ] = None,
     api: ApiOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Signal one run's wait NAME (buffered if the run is not waiting yet)."""
     value = _json_arg(payload, "payload")
-    result = _operate(api, token, lambda op: op.signal(run_id, name, value))
+    result = _operate(api, token, lambda op: op.signal(run_id, name, value, idempotency_key))
     if as_json:
         _print_json(result)
     else:

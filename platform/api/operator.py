@@ -59,8 +59,12 @@ class Operator(Protocol):
     async def get_run(self, run_id: str) -> Json: ...
     async def steps(self, run_id: str) -> Json: ...
     async def cancel(self, run_id: str) -> bool: ...
-    async def signal(self, run_id: str, name: str, payload: Json) -> Json: ...
-    async def signal_matching(self, event: str, payload: Json) -> Json: ...
+    async def signal(
+        self, run_id: str, name: str, payload: Json, idempotency_key: str | None
+    ) -> Json: ...
+    async def signal_matching(
+        self, event: str, payload: Json, idempotency_key: str | None
+    ) -> Json: ...
     async def queue_send(
         self, queue: str, body: Json, group_id: str | None, delay: float | None
     ) -> Json: ...
@@ -169,12 +173,15 @@ class LocalOperator:
             raise OperatorError(f"no run {run_id}")
         return await self.client.cancel(run_id)
 
-    async def signal(self, run_id: str, name: str, payload: Json) -> Json:
-        result = await self.client.signal(run_id, name, payload)
+    async def signal(
+        self, run_id: str, name: str, payload: Json, idempotency_key: str | None
+    ) -> Json:
+        result = await self.client.signal(run_id, name, payload, idempotency_key=idempotency_key)
         return {"delivered": result.delivered, "buffered": result.buffered}
 
-    async def signal_matching(self, event: str, payload: Json) -> Json:
-        return {"resumed": await self.client.signal_matching(event, payload)}
+    async def signal_matching(self, event: str, payload: Json, idempotency_key: str | None) -> Json:
+        resumed = await self.client.signal_matching(event, payload, idempotency_key=idempotency_key)
+        return {"resumed": resumed}
 
     async def queue_send(
         self, queue: str, body: Json, group_id: str | None, delay: float | None
@@ -334,11 +341,16 @@ class RemoteOperator:
         result = await self._call("DELETE", f"/v1/runs/{run_id}")
         return bool(result["canceled"])
 
-    async def signal(self, run_id: str, name: str, payload: Json) -> Json:
-        return await self._call("POST", f"/v1/runs/{run_id}/signals/{name}", json=payload)
+    async def signal(
+        self, run_id: str, name: str, payload: Json, idempotency_key: str | None
+    ) -> Json:
+        headers = {} if idempotency_key is None else {"Idempotency-Key": idempotency_key}
+        path = f"/v1/runs/{run_id}/signals/{name}"
+        return await self._call("POST", path, json=payload, headers=headers)
 
-    async def signal_matching(self, event: str, payload: Json) -> Json:
-        return await self._call("POST", "/v1/signals", json={"event": event, "payload": payload})
+    async def signal_matching(self, event: str, payload: Json, idempotency_key: str | None) -> Json:
+        body = {"event": event, "payload": payload, "idempotencyKey": idempotency_key}
+        return await self._call("POST", "/v1/signals", json=body)
 
     async def queue_send(
         self, queue: str, body: Json, group_id: str | None, delay: float | None

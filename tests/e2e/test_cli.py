@@ -218,3 +218,28 @@ async def test_cli__schedules(ripple_cli: CliRunner) -> None:
     assert "deleted" in (await ripple_cli("schedules", "delete", "cli-tick")).stdout
     gone = await ripple_cli("schedules", "delete", "cli-tick", check=False)
     assert gone.returncode == 1
+
+
+async def test_issue_18_cli_signals_take_an_idempotency_key(
+    ripple_cli: CliRunner, api_server: ApiServer, module_database_url: str
+) -> None:
+    api = ["--api", api_server.url, "--token", api_server.token]
+    run_id = parsed((await ripple_cli("runs", "start", "cli-unserved", "{}", "--json")).stdout)[
+        "runId"
+    ]
+    answers = [
+        await ripple_cli("runs", "signal", run_id, "go", '{"n": 1}', "-k", "once", *extra)
+        for extra in ([], api, [])
+    ]
+    assert all("buffered" in a.stdout for a in answers)
+    matching = [
+        parsed((await ripple_cli("signal", "cli.nobody", "{}", "-k", "m", *extra)).stdout)
+        for extra in (["--json"], [*api, "--json"])
+    ]
+    assert matching == [{"resumed": 0}, {"resumed": 0}]
+    async with Client(database_url=module_database_url) as client:
+        signals = await client.pool.fetchval(
+            "SELECT count(*) FROM ripple_signals WHERE run_id = $1", run_id
+        )
+        keys = await client.pool.fetchval("SELECT count(*) FROM ripple_signal_keys")
+    assert (signals, keys) == (1, 2)
