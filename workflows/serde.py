@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any
 
 from pydantic import ConfigDict, PydanticUserError, TypeAdapter
+from pydantic_core import to_json
 
 from ripple.platform.topics import check_json
 
@@ -65,7 +66,14 @@ def _adapter_for(annotation: Any) -> TypeAdapter[Any] | None:
 
 
 def _checked(value: Any, field: str, max_depth: int) -> Any:
-    check_json(value, field=field, max_depth=max_depth)
+    # Rust-speed prefilter: NaN/±Infinity show as bare `NaN`/`Infinity` tokens and nesting needs
+    # brackets. Only a value that may break the rule (a string holding "NaN" is a false alarm)
+    # is walked by check_json, which decides and names the problem; the walk costs several
+    # times the conversion itself.
+    text = to_json(value, inf_nan_mode="constants")
+    deep = len(text) > max_depth and text.count(b"[") + text.count(b"{") > max_depth
+    if deep or b"NaN" in text or b"Infinity" in text:
+        check_json(value, field=field, max_depth=max_depth)
     return value
 
 

@@ -97,3 +97,11 @@ async def test_issue_18_step_result_with_nan_fails_instead_of_storing_null(app: 
         with pytest.raises(WorkflowFailed) as caught:
             await handle.result(timeout=10)
     assert caught.value.error["type"] == "InvalidInput"
+
+
+async def test_issue_18_strings_that_spell_nan_are_fine(app: App) -> None:
+    value = {"s": "NaN", "t": ["-Infinity", {"u": "Infinity NaN"}], "n": 1.5}
+    handle = await app.workflows.start(raw_input, value)
+    run = await app.workflows.get_run(handle.run_id)
+    assert run is not None
+    assert run.input == value
