@@ -52,6 +52,8 @@ class Settings(BaseSettings):
     webhook_timeout: Annotated[float, Field(gt=0, le=300)] = 15.0
     webhook_concurrency: Annotated[int, Field(ge=1, le=10_000)] = 50
     webhook_endpoint_concurrency: Annotated[int, Field(ge=1, le=1000)] = 8
+    #: Open connections per webhook origin (scheme, host, port) across all its subscriptions.
+    webhook_origin_concurrency: Annotated[int, Field(ge=1, le=10_000)] = 16
     #: Seconds of continuous failure after which a webhook subscription is disabled (5 days).
     webhook_disable_after: Annotated[float, Field(gt=0)] = 5 * 24 * 3600.0
     #: Largest request body the API accepts, in bytes (413 above it).

@@ -2,11 +2,14 @@
 
 Owns the delivery loop: claim with `FOR UPDATE SKIP LOCKED` under a lease (the claim pushes
 `next_attempt_at` to the lease expiry, so a dispatcher that dies mid-attempt loses the delivery
-to the next claimer: at-least-once), send with Standard Webhooks headers through the pinned
-transport, and record the attempt and its outcome in one transaction. Concurrency is bounded
-overall (`webhook_concurrency`) and per subscription endpoint (`webhook_endpoint_concurrency`):
-a saturated endpoint's deliveries are not even claimed, so a slow endpoint never takes the slots
-of others. The outcome rules live in `outcomes.py`, signing in `signing.py`, SSRF in `ssrf.py`.
+to the next claimer: at-least-once), send with Standard Webhooks headers through the
+SSRF-guarded aiohttp session (`transport.py`), and record the attempt and its outcome in one
+transaction. Concurrency is bounded overall (`webhook_concurrency`) and per subscription
+endpoint (`webhook_endpoint_concurrency`): a saturated endpoint's deliveries are not even
+claimed, so a slow endpoint never takes the slots of others; connections are also capped per
+origin (`webhook_origin_concurrency`), so many subscriptions of one slow host cannot hold every
+connection either. The outcome rules live in `outcomes.py`, signing in `signing.py`, SSRF in
+`ssrf.py`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
-import httpx
+import aiohttp
 import structlog
 
 from ripple.platform import subscription_store
@@ -33,8 +36,8 @@ from ripple.platform.wake import CH_DELIVERIES, SubscriptionsChanged, Waker
 from ripple.subscribers import delivery_store as store
 from ripple.subscribers.outcomes import Decision, decide, schedule_for
 from ripple.subscribers.signing import signature_header
-from ripple.subscribers.ssrf import AddressPolicy, Resolver, SystemResolver, check_url
-from ripple.subscribers.transport import PinnedTransport
+from ripple.subscribers.ssrf import AddressPolicy, Resolver, SystemResolver, check_literal_url
+from ripple.subscribers.transport import open_session
 
 __all__ = ["WebhookDispatcher", "message_body", "signing_secrets"]
 
@@ -73,14 +76,16 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {detail.strip().splitlines()[0] if detail.strip() else ''}"[:500]
 
 
-async def _read_head(response: httpx.Response) -> str:
+async def _read_head(response: aiohttp.ClientResponse) -> str:
+    """The start of the body; at most RESPONSE_READ_CAP bytes are read, the rest never is."""
     chunks: list[bytes] = []
     size = 0
-    async for chunk in response.aiter_bytes():
+    while size < RESPONSE_READ_CAP:
+        chunk = await response.content.read(RESPONSE_READ_CAP - size)
+        if not chunk:
+            break
         chunks.append(chunk)
         size += len(chunk)
-        if size >= RESPONSE_READ_CAP:
-            break
     head = b"".join(chunks)[:RESPONSE_HEAD]
     return head.decode("utf-8", errors="replace").replace("\x00", "")
 
@@ -92,7 +97,6 @@ class WebhookDispatcher:
         pool: the Postgres pool.
         waker: wakes the loop on `DeliveriesReady`; without hints it polls.
         settings: timeouts, concurrency limits, allowed networks, poll interval.
-        transport: the HTTP transport; default pins connections to SSRF-checked addresses.
         resolver: DNS seam for the SSRF check (default: the system resolver).
         rng: randomness for retry jitter (tests pass a seeded one).
     """
@@ -105,7 +109,6 @@ class WebhookDispatcher:
         waker: Waker,
         settings: Settings,
         *,
-        transport: httpx.AsyncBaseTransport | None = None,
         resolver: Resolver | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -114,13 +117,7 @@ class WebhookDispatcher:
         self._settings = settings
         self._policy = AddressPolicy.from_cidrs(settings.webhook_allowed_networks)
         self._resolver: Resolver = resolver or SystemResolver()
-        self._transport = transport or PinnedTransport(
-            self._policy,
-            self._resolver,
-            max_connections=settings.webhook_concurrency,
-            max_keepalive_connections=min(settings.webhook_concurrency, 100),
-        )
-        self._http: httpx.AsyncClient | None = None
+        self._http: aiohttp.ClientSession | None = None
         self._rng = rng or random.Random()
         self._tasks: set[asyncio.Task[None]] = set()
         #: the claim each in-flight task holds, to release it if shutdown cancels the task
@@ -178,9 +175,9 @@ class WebhookDispatcher:
             await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the HTTP client (its keep-alive connections)."""
+        """Close the HTTP session (its keep-alive connections)."""
         if self._http is not None:
-            await self._http.aclose()
+            await self._http.close()
             self._http = None
 
     async def _idle(self, hint: Any) -> None:
@@ -227,13 +224,14 @@ class WebhookDispatcher:
 
     # -- claiming ----------------------------------------------------------------------------
 
-    def _client(self) -> httpx.AsyncClient:
+    def _client(self) -> aiohttp.ClientSession:
         if self._http is None:
-            self._http = httpx.AsyncClient(
-                transport=self._transport,
-                follow_redirects=False,
-                timeout=self._settings.webhook_timeout,
-                headers={"user-agent": USER_AGENT},
+            self._http = open_session(
+                self._policy,
+                self._resolver,
+                limit=self._settings.webhook_concurrency,
+                limit_per_host=self._settings.webhook_origin_concurrency,
+                user_agent=USER_AGENT,
             )
         return self._http
 
@@ -329,7 +327,8 @@ class WebhookDispatcher:
         try:
             async with asyncio.timeout(timeout):
                 url = str(target["url"])
-                await check_url(url, self._policy, self._resolver)
+                # Host names are resolved and checked once, when a connection is opened.
+                check_literal_url(url, self._policy)
                 body = message_body(delivery.topic, delivery.event_time, delivery.payload)
                 stamp = int(time.time())
                 msg_id = "msg_" + delivery.id.replace("-", "")
@@ -341,16 +340,12 @@ class WebhookDispatcher:
                         msg_id, stamp, body, signing_secrets(target, started_at)
                     ),
                 }
-                request = self._client().build_request(
-                    "POST", url, content=body, headers=headers, timeout=timeout
-                )
-                response = await self._client().send(request, stream=True)
-                try:
-                    status_code = response.status_code
+                async with self._client().post(
+                    url, data=body, headers=headers, allow_redirects=False
+                ) as response:
+                    status_code = response.status
                     retry_after = response.headers.get("retry-after")
                     head = await _read_head(response)
-                finally:
-                    await response.aclose()
         except Exception as exc:  # any failure of this attempt is recorded and retried
             error = _error_text(exc)
             if status_code is not None:

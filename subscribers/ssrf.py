@@ -5,7 +5,8 @@ IPv6 forms become the IPv4 they embed), then refuse it if an explicit deny list 
 `ipaddress`'s own flags say it is not public, unless an allow-listed network admits it. The deny
 list is explicit because `ipaddress.is_global` calls some of these ranges global. Resolution goes
 through the `Resolver` protocol so tests can script DNS answers; the caller must connect to the
-address it checked (see `subscribers/transport.py`), or DNS rebinding defeats the check.
+address it checked, or DNS rebinding defeats the check (`subscribers/transport.py` resolves
+once per connection, through this check).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ __all__ = [
     "SystemResolver",
     "Unresolvable",
     "canonical",
+    "check_literal_url",
     "check_url",
+    "literal_address",
     "parse_target_url",
 ]
 
@@ -183,7 +186,8 @@ def parse_target_url(url: str) -> tuple[str, str, int]:
     return scheme, host, port or (443 if scheme == "https" else 80)
 
 
-def _literal(host: str) -> str | None:
+def literal_address(host: str) -> str | None:
+    """The address `host` spells when it is an IP literal (zone id dropped), else None."""
     try:
         return str(ipaddress.ip_address(host.split("%", 1)[0]))
     except ValueError:
@@ -196,13 +200,17 @@ async def check_url(url: str, policy: AddressPolicy, resolver: Resolver) -> list
     Raises `ValueError` for a malformed URL and `BlockedAddress` (a ValueError) for a refused one.
     """
     _scheme, host, port = parse_target_url(url)
-    literal = _literal(host)
+    literal = literal_address(host)
     addresses = [literal] if literal is not None else await resolver.resolve(host, port)
     return policy.check(host, addresses)
 
 
-async def check_host(host: str, port: int, policy: AddressPolicy, resolver: Resolver) -> str:
-    """The first checked address of `host` (what a connection must use)."""
-    literal = _literal(host)
-    addresses = [literal] if literal is not None else await resolver.resolve(host, port)
-    return policy.check(host, addresses)[0]
+def check_literal_url(url: str, policy: AddressPolicy) -> None:
+    """Check a URL without DNS: a literal IP host is checked, a host name is left to connect time.
+
+    Raises `ValueError` for a malformed URL and `BlockedAddress` for a refused literal.
+    """
+    _scheme, host, _port = parse_target_url(url)
+    literal = literal_address(host)
+    if literal is not None:
+        policy.check(host, [literal])

@@ -1,82 +1,94 @@
-"""The HTTP transport webhooks are sent through: keep-alive pooled, and pinned to checked IPs.
+"""The HTTP transport webhooks are sent through: aiohttp, keep-alive pooled, SSRF-guarded.
 
-Owns connection set-up only. Every new TCP connection resolves the host through the SSRF
-`Resolver`, checks every answer against the `AddressPolicy`, and connects to the checked IP
-itself, so a DNS answer that changes between the check and the connect (rebinding) cannot send
-the request elsewhere. The URL keeps the host name, so the Host header, TLS SNI, certificate
-verification and the keep-alive pool key all stay those of the original host name.
+Owns connection set-up only. The connector resolves host names through `GuardedResolver`,
+which checks every answer against the `AddressPolicy` and hands the connector only the checked
+addresses, so validation and connection use one resolution and a DNS answer that changes
+between a check and a connect (rebinding) cannot send the request elsewhere. The URL keeps the
+host name, so the Host header, TLS SNI, certificate verification and the keep-alive pool key
+stay those of the original host. aiohttp connects to IP literals without resolving them, so the
+caller checks those itself (`ssrf.check_literal_url`) before each request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import ipaddress
+import socket
 
-import httpcore
-import httpx
+import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
 
-from ripple.subscribers.ssrf import AddressPolicy, Resolver, check_host
+from ripple.subscribers.ssrf import AddressPolicy, Resolver
 
-__all__ = ["PinnedTransport"]
+__all__ = ["GuardedResolver", "open_session"]
+
+#: Seconds an idle keep-alive connection is kept.
+KEEPALIVE: float = 30.0
 
 
-class _PinnedBackend(httpcore.AsyncNetworkBackend):
-    """A network backend that connects only to resolved-and-checked addresses."""
+class GuardedResolver(AbstractResolver):
+    """An aiohttp resolver that returns only addresses the SSRF policy admits.
+
+    Raises `BlockedAddress` (from `ssrf`) when any answer is refused and `Unresolvable` when
+    there is none; both propagate unchanged out of the request.
+    """
 
     def __init__(self, policy: AddressPolicy, resolver: Resolver) -> None:
         self._policy = policy
         self._resolver = resolver
-        self._inner = httpcore.AnyIOBackend()
 
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        address = await check_host(host, port, self._policy, self._resolver)
-        return await self._inner.connect_tcp(
-            address,
-            port,
-            timeout=timeout,
-            local_address=local_address,
-            socket_options=socket_options,
-        )
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        addresses = self._policy.check(host, await self._resolver.resolve(host, port))
+        results: list[ResolveResult] = []
+        for addr in addresses:
+            version = ipaddress.ip_address(addr).version
+            if family != socket.AF_UNSPEC and family != (
+                socket.AF_INET if version == 4 else socket.AF_INET6
+            ):
+                continue
+            results.append(
+                ResolveResult(
+                    hostname=host,
+                    host=addr,
+                    port=port,
+                    family=socket.AF_INET if version == 4 else socket.AF_INET6,
+                    proto=0,
+                    flags=socket.AI_NUMERICHOST,
+                )
+            )
+        if not results:
+            raise OSError(f"webhook host {host!r} has no address of family {family!r}")
+        return results
 
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("webhooks never connect to unix sockets")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
+    async def close(self) -> None:
+        return None
 
 
-class PinnedTransport(httpx.AsyncHTTPTransport):
-    """httpx's transport with its connection pool built on the pinned backend.
+def open_session(
+    policy: AddressPolicy,
+    resolver: Resolver,
+    *,
+    limit: int,
+    limit_per_host: int,
+    user_agent: str,
+) -> aiohttp.ClientSession:
+    """A session whose new connections go only to SSRF-checked addresses.
 
-    httpx does not take a network backend, so the pool it builds is replaced by an equivalent
-    one (same exception mapping and request conversion, inherited).
+    `limit` bounds connections overall and `limit_per_host` per origin (host, port, TLS); a
+    request beyond either waits for a connection inside its own timeout. No DNS cache: every
+    new connection resolves, and is checked, again. Redirects are the caller's to refuse.
     """
-
-    def __init__(
-        self,
-        policy: AddressPolicy,
-        resolver: Resolver,
-        *,
-        max_connections: int = 100,
-        max_keepalive_connections: int = 20,
-        keepalive_expiry: float = 30.0,
-    ) -> None:
-        super().__init__()
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(),
-            max_connections=max_connections,
-            max_keepalive_connections=max_keepalive_connections,
-            keepalive_expiry=keepalive_expiry,
-            network_backend=_PinnedBackend(policy, resolver),
-        )
+    connector = aiohttp.TCPConnector(
+        resolver=GuardedResolver(policy, resolver),
+        use_dns_cache=False,
+        limit=limit,
+        limit_per_host=limit_per_host,
+        keepalive_timeout=KEEPALIVE,
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        headers={"user-agent": user_agent},
+        timeout=aiohttp.ClientTimeout(total=None),
+        cookie_jar=aiohttp.DummyCookieJar(),
+    )

@@ -4,6 +4,7 @@ lost leases and concurrent dispatchers (real sockets to local sinks)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 
 from ripple.platform.config import Settings
@@ -59,24 +60,115 @@ async def test_webhook_dispatcher__refuses_private_address_at_delivery(
     assert "loopback" in row["last_error"]
 
 
-async def test_webhook_dispatcher__dns_rebinding_between_check_and_connect_is_refused(
-    pool: Pool, settings: Settings, hooks: Hooks
+async def test_webhook_dispatcher__each_connection_uses_the_resolution_it_checked(
+    pool: Pool, hook_settings: Settings, hooks: Hooks
 ) -> None:
-    # First answer (the pre-check) is public, the second (the connect) is loopback: the
-    # connection is made only to an address checked at connect time, so it is refused.
-    resolver = ScriptedResolver({"rebind.example": [["93.184.216.34"], ["127.0.0.1"]]})
+    # DNS rebinding: the host first answers loopback (allowed here), then cloud metadata. Each
+    # new connection resolves once, checks that answer and connects to it, so the second
+    # connection is refused without a request being sent and no second lookup is made.
+    resolver = ScriptedResolver({"rebind.example": [["127.0.0.1"], ["169.254.169.254"]]})
     async with Sink() as sink:
         sub = await hooks.subscribe(sink.url(host="rebind.example"))
         await hooks.publish([sub])
-        d = WebhookDispatcher(pool, NullWaker(), settings, resolver=resolver)
-        await d.run_until_idle()
+        await WebhookDispatcher(
+            pool, NullWaker(), hook_settings, resolver=resolver
+        ).run_until_idle()
+        assert resolver.calls == 1
+        assert len(sink.received) == 1
+        await hooks.publish([sub])
+        # a new dispatcher has no pooled connection: it must resolve (and check) again
+        await WebhookDispatcher(
+            pool, NullWaker(), hook_settings, resolver=resolver
+        ).run_until_idle()
     assert resolver.calls == 2
-    assert sink.received == []
-    (row,) = await hooks.deliveries(sub)
-    assert "BlockedAddress" in row["last_error"]
-    attempts = await webhook.list_attempts(pool, str(row["id"]))
+    assert len(sink.received) == 1
+    rows = await hooks.deliveries(sub)
+    assert sorted(r["status"] for r in rows) == ["delivered", "pending"]
+    (blocked,) = [r for r in rows if r["status"] == "pending"]
+    assert "cloud metadata" in blocked["last_error"]
+    attempts = await webhook.list_attempts(pool, str(blocked["id"]))
     assert attempts[0].error is not None
     assert attempts[0].error.startswith("BlockedAddress")
+
+
+async def test_webhook_dispatcher__one_refused_answer_refuses_the_host(
+    pool: Pool, hook_settings: Settings, hooks: Hooks
+) -> None:
+    resolver = ScriptedResolver({"mixed.example": [["127.0.0.1", "10.0.0.7"]]})
+    async with Sink() as sink:
+        sub = await hooks.subscribe(sink.url(host="mixed.example"))
+        await hooks.publish([sub])
+        await WebhookDispatcher(
+            pool, NullWaker(), hook_settings, resolver=resolver
+        ).run_until_idle()
+    assert sink.received == []
+    (row,) = await hooks.deliveries(sub)
+    assert "10.0.0.7 (private (RFC 1918))" in row["last_error"]
+
+
+async def test_webhook_dispatcher__endless_response_body_is_not_buffered(
+    pool: Pool, hook_settings: Settings, hooks: Hooks
+) -> None:
+    # The endpoint answers 200 and then streams body bytes forever: the attempt reads its
+    # capped excerpt, counts as delivered and drops the connection instead of reading on.
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        chunk = b"x" * 8192
+        with contextlib.suppress(ConnectionError):
+            while True:
+                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(endless, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        sub = await hooks.subscribe(f"http://127.0.0.1:{port}/hook", timeout=60)
+        await hooks.publish([sub])
+        await WebhookDispatcher(pool, NullWaker(), hook_settings).run_until_idle()
+    finally:
+        server.close()
+    (row,) = await hooks.deliveries(sub)
+    assert (row["status"], row["last_status_code"]) == ("delivered", 200)
+    (attempt,) = await webhook.list_attempts(pool, str(row["id"]))
+    assert attempt.response_body == "x" * 2048
+
+
+async def test_webhook_dispatcher__connections_per_origin_are_capped(
+    pool: Pool, hook_settings: Settings, hooks: Hooks
+) -> None:
+    # Four subscriptions of one origin, each allowed 2 in flight, but the origin only 3
+    # connections: the hung sink never sees more than 3 requests at once.
+    settings = hook_settings.model_copy(
+        update={
+            "webhook_concurrency": 8,
+            "webhook_endpoint_concurrency": 2,
+            "webhook_origin_concurrency": 3,
+        }
+    )
+    slow = Sink()
+    slow.responder = lambda _r, _n: slow.hang()
+    async with slow:
+        subs = [await hooks.subscribe(slow.url(f"/s{i}"), timeout=120) for i in range(4)]
+        for _ in range(2):
+            await hooks.publish(subs)
+        d = WebhookDispatcher(pool, NullWaker(), settings)
+        task = asyncio.create_task(d.run())
+        try:
+
+            async def all_claimed() -> bool:
+                count = await pool.fetchval(
+                    "SELECT count(*) FROM ripple_webhook_deliveries WHERE attempts = 1"
+                )
+                return bool(count == 8)
+
+            await assert_eventually(all_claimed, timeout=20)
+            await assert_eventually(lambda: len(slow.received) == 3, timeout=20)
+            assert len(slow.received) == 3
+        finally:
+            d.stop()
+            await asyncio.wait_for(task, 15)
 
 
 async def test_webhook_dispatcher__attempt_times_out(

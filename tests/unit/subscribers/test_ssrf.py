@@ -6,7 +6,13 @@ import ipaddress
 
 import pytest
 
-from ripple.subscribers.ssrf import AddressPolicy, BlockedAddress, canonical, check_url
+from ripple.subscribers.ssrf import (
+    AddressPolicy,
+    BlockedAddress,
+    canonical,
+    check_literal_url,
+    check_url,
+)
 
 DENY = AddressPolicy()
 
@@ -157,3 +163,13 @@ async def test_check_url__empty_answer_is_refused() -> None:
         await check_url(
             "https://nothing.example/", DENY, ScriptedResolver({"nothing.example": [[]]})
         )
+
+
+def test_check_literal_url__checks_ip_hosts_and_leaves_names_to_connect_time() -> None:
+    check_literal_url("https://8.8.8.8/hook", DENY)
+    check_literal_url("https://internal.example/hook", DENY)  # resolved when connecting
+    for url in ("http://127.0.0.1:8080/", "http://[::ffff:10.0.0.1]/", "http://[fe80::1%25eth0]/"):
+        with pytest.raises(BlockedAddress):
+            check_literal_url(url, DENY)
+    with pytest.raises(ValueError, match="webhook url"):
+        check_literal_url("ftp://8.8.8.8/", DENY)
