@@ -135,3 +135,12 @@ def summary(values: Sequence[float], unit: float = 1000.0) -> str:
 
 def report(name: str, text: str) -> None:
     print(f"{name:<44} {text}", flush=True)
+
+
+def report_vs(name: str, figure: float, baseline: float, unit: str, detail: str = "") -> None:
+    """A figure with its bare baseline (same work, same library, no Ripple) and the ratio."""
+    extra = f"; {detail}" if detail else ""
+    report(
+        name,
+        f"{figure:,.0f} {unit} vs bare {baseline:,.0f} {unit} = {figure / baseline:.0%}{extra}",
+    )

@@ -1,11 +1,15 @@
-"""Queue benchmark (issue 5): send→receive→ack throughput with 4 consumers, batches of 100."""
+"""Queue benchmark: send→receive→ack throughput with 4 consumers, batches of 100.
+
+Baseline: bare asyncpg sending the same batches, then `SKIP LOCKED` receive plus delete.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
-from bench.common import bench_database, report
+from bench.bare_pg import queue_roundtrip
+from bench.common import bench_database, report, report_vs
 from ripple.platform.client import Client
 
 MESSAGES = 50_000
@@ -36,9 +40,10 @@ async def run() -> None:
         await asyncio.gather(*(consumer() for _ in range(CONSUMERS)))
         drained = time.perf_counter() - t0
         total = time.perf_counter() - started
+        bare = await queue_roundtrip(db.url, MESSAGES, BATCH, CONSUMERS, db.settings.pool_max_size)
     report("queue send (batches of 100)", f"{MESSAGES / sent:,.0f} msgs/s")
     report(
         "queue receive+ack (4 consumers, batches of 100)",
         f"{received / drained:,.0f} msgs/s ({received} msgs)",
     )
-    report("queue send→receive→ack end to end", f"{MESSAGES / total:,.0f} msgs/s")
+    report_vs("queue send→receive→ack end to end", MESSAGES / total, bare, "msgs/s")

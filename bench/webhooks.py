@@ -1,10 +1,11 @@
-"""Webhook benchmark (issue 6): deliveries/s to a local sink."""
+"""Webhook benchmark: deliveries/s to a local sink, against bare aiohttp POSTs to the same sink."""
 
 from __future__ import annotations
 
 import time
 
-from bench.common import bench_database, report, subprocess_module
+from bench.bare_http import aiohttp_posts
+from bench.common import bench_database, report_vs, subprocess_module
 from bench.publish import free_port
 from ripple.platform.client import Client
 from ripple.subscribers import WebhookTarget
@@ -30,7 +31,12 @@ async def run() -> None:
         delivered = await client.pool.fetchval(
             "SELECT count(*) FROM ripple_webhook_deliveries WHERE status = 'delivered'"
         )
-    report(
+        concurrency = db.settings.webhook_concurrency
+        bare = await aiohttp_posts(f"http://127.0.0.1:{port}/b", concurrency, EVENTS)
+    report_vs(
         "webhook deliveries to a local sink",
-        f"{delivered / elapsed:,.0f} deliveries/s ({delivered}/{EVENTS} in {elapsed:.2f} s)",
+        delivered / elapsed,
+        bare,
+        "/s",
+        f"{delivered}/{EVENTS} in {elapsed:.2f} s; bare: aiohttp, {concurrency} concurrent",
     )
