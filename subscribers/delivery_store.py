@@ -23,10 +23,11 @@ __all__ = [
     "Delivery",
     "DeliveryPage",
     "DeliveryStatus",
+    "FinishedAttempt",
     "claim_due",
     "disable_subscription",
     "fail_orphans",
-    "finish_attempt",
+    "finish_attempts",
     "get_delivery",
     "insert_deliveries",
     "list_attempts",
@@ -149,46 +150,65 @@ SET status = 'failed', claim_token = NULL, last_status_code = $3, last_error = $
 WHERE id = $1 AND claim_token = $2 AND status = 'pending'
 RETURNING id
 """
-
-# $1 id, $2 claim token, $3 new status, $4 retry delay seconds (when pending), $5 status code,
-# $6 last error, $7 attempt number, $8 started at, $9 latency ms, $10 outcome, $11 attempt error,
-# $12 response head, $13 endpoint healthy, $14 disable-after seconds
-# One statement (atomic, one round trip): end the claim, record the attempt, and update the
-# endpoint's health. Nothing happens unless the claim token still matches (fencing).
-FINISH_ATTEMPT: Final = """
-WITH d AS (
-    UPDATE ripple_webhook_deliveries
-    SET status = $3, claim_token = NULL,
-        next_attempt_at = CASE WHEN $3 = 'pending'
-            THEN now() + make_interval(secs => $4::float8) ELSE next_attempt_at END,
-        last_status_code = $5, last_error = $6,
-        delivered_at = CASE WHEN $3 = 'delivered' THEN now() ELSE delivered_at END,
+# $1 delivery ids uuid[], $2 claim tokens uuid[], $3 statuses text[], $4 retry delays
+# float8[], $5 status codes int[], $6 last errors text[], $7 attempts int[], $8 started at
+# timestamptz[], $9 latencies float8[], $10 outcomes text[], $11 errors text[], $12 response
+# heads text[], $13 healthy boolean[], $14 disable-after seconds
+# One statement for many finished attempts: end each claim still held (`d`), record its attempt
+# (`a`) and fold the batch's outcomes into each endpoint's health row (`h`: a success in the
+# batch makes it healthy; ON CONFLICT may touch a row once, hence the per-subscription
+# aggregate). Per input row: owned (its claim was still held) and exhausted (it failed and its
+# endpoint has been failing for $14 seconds).
+FINISH_ATTEMPTS: Final = """
+WITH i AS (
+    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::float8[], $5::int[],
+                         $6::text[], $7::int[], $8::timestamptz[], $9::float8[], $10::text[],
+                         $11::text[], $12::text[], $13::boolean[])
+        AS i(id, token, status, delay, status_code, last_error, attempt, started_at,
+             latency_ms, outcome, error, response_body, healthy)
+), d AS (
+    UPDATE ripple_webhook_deliveries w
+    SET status = i.status, claim_token = NULL,
+        next_attempt_at = CASE WHEN i.status = 'pending'
+            THEN now() + make_interval(secs => i.delay) ELSE w.next_attempt_at END,
+        last_status_code = i.status_code, last_error = i.last_error,
+        delivered_at = CASE WHEN i.status = 'delivered' THEN now() ELSE w.delivered_at END,
         updated_at = now()
-    WHERE id = $1 AND claim_token = $2 AND status = 'pending'
-    RETURNING id, subscription_id
+    FROM i
+    WHERE w.id = i.id AND w.claim_token = i.token AND w.status = 'pending'
+    RETURNING w.id, w.subscription_id
 ), a AS (
     INSERT INTO ripple_webhook_attempts
         (delivery_id, attempt, started_at, latency_ms, outcome, status_code, error,
          response_body)
-    SELECT d.id, $7, $8, $9, $10, $5, $11, $12 FROM d
+    SELECT i.id, i.attempt, i.started_at, i.latency_ms, i.outcome, i.status_code, i.error,
+           i.response_body
+    FROM i JOIN d ON d.id = i.id
+), per_sub AS (
+    SELECT d.subscription_id, bool_or(i.healthy) AS any_ok, bool_and(i.healthy) AS all_ok
+    FROM i JOIN d ON d.id = i.id
+    GROUP BY d.subscription_id
 ), h AS (
     INSERT INTO ripple_webhook_health AS h
         (subscription_id, failing_since, last_success_at, last_failure_at)
-    SELECT d.subscription_id,
-           CASE WHEN $13::boolean THEN NULL ELSE now() END,
-           CASE WHEN $13::boolean THEN now() END,
-           CASE WHEN $13::boolean THEN NULL ELSE now() END
-    FROM d
+    SELECT p.subscription_id,
+           CASE WHEN p.any_ok THEN NULL ELSE now() END,
+           CASE WHEN p.any_ok THEN now() END,
+           CASE WHEN p.all_ok THEN NULL ELSE now() END
+    FROM per_sub p
+    ORDER BY p.subscription_id  -- one lock order for every batch: no deadlocks between them
     ON CONFLICT (subscription_id) DO UPDATE SET
-        failing_since = CASE WHEN $13::boolean THEN NULL
+        failing_since = CASE WHEN EXCLUDED.last_success_at IS NOT NULL THEN NULL
                              ELSE COALESCE(h.failing_since, now()) END,
-        last_success_at = CASE WHEN $13::boolean THEN now() ELSE h.last_success_at END,
-        last_failure_at = CASE WHEN $13::boolean THEN h.last_failure_at ELSE now() END
-    RETURNING NOT $13::boolean
+        last_success_at = COALESCE(EXCLUDED.last_success_at, h.last_success_at),
+        last_failure_at = COALESCE(EXCLUDED.last_failure_at, h.last_failure_at)
+    RETURNING h.subscription_id,
+              h.failing_since IS NOT NULL
               AND now() - h.failing_since >= make_interval(secs => $14::float8) AS exhausted
 )
-SELECT (SELECT count(*) FROM d) > 0 AS owned,
-       COALESCE((SELECT exhausted FROM h), false) AS exhausted
+SELECT i.id, d.id IS NOT NULL AS owned,
+       COALESCE(NOT i.healthy AND h.exhausted, false) AS exhausted
+FROM i LEFT JOIN d ON d.id = i.id LEFT JOIN h ON h.subscription_id = d.subscription_id
 """
 
 # $1 delivery id, $2 attempt, $3 started at, $4 latency ms, $5 outcome, $6 status code,
@@ -480,46 +500,57 @@ async def claim_due(
     return [ClaimedDelivery.from_row(row) for row in rows]
 
 
-async def finish_attempt(
-    conn: Connection,
-    delivery: ClaimedDelivery,
-    *,
-    status: str,
-    delay: float,
-    status_code: int | None,
-    last_error: str | None,
-    started_at: datetime,
-    latency_ms: float,
-    outcome: str,
-    error: str | None,
-    response_body: str | None,
-    healthy: bool,
-    disable_after: float,
-) -> tuple[bool, bool]:
-    """End a claim with its outcome, record the attempt and the endpoint's health.
+@dataclass(frozen=True, slots=True)
+class FinishedAttempt:
+    """The outcome of one attempt, to end its claim with (`finish_attempts`)."""
 
-    Returns (owned, exhausted): owned is False when the claim was lost (nothing written);
-    exhausted is True once the endpoint has failed continuously for `disable_after` seconds.
+    delivery: ClaimedDelivery
+    #: the delivery's new status: delivered, pending (retry) or failed
+    status: str
+    #: seconds until the retry (status pending)
+    delay: float
+    status_code: int | None
+    last_error: str | None
+    started_at: datetime
+    latency_ms: float
+    #: the attempt's outcome: delivered, retry, failed or disable
+    outcome: str
+    error: str | None
+    response_body: str | None
+    #: True when the endpoint answered with success
+    healthy: bool
+
+
+async def finish_attempts(
+    conn: Connection, attempts: Sequence[FinishedAttempt], disable_after: float
+) -> list[tuple[bool, bool]]:
+    """End claims with their outcomes, record the attempts and the endpoints' health.
+
+    One statement for the whole batch. Returns (owned, exhausted) per attempt, in order: owned
+    is False when the claim was lost (nothing written for it); exhausted is True when it failed
+    and its endpoint has failed continuously for `disable_after` seconds.
     """
-    row = await conn.fetchrow(
-        FINISH_ATTEMPT,
-        delivery.id,
-        delivery.claim_token,
-        status,
-        delay,
-        status_code,
-        last_error,
-        delivery.attempt,
-        started_at,
-        latency_ms,
-        outcome,
-        error,
-        response_body,
-        healthy,
+    if not attempts:
+        return []
+    rows = await conn.fetch(
+        FINISH_ATTEMPTS,
+        [uuid.UUID(a.delivery.id) for a in attempts],
+        [a.delivery.claim_token for a in attempts],
+        [a.status for a in attempts],
+        [a.delay for a in attempts],
+        [a.status_code for a in attempts],
+        [a.last_error for a in attempts],
+        [a.delivery.attempt for a in attempts],
+        [a.started_at for a in attempts],
+        [a.latency_ms for a in attempts],
+        [a.outcome for a in attempts],
+        [a.error for a in attempts],
+        [a.response_body for a in attempts],
+        [a.healthy for a in attempts],
         disable_after,
     )
-    assert row is not None
-    return bool(row["owned"]), bool(row["exhausted"])
+    by_id = {str(row["id"]): (bool(row["owned"]), bool(row["exhausted"])) for row in rows}
+    return [by_id[a.delivery.id] for a in attempts]
 
 
 async def release_claims(conn: Connection, claims: Sequence[ClaimedDelivery]) -> int:

@@ -126,6 +126,10 @@ class WebhookDispatcher:
         self._stopping = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._last_orphan_sweep = 0.0
+        #: finished attempts waiting for the next batched write, and the task writing them
+        self._unrecorded: list[tuple[store.FinishedAttempt, asyncio.Future[tuple[bool, bool]]]]
+        self._unrecorded = []
+        self._recorder: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -172,6 +176,7 @@ class WebhookDispatcher:
         finally:
             if self._tasks:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self._recorded()
             await self.aclose()
 
     async def aclose(self) -> None:
@@ -179,6 +184,12 @@ class WebhookDispatcher:
         if self._http is not None:
             await self._http.close()
             self._http = None
+
+    async def _recorded(self) -> None:
+        """Wait until every finished attempt handed to the recorder is written."""
+        if self._recorder is not None:
+            await asyncio.gather(self._recorder, return_exceptions=True)
+            self._recorder = None
 
     async def _idle(self, hint: Any) -> None:
         """Wait for a hint, a freed slot, stop, or the poll interval, whichever comes first."""
@@ -206,7 +217,10 @@ class WebhookDispatcher:
                 task.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
+            # Outcomes already handed to the recorder are written before the rest is released.
+            await self._recorded()
             await self._release(claims)
+        await self._recorded()
         await self.aclose()
 
     async def _release(self, claims: list[store.ClaimedDelivery]) -> None:
@@ -376,37 +390,38 @@ class WebhookDispatcher:
         action = decision.action
         status = {"delivered": "delivered", "retry": "pending"}.get(action, "failed")
         disabled_reason = decision.reason if action == "disable" else None
+        finished = store.FinishedAttempt(
+            delivery=delivery,
+            status=status,
+            delay=decision.delay,
+            status_code=status_code,
+            last_error=decision.reason,
+            started_at=started_at,
+            latency_ms=latency_ms,
+            outcome=action,
+            error=error,
+            response_body=head,
+            healthy=action == "delivered",
+        )
+        disable_after = self._settings.webhook_disable_after
         try:
-            # Common case: one statement. Disabling (rare) joins it in one transaction.
-            async with contextlib.AsyncExitStack() as stack:
-                if disabled_reason is not None:
-                    conn = await stack.enter_async_context(transaction(self._pool))
-                else:
-                    stack.enter_context(map_errors())
-                    conn = await stack.enter_async_context(self._pool.acquire())
-                owned, exhausted = await store.finish_attempt(
-                    conn,
-                    delivery,
-                    status=status,
-                    delay=decision.delay,
-                    status_code=status_code,
-                    last_error=decision.reason,
-                    started_at=started_at,
-                    latency_ms=latency_ms,
-                    outcome=action,
-                    error=error,
-                    response_body=head,
-                    healthy=action == "delivered",
-                    disable_after=self._settings.webhook_disable_after,
-                )
-                if not owned:
-                    raise _ClaimLost
-                if disabled_reason is not None:
+            if disabled_reason is None:
+                # Common case: batched with the attempts that finish meanwhile (one statement).
+                owned, exhausted = await self._finish(finished)
+            else:
+                # Disabling (rare) is one transaction with the attempt's record.
+                async with transaction(self._pool) as conn:
+                    ((owned, exhausted),) = await store.finish_attempts(
+                        conn, [finished], disable_after
+                    )
+                    if not owned:
+                        raise _ClaimLost
                     disabled_reason = await self._disable(conn, sub, disabled_reason)
+            if not owned:
+                raise _ClaimLost
             if exhausted and disabled_reason is None:
                 reason = (
-                    "endpoint failed continuously for "
-                    f"{self._settings.webhook_disable_after:.0f}s: subscription disabled"
+                    f"endpoint failed continuously for {disable_after:.0f}s: subscription disabled"
                 )
                 # Own transaction: if it is lost, the next failure finds the endpoint
                 # still exhausted and disables it then.
@@ -420,6 +435,34 @@ class WebhookDispatcher:
             log.warning("webhook_record_failed", error=str(exc), outcome=action)
             return
         self._observe(delivery, decision, status_code, latency_ms, disabled_reason)
+
+    async def _finish(self, finished: store.FinishedAttempt) -> tuple[bool, bool]:
+        """Record one attempt in the next batch write; (owned, exhausted) once it is written."""
+        done: asyncio.Future[tuple[bool, bool]] = asyncio.get_running_loop().create_future()
+        self._unrecorded.append((finished, done))
+        if self._recorder is None or self._recorder.done():
+            self._recorder = asyncio.create_task(self._record_batches(), name="webhook-recorder")
+        # Shielded: a cancelled attempt still gets its outcome written by the batch it is in.
+        return await asyncio.shield(done)
+
+    async def _record_batches(self) -> None:
+        """Write finished attempts, all that have gathered, one statement per batch."""
+        while self._unrecorded:
+            batch, self._unrecorded = self._unrecorded, []
+            try:
+                with map_errors():
+                    async with self._pool.acquire() as conn:
+                        results = await store.finish_attempts(
+                            conn, [f for f, _ in batch], self._settings.webhook_disable_after
+                        )
+            except Exception as exc:  # each waiting attempt reports it (webhook_record_failed)
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(exc)
+                continue
+            for (_, done), result in zip(batch, results, strict=True):
+                if not done.done():
+                    done.set_result(result)
 
     async def _disable(self, conn: Connection, sub: str, reason: str) -> str | None:
         """Disable the subscription in `conn`'s transaction; the reason, or None if it was."""

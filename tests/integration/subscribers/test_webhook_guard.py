@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from datetime import UTC, datetime
 
 from ripple.platform.config import Settings
 from ripple.platform.db import Pool, transaction
@@ -361,3 +362,78 @@ async def test_webhook_dispatcher__woken_by_another_process_hint(
     finally:
         await worker_waker.close()
         await publisher_waker.close()
+
+
+async def test_webhook_finish_attempts__one_batch_fences_records_and_folds_health(
+    pool: Pool, hooks: Hooks
+) -> None:
+    ok_sub = await hooks.subscribe("http://127.0.0.1:9/ok")
+    bad_sub = await hooks.subscribe("http://127.0.0.1:9/bad")
+    await hooks.publish([ok_sub, bad_sub])
+    await hooks.publish([ok_sub, bad_sub])
+    async with transaction(pool) as conn:
+        claimed = await store.claim_due(
+            conn,
+            limit=10,
+            endpoint_limit=10,
+            in_flight={},
+            default_timeout=15,
+            lease_margin=10,
+        )
+    assert len(claimed) == 4
+    # bad_sub has been failing for two hours; one of its claims was lost to another dispatcher
+    await pool.execute(
+        "INSERT INTO ripple_webhook_health (subscription_id, failing_since) "
+        "VALUES ($1, now() - interval '2 hours')",
+        uuid.UUID(bad_sub.id),
+    )
+    ok = [c for c in claimed if c.subscription_id == ok_sub.id]
+    bad = [c for c in claimed if c.subscription_id == bad_sub.id]
+    await pool.execute(
+        "UPDATE ripple_webhook_deliveries SET claim_token = $2 WHERE id = $1",
+        uuid.UUID(bad[1].id),
+        uuid.uuid4(),
+    )
+    started = datetime.now(UTC)
+
+    def finished(c: store.ClaimedDelivery, healthy: bool) -> store.FinishedAttempt:
+        return store.FinishedAttempt(
+            delivery=c,
+            status="delivered" if healthy else "pending",
+            delay=60.0,
+            status_code=204 if healthy else 500,
+            last_error=None if healthy else "endpoint returned 500",
+            started_at=started,
+            latency_ms=1.0,
+            outcome="delivered" if healthy else "retry",
+            error=None,
+            response_body="",
+            healthy=healthy,
+        )
+
+    batch = [finished(ok[0], True), finished(bad[0], False), finished(ok[1], False)]
+    batch.append(finished(bad[1], False))
+    async with pool.acquire() as conn:
+        results = await store.finish_attempts(conn, batch, 3600.0)
+    # ok_sub had a success in the batch: healthy, never exhausted; bad_sub is exhausted
+    assert results == [(True, False), (True, True), (True, False), (False, False)]
+    statuses = {
+        str(r["id"]): r["status"]
+        for r in await pool.fetch("SELECT id, status FROM ripple_webhook_deliveries")
+    }
+    assert [statuses[c.id] for c in (ok[0], bad[0], ok[1], bad[1])] == [
+        "delivered",
+        "pending",
+        "pending",
+        "pending",
+    ]
+    recorded = await pool.fetchval("SELECT count(*) FROM ripple_webhook_attempts")
+    assert recorded == 3  # the lost claim's attempt is not recorded
+    health = {
+        str(r["subscription_id"]): r
+        for r in await pool.fetch("SELECT * FROM ripple_webhook_health")
+    }
+    assert health[ok_sub.id]["failing_since"] is None
+    assert health[ok_sub.id]["last_success_at"] is not None
+    assert health[ok_sub.id]["last_failure_at"] is not None
+    assert health[bad_sub.id]["failing_since"] < started
