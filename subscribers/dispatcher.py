@@ -31,7 +31,7 @@ from ripple.platform.config import Settings
 from ripple.platform.db import Connection, Pool, map_errors, transaction
 from ripple.platform.errors import RippleError
 from ripple.platform.metrics import DELIVERIES, WEBHOOK_ENDPOINT_FAILING
-from ripple.platform.tracing import span
+from ripple.platform.tracing import recording, span
 from ripple.platform.wake import CH_DELIVERIES, SubscriptionsChanged, Waker
 from ripple.subscribers import delivery_store as store
 from ripple.subscribers.outcomes import Decision, decide, schedule_for
@@ -52,6 +52,8 @@ LEASE_MARGIN: Final = 10.0
 #: Seconds between sweeps of deliveries whose subscription was deleted.
 ORPHAN_SWEEP_EVERY: Final = 60.0
 USER_AGENT: Final = "Ripple-Webhooks/0.1"
+#: Batched writes of finished attempts in flight at once (each holds one pooled connection).
+MAX_RECORDERS: Final = 3
 
 
 def message_body(topic: str, event_time: datetime, payload: Any) -> bytes:
@@ -126,10 +128,10 @@ class WebhookDispatcher:
         self._stopping = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._last_orphan_sweep = 0.0
-        #: finished attempts waiting for the next batched write, and the task writing them
+        #: finished attempts waiting for the next batched write, and the tasks writing them
         self._unrecorded: list[tuple[store.FinishedAttempt, asyncio.Future[tuple[bool, bool]]]]
         self._unrecorded = []
-        self._recorder: asyncio.Task[None] | None = None
+        self._recorders: set[asyncio.Task[None]] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -187,9 +189,8 @@ class WebhookDispatcher:
 
     async def _recorded(self) -> None:
         """Wait until every finished attempt handed to the recorder is written."""
-        if self._recorder is not None:
-            await asyncio.gather(self._recorder, return_exceptions=True)
-            self._recorder = None
+        while self._recorders:
+            await asyncio.gather(*self._recorders, return_exceptions=True)
 
     async def _idle(self, hint: Any) -> None:
         """Wait for a hint, a freed slot, stop, or the poll interval, whichever comes first."""
@@ -311,23 +312,24 @@ class WebhookDispatcher:
     # -- one attempt -------------------------------------------------------------------------
 
     async def _attempt(self, delivery: store.ClaimedDelivery) -> None:
-        with (
-            structlog.contextvars.bound_contextvars(
-                event_id=delivery.event_id,
-                subscription_id=delivery.subscription_id,
-                delivery_id=delivery.id,
-                attempt=delivery.attempt,
-            ),
-            span(
+        with structlog.contextvars.bound_contextvars(
+            event_id=delivery.event_id,
+            subscription_id=delivery.subscription_id,
+            delivery_id=delivery.id,
+            attempt=delivery.attempt,
+        ):
+            if not recording():  # no tracer provider: skip building a no-op span per attempt
+                await self._attempt_inner(delivery)
+                return
+            with span(
                 "webhook.deliver",
                 parent=delivery.trace,
                 event_id=delivery.event_id,
                 subscription_id=delivery.subscription_id,
                 delivery_id=delivery.id,
                 attempt=delivery.attempt,
-            ),
-        ):
-            await self._attempt_inner(delivery)
+            ):
+                await self._attempt_inner(delivery)
 
     async def _attempt_inner(self, delivery: store.ClaimedDelivery) -> None:
         target = delivery.target
@@ -440,13 +442,19 @@ class WebhookDispatcher:
         """Record one attempt in the next batch write; (owned, exhausted) once it is written."""
         done: asyncio.Future[tuple[bool, bool]] = asyncio.get_running_loop().create_future()
         self._unrecorded.append((finished, done))
-        if self._recorder is None or self._recorder.done():
-            self._recorder = asyncio.create_task(self._record_batches(), name="webhook-recorder")
+        if len(self._recorders) < MAX_RECORDERS:
+            task = asyncio.create_task(self._record_batches(), name="webhook-recorder")
+            self._recorders.add(task)
+            task.add_done_callback(self._recorders.discard)
         # Shielded: a cancelled attempt still gets its outcome written by the batch it is in.
         return await asyncio.shield(done)
 
     async def _record_batches(self) -> None:
-        """Write finished attempts, all that have gathered, one statement per batch."""
+        """Write finished attempts, all that have gathered, one statement per batch.
+
+        Up to MAX_RECORDERS run at once, so attempts finishing during a write are written
+        together by the next one rather than waiting for it.
+        """
         while self._unrecorded:
             batch, self._unrecorded = self._unrecorded, []
             try:
