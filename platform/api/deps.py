@@ -23,7 +23,9 @@ _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="ripple"'}
 _bearer = HTTPBearer(auto_error=False, description="A token listed in RIPPLE_API_TOKENS.")
 
 
-def get_client(request: Request) -> Client:
+# Dependencies that do no I/O are `async def` all the same: FastAPI runs a plain `def`
+# dependency in its thread pool, a thread hop on every request.
+async def get_client(request: Request) -> Client:
     """The connected `Client` the app serves."""
     client: Client = request.app.state.client
     return client
@@ -62,7 +64,7 @@ async def require_token(
         )
 
 
-def page_limit(
+async def page_limit(
     request: Request,
     limit: Annotated[
         int, Query(ge=1, le=10_000, description="Page size (≤ RIPPLE_MAX_PAGE_SIZE)")
