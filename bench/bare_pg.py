@@ -43,7 +43,7 @@ SELECT $1, b::jsonb FROM unnest($2::text[]) AS b
 RECEIVE = """
 WITH picked AS (
     SELECT id FROM ripple_queue_messages
-    WHERE queue = $1 AND dead_at IS NULL AND visible_at <= now()
+    WHERE queue = $1 AND dead_at IS NULL AND group_id IS NULL AND visible_at <= now()
     ORDER BY visible_at LIMIT $2
     FOR UPDATE SKIP LOCKED
 )
