@@ -13,10 +13,11 @@ from types import TracebackType
 from typing import Any, Self, TypeVar, overload
 
 from ripple.platform import migrate
+from ripple.platform.backfill import Backfills
 from ripple.platform.config import Settings, load_settings
 from ripple.platform.db import Connection, Pool, create_pool
 from ripple.platform.embedded import discover_dev_urls
-from ripple.platform.errors import RippleError
+from ripple.platform.errors import NotFound, RippleError
 from ripple.platform.fanout import TargetKind
 from ripple.platform.observability import GaugeCollector
 from ripple.platform.publish import Explanation, Publisher, PublishResult
@@ -32,6 +33,7 @@ from ripple.subscribers.webhook import Deliveries, WebhookDispatcher, WebhookKin
 from ripple.subscribers.workflow import WorkflowKind
 from ripple.workflows.client import Page, Run, RunHandle, SignalResult, StepRecord, WorkflowClient
 from ripple.workflows.definition import WorkflowDefinition
+from ripple.workflows.operations import RunFilter, RunOperations, WaitOutcome
 
 __all__ = ["Client"]
 
@@ -102,6 +104,8 @@ class Client:
         self.publisher = Publisher(
             pool, waker, self.settings, self.subscriptions, self._kinds, self.workflows
         )
+        self.operations = RunOperations(self.workflows)
+        self.backfills = Backfills(pool, self.settings, self._kinds)
         self.queues = Queues(pool, waker, self.settings)
         #: Schedules managed at run time (`create`, `pause`, `resume`, `trigger`, `delete`).
         self.schedules = Schedules(pool, _Firing(self))
@@ -258,6 +262,56 @@ class Client:
         """Cancel a run (and its active children); True if it was still active."""
         return await self.workflows.cancel(run_id)
 
+    async def retry(self, run_id: str) -> RunHandle[Any]:
+        """Resume a failed or canceled run in place (same id): steps with a recorded result keep
+        it, the failed step runs again with a fresh attempt budget, compensations that ran are
+        not undone. Raises NotFound, or Conflict for an active or completed run."""
+        return await self.operations.retry(run_id)
+
+    async def fork(self, run_id: str, from_step: str, input: Any = None) -> RunHandle[Any]:
+        """A new run whose journal is `run_id`'s up to (not including) step `from_step`, on the
+        newest version a worker serves; `input=None` keeps the original input. The new run
+        records `forked_from`. Raises NotFound, or InvalidInput when the step is not in the
+        journal."""
+        return await self.operations.fork(run_id, from_step, input)
+
+    async def cancel_many(
+        self,
+        workflow: str | None = None,
+        status: str | None = None,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        created_before: datetime | None = None,
+        dry_run: bool = False,
+    ) -> int:
+        """Cancel every active run matching the filters (in batches, safe while workers run);
+        returns how many. `status` must be an active status (default: all of them).
+        `dry_run`: only count the runs that match now."""
+        return await self.operations.cancel_many(
+            RunFilter(workflow, status, since, until, created_before), dry_run=dry_run
+        )
+
+    async def retry_many(
+        self,
+        workflow: str | None = None,
+        status: str | None = None,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        created_before: datetime | None = None,
+        dry_run: bool = False,
+    ) -> int:
+        """Retry every failed or canceled run matching the filters (in batches, safe while
+        workers run); returns how many. `dry_run`: only count the runs that match now."""
+        return await self.operations.retry_many(
+            RunFilter(workflow, status, since, until, created_before), dry_run=dry_run
+        )
+
+    async def wait_run(self, run_id: str, timeout: timedelta | float) -> WaitOutcome:
+        """The run once it ended, or as it is after `timeout` (`outcome.timed_out`)."""
+        return await self.operations.wait(run_id, timeout)
+
     async def signal(
         self,
         run_id: str,
@@ -305,9 +359,34 @@ class Client:
         pattern: str,
         target: QueueTarget | WebhookTarget | WorkflowTarget | Target,
         filter: dict[str, Any] | None = None,
+        *,
+        backfill_since: datetime | None = None,
     ) -> Subscription:
-        """Subscribe `target` to topics matching `pattern` (`*` one segment, `#` any)."""
-        return await self.subscriptions.subscribe(pattern, target.to_row(), filter)
+        """Subscribe `target` to topics matching `pattern` (`*` one segment, `#` any).
+
+        With `backfill_since`, the retained events published since then that match are
+        delivered first (returns once they are; progress is on the subscription), then it
+        continues live: no event is missed or delivered twice at the boundary. A time older
+        than the event retention raises InvalidInput.
+        """
+        sub = await self.subscriptions.subscribe(
+            pattern, target.to_row(), filter, backfill_since=backfill_since
+        )
+        if backfill_since is None:
+            return sub
+        await self.backfills.run_backfill(sub.id)
+        return await self.subscriptions.get(sub.id) or sub
+
+    async def replay_events(
+        self, subscription_id: str, since: datetime, until: datetime | None = None
+    ) -> int:
+        """Re-deliver the retained events created in [since, until) that match the subscription
+        to it alone: same event ids, new deliveries. Returns how many. Raises NotFound, or
+        InvalidInput when `since` is older than the event retention."""
+        sub = await self.subscriptions.get(subscription_id)
+        if sub is None:
+            raise NotFound(f"no subscription {subscription_id!r}; list them with list()")
+        return await self.backfills.replay(sub, since, until)
 
     async def unsubscribe(self, subscription_id: str) -> bool:
         """Delete a subscription; True if it existed."""

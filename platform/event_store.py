@@ -30,11 +30,12 @@ ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING created_at
 """
 # $1 ids uuid[], $2 topics text[], $3 payloads jsonb[], $4 idempotency keys text[] (NULL
-# elements: none), $5 traces jsonb[]. Events whose key exists already (or repeats earlier in
-# the batch) are skipped and not returned.
+# elements: none), $5 traces jsonb[], $6 subscription-set versions bigint[] (what each event
+# was matched against). Events whose key exists already (or repeats earlier in the batch) are
+# skipped and not returned.
 INSERT_EVENTS: Final = """
-INSERT INTO ripple_events (id, topic, payload, idempotency_key, trace)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[], $5::jsonb[])
+INSERT INTO ripple_events (id, topic, payload, idempotency_key, trace, subscriptions_version)
+SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[], $5::jsonb[], $6::bigint[])
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, created_at
 """
@@ -126,9 +127,12 @@ async def insert_events(
     payloads: list[Any],
     keys: list[str | None],
     traces: list[dict[str, str] | None],
+    versions: list[int | None] | None = None,
 ) -> dict[str, datetime]:
     """Insert events; creation time by id of those inserted (repeated keys are left out)."""
-    rows = await conn.fetch(INSERT_EVENTS, ids, topics, payloads, keys, traces)
+    if versions is None:
+        versions = [None] * len(ids)
+    rows = await conn.fetch(INSERT_EVENTS, ids, topics, payloads, keys, traces, versions)
     return {str(row["id"]): row["created_at"] for row in rows}
 
 

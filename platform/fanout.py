@@ -25,6 +25,9 @@ class PublishedEvent:
     created_at: datetime
     #: W3C trace context of the publisher, if tracing is on.
     trace: dict[str, str] | None = None
+    #: Set when an operator replays the event: kinds then write new deliveries (new ids and
+    #: deduplication keys) instead of deduplicating against the live ones.
+    replay_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +58,8 @@ class TargetKind(Protocol):
     ) -> int:
         """Write this kind's delivery rows for `event` in the caller's transaction.
 
-        Returns how many deliveries were written. Must be idempotent per (event, subscription).
+        Returns how many deliveries were written. Must be idempotent per (event, subscription,
+        `event.replay_id`).
         """
         ...
 

@@ -145,13 +145,16 @@ class Publisher:
         A repeated `idempotency_key` returns the first event's id and writes nothing.
         """
         self._validate(topic, payload, idempotency_key)
-        targets = _deliverable(await self._subscriptions.matching(topic), payload)
+        matching, version = await self._subscriptions.matching_at(topic)
+        targets = _deliverable(matching, payload)
         event_id = new_id()
         with tracing.span("event.publish", topic=topic, event_id=event_id):
             # Captured inside the span: what targets store is this publish's own context, so
             # their spans (workflow.run, webhook.deliver) join the publisher's trace under it.
             trace = tracing.current_context()
-            item = PendingEvent(event_id, topic, payload, idempotency_key, trace, _group(targets))
+            item = PendingEvent(
+                event_id, topic, payload, idempotency_key, trace, _group(targets), version
+            )
             if conn is None:
                 written = await self._committer.submit(item)
             else:

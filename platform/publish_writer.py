@@ -53,6 +53,8 @@ class PendingEvent:
     trace: dict[str, str] | None
     #: Matching active subscriptions whose filter the payload satisfies, by kind.
     by_kind: dict[str, list[SubscriptionRow]]
+    #: The subscription-set version `by_kind` was matched against (stored with the event).
+    subscriptions_version: int | None = None
     future: asyncio.Future[WrittenEvent] | None = None
 
 
@@ -82,6 +84,7 @@ async def write_events(
         [i.payload for i in items],
         [i.idempotency_key for i in items],
         [i.trace for i in items],
+        [i.subscriptions_version for i in items],
     )
     firsts: dict[str, str] = {}
     dup_keys = [i.idempotency_key for i in items if i.event_id not in created and i.idempotency_key]

@@ -21,30 +21,35 @@ __all__ = [
     "set_status",
 ]
 
+_COLUMNS: Final = (
+    "id, pattern, kind, target, filter, status, status_reason, created_at, updated_at, "
+    "backfill_since, backfill_delivered, backfill_done_at"
+)
+
 # $1 id, $2 pattern, $3 kind, $4 target, $5 filter
-INSERT_SUBSCRIPTION: Final = """
+INSERT_SUBSCRIPTION: Final = f"""
 INSERT INTO ripple_subscriptions (id, pattern, kind, target, filter)
 VALUES ($1, $2, $3, $4, $5)
-RETURNING id, pattern, kind, target, filter, status, status_reason, created_at, updated_at
-"""
+RETURNING {_COLUMNS}
+"""  # noqa: S608
 # $1 id
-SELECT_SUBSCRIPTION: Final = """
-SELECT id, pattern, kind, target, filter, status, status_reason, created_at, updated_at
+SELECT_SUBSCRIPTION: Final = f"""
+SELECT {_COLUMNS}
 FROM ripple_subscriptions WHERE id = $1
-"""
+"""  # noqa: S608
 # (no parameters) every subscription, oldest first (ids are time-ordered)
-SELECT_SUBSCRIPTIONS: Final = """
-SELECT id, pattern, kind, target, filter, status, status_reason, created_at, updated_at
+SELECT_SUBSCRIPTIONS: Final = f"""
+SELECT {_COLUMNS}
 FROM ripple_subscriptions ORDER BY id
-"""
+"""  # noqa: S608
 # $1 id
 DELETE_SUBSCRIPTION: Final = "DELETE FROM ripple_subscriptions WHERE id = $1 RETURNING id"
 # $1 id, $2 new status, $3 reason
-UPDATE_STATUS: Final = """
+UPDATE_STATUS: Final = f"""
 UPDATE ripple_subscriptions SET status = $2, status_reason = $3, updated_at = now()
 WHERE id = $1
-RETURNING id, pattern, kind, target, filter, status, status_reason, created_at, updated_at
-"""
+RETURNING {_COLUMNS}
+"""  # noqa: S608
 # (no parameters) bump the version in the caller's transaction; returns the new version
 BUMP_VERSION: Final = """
 UPDATE ripple_subscription_version SET version = version + 1 WHERE singleton RETURNING version
@@ -66,6 +71,11 @@ class SubscriptionRecord:
     status_reason: str | None
     created_at: datetime
     updated_at: datetime
+    #: Backfill (subscribe with backfill_since): from when, events delivered so far, and when
+    #: it finished (None while it runs).
+    backfill_since: datetime | None = None
+    backfill_delivered: int = 0
+    backfill_done_at: datetime | None = None
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> SubscriptionRecord:
@@ -79,6 +89,9 @@ class SubscriptionRecord:
             status_reason=row["status_reason"],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
+            backfill_since=row["backfill_since"],
+            backfill_delivered=row["backfill_delivered"],
+            backfill_done_at=row["backfill_done_at"],
         )
 
 

@@ -12,15 +12,18 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import structlog
 
-from ripple.platform import db, subscription_store
+from ripple.platform import backfill_store, db, subscription_store
+from ripple.platform.backfill import check_retained
 from ripple.platform.config import Settings
 from ripple.platform.errors import InvalidInput, NotFound
 from ripple.platform.fanout import SubscriptionRow, TargetKind
@@ -54,7 +57,9 @@ class CompiledSubscription:
 class _CompiledSet:
     """Every subscription, indexed: exact patterns by topic, wildcards by first segment."""
 
-    def __init__(self, records: list[SubscriptionRecord]) -> None:
+    def __init__(self, records: list[SubscriptionRecord], version: int) -> None:
+        #: The subscription-set version these records are exactly (read in one snapshot).
+        self.version = version
         self.all: list[CompiledSubscription] = []
         self._exact: dict[str, list[CompiledSubscription]] = {}
         self._by_first: dict[str, list[CompiledSubscription]] = {}
@@ -116,10 +121,21 @@ class Subscriptions:
     # -- CRUD ------------------------------------------------------------------------------
 
     async def subscribe(
-        self, pattern: str, target: dict[str, Any], filter: dict[str, Any] | None = None
+        self,
+        pattern: str,
+        target: dict[str, Any],
+        filter: dict[str, Any] | None = None,
+        *,
+        backfill_since: datetime | None = None,
     ) -> Subscription:
-        """Store a subscription of `target` (JSON form with `type`) to topics matching `pattern`."""
+        """Store a subscription of `target` (JSON form with `type`) to topics matching `pattern`.
+
+        With `backfill_since`, the subscription is marked for a backfill of the retained events
+        published since then (run it with `Backfills.run_backfill`).
+        """
         validate_pattern(pattern)
+        if backfill_since is not None:
+            backfill_since = check_retained(backfill_since, self._settings, "backfill_since")
         if not isinstance(target, dict) or "type" not in target:
             raise InvalidInput(
                 "target must be a QueueTarget, WebhookTarget or WorkflowTarget (JSON with 'type')",
@@ -147,7 +163,10 @@ class Subscriptions:
             record = await subscription_store.insert_subscription(
                 conn, new_id(), pattern, kind.kind, normalized, filter
             )
-            await subscription_store.bump_version(conn)
+            version = await subscription_store.bump_version(conn)
+            if backfill_since is not None:
+                await backfill_store.set_backfill(conn, record.id, backfill_since, version)
+                record = dataclasses.replace(record, backfill_since=backfill_since)
         self._changed()
         log.info("subscription_created", subscription_id=record.id, pattern=pattern, kind=kind.kind)
         return record
@@ -220,6 +239,12 @@ class Subscriptions:
         """Subscriptions of any status whose pattern matches `topic` (a valid topic)."""
         return (await self._current()).matching(topic)
 
+    async def matching_at(self, topic: str) -> tuple[builtins.list[CompiledSubscription], int]:
+        """`matching(topic)` and the subscription-set version it was matched against (events
+        record it, so a backfill knows which events a new subscription was matched with)."""
+        current = await self._current()
+        return current.matching(topic), current.version
+
     async def _current(self) -> _CompiledSet:
         if self._listening is None:
             # Registered once, for the lifetime of this object (callers that arrive while the
@@ -243,10 +268,12 @@ class Subscriptions:
                 async with self._pool.acquire() as conn:
                     version = await subscription_store.read_version(conn)
                     if self._set is None or version != self._version:
-                        # Read the version first: a change racing this load bumps it again, so the
-                        # next check reloads.
-                        records = await subscription_store.list_subscriptions(conn)
-                        self._set = _CompiledSet(records)
+                        # The version and the records from one snapshot: the set is exactly
+                        # that version (events record it; see backfill).
+                        async with conn.transaction(isolation="repeatable_read", readonly=True):
+                            version = await subscription_store.read_version(conn)
+                            records = await subscription_store.list_subscriptions(conn)
+                        self._set = _CompiledSet(records, version)
                         self._version = version
                         log.debug("subscriptions_loaded", count=len(records), version=version)
             self._checked_at = time.monotonic()

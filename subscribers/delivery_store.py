@@ -58,6 +58,9 @@ class DeliveryStatus:
     ALL: Final = ("pending", "delivered", "failed")
 
 
+#: The replay id of live deliveries (replays get a fresh one: see migration 0010).
+LIVE_REPLAY_ID: Final = "00000000-0000-0000-0000-000000000000"
+
 # $1 delivery ids uuid[], $2 subscription ids uuid[], $3 event id, $4 topic, $5 payload,
 # $6 event time, $7 trace context
 INSERT_DELIVERIES: Final = """
@@ -65,18 +68,19 @@ INSERT INTO ripple_webhook_deliveries
     (id, subscription_id, event_id, topic, payload, event_time, trace)
 SELECT d.id, d.sub, $3, $4, $5, $6, $7
 FROM unnest($1::uuid[], $2::uuid[]) AS d(id, sub)
-ON CONFLICT (event_id, subscription_id) DO NOTHING
+ON CONFLICT (event_id, subscription_id, replay_id) DO NOTHING
 """
 
 # $1 delivery ids uuid[], $2 subscription ids uuid[], $3 event ids uuid[], $4 topics text[],
-# $5 payloads jsonb[], $6 event times timestamptz[], $7 trace contexts jsonb[]: the deliveries
-# of many events in one statement (a publish group commit; see ripple.platform.publish_writer)
+# $5 payloads jsonb[], $6 event times timestamptz[], $7 trace contexts jsonb[], $8 replay ids
+# uuid[] (the nil uuid for live deliveries): the deliveries of many events in one statement (a
+# publish group commit, a backfill or replay batch; see ripple.platform.publish_writer)
 INSERT_DELIVERIES_BATCH: Final = """
 INSERT INTO ripple_webhook_deliveries
-    (id, subscription_id, event_id, topic, payload, event_time, trace)
+    (id, subscription_id, event_id, topic, payload, event_time, trace, replay_id)
 SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::jsonb[],
-                     $6::timestamptz[], $7::jsonb[])
-ON CONFLICT (event_id, subscription_id) DO NOTHING
+                     $6::timestamptz[], $7::jsonb[], $8::uuid[])
+ON CONFLICT (event_id, subscription_id, replay_id) DO NOTHING
 """
 
 # $1 batch size, $2 subscription ids to skip (saturated endpoints), $3/$4 in-flight counts
@@ -462,8 +466,10 @@ async def insert_deliveries_batch(
     payloads: Sequence[Any],
     event_times: Sequence[datetime],
     traces: Sequence[dict[str, str] | None],
+    replay_ids: Sequence[str] | None = None,
 ) -> int:
-    """Insert pending deliveries of many events (skipping existing pairs); return how many."""
+    """Insert pending deliveries of many events (skipping existing (event, subscription,
+    replay) triples); return how many. `replay_ids`: None for live deliveries."""
     status = await conn.execute(
         INSERT_DELIVERIES_BATCH,
         list(ids),
@@ -473,6 +479,7 @@ async def insert_deliveries_batch(
         list(payloads),
         list(event_times),
         list(traces),
+        list(replay_ids) if replay_ids is not None else [LIVE_REPLAY_ID] * len(ids),
     )
     return int(status.rsplit(" ", 1)[-1])
 

@@ -57,7 +57,8 @@ class QueueKind:
                 queues.append(str(sub.target["queue"]))
                 bodies.append(event.payload)
                 headers.append(header)
-                dedups.append(f"{event.event_id}:{sub.id}")
+                dedup = f"{event.event_id}:{sub.id}"
+                dedups.append(dedup if event.replay_id is None else f"{dedup}:{event.replay_id}")
         if queues:
             await queue_store.insert_fanout(conn, queues, bodies, headers, dedups)
         # A repeat (same event and subscription) is deduplicated; it still counts as delivered.

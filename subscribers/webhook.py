@@ -124,6 +124,8 @@ class WebhookKind:
         """One pending delivery per subscription, due now; idempotent per (event, sub)."""
         if not subscriptions:
             return 0
+        if event.replay_id is not None:
+            return (await self.fan_out_batch(conn, [(event, subscriptions)]))[0]
         return await store.insert_deliveries(
             conn,
             [new_id() for _ in subscriptions],
@@ -152,6 +154,7 @@ class WebhookKind:
                 [event.payload for event, _ in pairs],
                 [event.created_at for event, _ in pairs],
                 [event.trace for event, _ in pairs],
+                [event.replay_id or store.LIVE_REPLAY_ID for event, _ in pairs],
             )
         # New events only reach here, so every pair is a new delivery.
         return [len(subscriptions) for _, subscriptions in items]

@@ -54,7 +54,8 @@ class WorkflowKind:
             RunRequest(
                 workflow=str(sub.target["workflow"]),
                 input=event.payload,
-                idempotency_key=f"event:{event.event_id}:{sub.id}",
+                idempotency_key=f"event:{event.event_id}:{sub.id}"
+                + ("" if event.replay_id is None else f":replay:{event.replay_id}"),
                 trace=event.trace,
             )
             for event, subscriptions in items

@@ -186,6 +186,12 @@ class WorkflowClient:
                 field="input",
             ) from exc
 
+    def prepare_input(
+        self, definition: WorkflowDefinition[Any, Any] | None, name: str, input: Any
+    ) -> Any:
+        """`input` as stored for a run of `name`: validated when the definition is known."""
+        return self._prepare_input(definition, name, input)
+
     async def start(
         self,
         workflow: WorkflowDefinition[Any, OutT] | str,

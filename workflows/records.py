@@ -73,6 +73,8 @@ class Run:
     #: why a pending run is not claimed yet: "concurrency", "throttle" or "debounce" (None:
     #: nothing holds it back)
     blocked_by: str | None = None
+    #: The run this one was forked from (`client.fork`), if any.
+    forked_from: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> Run:
@@ -93,6 +95,7 @@ class Run:
             idempotency_key=row["idempotency_key"],
             priority=row["priority"],
             blocked_by=row["blocked_by"],
+            forked_from=row.get("forked_from"),
         )
 
 

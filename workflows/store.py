@@ -16,7 +16,7 @@ __all__ = ["ClaimedRun", "JournalRow"]
 
 _RUN_COLUMNS: Final = (
     "run_id, workflow, version, status, input, output, error, attempt, created_at, started_at, "
-    "completed_at, parent_run_id, deadline, idempotency_key, priority, blocked_by"
+    "completed_at, parent_run_id, deadline, idempotency_key, priority, blocked_by, forked_from"
 )
 
 # Every statement creating runs reads the workflow's ripple_flow_controls row (if any) and
@@ -829,3 +829,113 @@ async def sync_flow_controls(conn: Connection | Any, rows: Sequence[tuple[Any, .
             await conn.execute(UPSERT_FLOW_CONTROL, name, *options)
     if gone:
         await conn.execute(DELETE_FLOW_CONTROLS, gone)
+
+
+# -- Operating runs (issue 16): retry, fork, bulk cancel/retry ---------------------------------
+# Used by ripple.workflows.operations; the lead's sections above are unchanged.
+
+# $1 run_id: lock a run and read what retry/fork check.
+LOCK_RUN_FOR_OPERATION: Final = """
+SELECT run_id, workflow, status, input FROM ripple_runs WHERE run_id = $1 FOR UPDATE
+"""
+
+# A batch of runs matching a bulk filter, locked, in run id order after a cursor. A row a
+# worker changes meanwhile is re-checked against the filter once its lock is released (READ
+# COMMITTED re-evaluation), so a run that no longer matches is not returned.
+# $1 workflow|NULL, $2 statuses text[], $3 created at or after|NULL, $4 created before,
+# $5 cursor (last run_id seen, '' at first), $6 limit
+SELECT_RUN_BATCH: Final = """
+SELECT run_id FROM ripple_runs
+WHERE ($1::text IS NULL OR workflow = $1)
+  AND status = ANY($2::text[])
+  AND ($3::timestamptz IS NULL OR created_at >= $3)
+  AND created_at < $4
+  AND run_id > $5
+ORDER BY run_id
+LIMIT $6
+FOR UPDATE
+"""
+
+# How many runs a bulk action would act on now (its dry run; same filter as SELECT_RUN_BATCH).
+# $1 workflow|NULL, $2 statuses text[], $3 created at or after|NULL, $4 created before
+COUNT_RUN_FILTER: Final = """
+SELECT count(*) FROM ripple_runs
+WHERE ($1::text IS NULL OR workflow = $1)
+  AND status = ANY($2::text[])
+  AND ($3::timestamptz IS NULL OR created_at >= $3)
+  AND created_at < $4
+"""
+
+# Make failed/canceled runs claimable again under the same id (their rows locked by the
+# caller): steps with a recorded result keep it; every other journal entry (the failed step,
+# steps interrupted by a cancel) is deleted, so it runs again with a fresh attempt budget;
+# compensations that ran stay recorded (they are not undone nor re-run) but move out of the
+# replay order (negative seq), so the steps after the retried one do not collide with them.
+# The workflow attempt is bumped (children started again get new idempotency keys), the crash
+# counter reset. $1 run ids text[]
+RETRY_RUNS: Final = """
+WITH runs AS (
+    SELECT run_id FROM ripple_runs
+    WHERE run_id = ANY($1::text[]) AND status IN ('failed', 'canceled')
+), dropped AS (
+    DELETE FROM ripple_steps s USING runs
+    WHERE s.run_id = runs.run_id AND s.status <> 'completed'
+), moved AS (
+    UPDATE ripple_steps s SET seq = -1 - s.seq FROM runs
+    WHERE s.run_id = runs.run_id AND s.kind = 'compensate' AND s.status = 'completed'
+      AND s.seq >= 0
+)
+UPDATE ripple_runs r
+SET status = 'pending', output = NULL, error = NULL, completed_at = NULL,
+    available_at = now(), lease_owner = NULL, attempt = r.attempt + 1, recoveries = 0,
+    step_count = 0, epoch = r.epoch + 1, updated_at = now()
+FROM runs
+WHERE r.run_id = runs.run_id
+RETURNING r.run_id, r.workflow
+"""
+
+# Cancel runs and all their active descendants (bulk CANCEL_TREE). $1 root run ids text[]
+CANCEL_TREES: Final = """
+WITH RECURSIVE tree(run_id) AS (
+    SELECT run_id FROM ripple_runs WHERE run_id = ANY($1::text[])
+    UNION
+    SELECT c.run_id FROM ripple_runs c JOIN tree t ON c.parent_run_id = t.run_id
+)
+UPDATE ripple_runs r
+SET status = 'canceled', epoch = r.epoch + 1,
+    error = jsonb_build_object('type', 'WorkflowCanceled',
+                               'message', 'run ' || r.run_id || ' was canceled'),
+    completed_at = now(), available_at = now(), lease_owner = NULL, updated_at = now()
+FROM tree
+WHERE r.run_id = tree.run_id AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
+RETURNING r.run_id, r.workflow, r.parent_run_id, r.parent_step_key, r.parent_step_seq, r.error
+"""
+
+# $1 run_id, $2 key: the journal position of a step.
+SELECT_STEP_SEQ: Final = "SELECT seq FROM ripple_steps WHERE run_id = $1 AND key = $2"
+
+# $1 run_id: the step keys of a run in journal order (for error messages).
+SELECT_STEP_KEYS: Final = """
+SELECT key FROM ripple_steps WHERE run_id = $1 AND seq >= 0 ORDER BY seq LIMIT 50
+"""
+
+# A fork: a new pending run of the same workflow on the newest version served (version NULL),
+# recording its origin. started_at is set: a run never started is claimed without reading its
+# journal (ClaimedRun.fresh), and a fork has one. $1 new run_id, $2 source run_id, $3 input
+INSERT_FORK: Final = """
+INSERT INTO ripple_runs (run_id, workflow, version, input, retention_seconds, forked_from,
+                         started_at)
+SELECT $1, workflow, NULL, $3, retention_seconds, run_id, now()
+FROM ripple_runs WHERE run_id = $2
+RETURNING workflow
+"""
+
+# The fork's journal: the source's finished entries before position $3 (compensations moved
+# out of the order by a retry excluded). $1 new run_id, $2 source run_id, $3 seq of from_step
+COPY_JOURNAL: Final = """
+INSERT INTO ripple_steps (run_id, key, seq, kind, status, attempts, output, error,
+                          started_at, completed_at)
+SELECT $1, key, seq, kind, status, attempts, output, error, started_at, completed_at
+FROM ripple_steps
+WHERE run_id = $2 AND seq >= 0 AND seq < $3 AND status IN ('completed', 'failed')
+"""
