@@ -13,7 +13,16 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from ripple.platform.api import deliveries, ops, runs, schedules, signals, subscriptions, topics
+from ripple.platform.api import (
+    deliveries,
+    ops,
+    recovery,
+    runs,
+    schedules,
+    signals,
+    subscriptions,
+    topics,
+)
 from ripple.platform.api import queues as queue_routes
 from ripple.platform.api.deps import require_token
 from ripple.platform.api.limits import RequestLimits
@@ -64,7 +73,16 @@ def create_app(client_or_settings: Client | Settings) -> FastAPI:
     app.state.settings = settings
 
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_token)])
-    for module in (runs, signals, topics, subscriptions, queue_routes, deliveries, schedules):
+    for module in (
+        recovery,
+        runs,
+        signals,
+        topics,
+        subscriptions,
+        queue_routes,
+        deliveries,
+        schedules,
+    ):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(ops.router)

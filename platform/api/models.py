@@ -99,6 +99,7 @@ class RunOut(OutModel):
     priority: int = 0
     #: why a pending run is not claimed yet: concurrency, throttle or debounce
     blocked_by: str | None = None
+    forked_from: str | None = None
 
 
 class RunPage(OutModel):
@@ -162,6 +163,13 @@ class SubscriptionOut(OutModel):
     status_reason: str | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    backfill_since: datetime | None = Field(
+        default=None, description="Set when created with a backfill."
+    )
+    backfill_delivered: int = Field(default=0, description="Events the backfill delivered.")
+    backfill_done_at: datetime | None = Field(
+        default=None, description="When the backfill finished (null while it runs)."
+    )
 
 
 def subscription_out(sub: Any, *, mask: bool = True) -> SubscriptionOut:

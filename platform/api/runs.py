@@ -67,6 +67,17 @@ class StartRun(ApiModel):
 class Started(OutModel):
     run_id: str
     status: str
+    output: Any = Field(default=None, description="With `wait`: the output once completed.")
+    error: Any = Field(default=None, description="With `wait`: the error once failed.")
+    timed_out: bool | None = Field(
+        default=None, description="With `wait`: true if the run had not ended when it passed."
+    )
+
+
+class WaitedRun(RunOut):
+    timed_out: bool = Field(
+        default=False, description="With `wait`: true if the run had not ended when it passed."
+    )
 
 
 class SignalOut(OutModel):
@@ -90,6 +101,28 @@ async def _run_of(client: ClientDep, name: str | None, run_id: str) -> Any:
         of = f" of workflow {name}" if name is not None else ""
         raise ProblemError(404, f"no run {run_id}{of}")
     return run
+
+
+#: Longest long-poll a request may ask for, in seconds.
+MAX_WAIT_SECONDS = 60
+WaitQuery = Annotated[
+    float | None,
+    Query(
+        ge=0,
+        le=MAX_WAIT_SECONDS,
+        description="Long-poll: wait up to this many seconds (at most 60) for the run to end; "
+        "`timedOut` says whether it had not.",
+    ),
+]
+
+
+async def _waited(client: ClientDep, name: str | None, run_id: str, wait: float | None) -> Any:
+    if wait is None:
+        return WaitedRun.model_validate(run_out(await _run_of(client, name, run_id)).model_dump())
+    await _run_of(client, name, run_id)
+    outcome = await client.wait_run(run_id, wait)
+    data = run_out(outcome.run).model_dump()
+    return WaitedRun.model_validate({**data, "timed_out": outcome.timed_out})
 
 
 StatusQuery = Annotated[str | None, Query(pattern="^(" + "|".join(RUN_STATUSES) + ")$")]
@@ -152,8 +185,11 @@ async def list_workflows(client: ClientDep) -> list[WorkflowSummary]:
     response_model=Started,
     responses=problem_responses(404, 409, 422),
 )
-async def start_run(name: WorkflowName, body: StartRun, client: ClientDep) -> Started:
-    """Start a run by name with raw JSON input.
+async def start_run(
+    name: WorkflowName, body: StartRun, client: ClientDep, wait: WaitQuery = None
+) -> Started:
+    """Start a run by name with raw JSON input; with `wait`, also wait (long-poll) for it to
+    end and answer its output or error, or `timedOut: true`.
 
     A repeat with the same `idempotencyKey` returns the first run's id (also `201`).
     """
@@ -165,8 +201,18 @@ async def start_run(name: WorkflowName, body: StartRun, client: ClientDep) -> St
         version=body.version,
         priority=body.priority,
     )
-    run = await client.get_run(handle.run_id)
-    return Started(run_id=handle.run_id, status=run.status if run is not None else "pending")
+    if wait is not None:
+        outcome = await client.wait_run(handle.run_id, wait)
+        run = outcome.run
+        return Started(
+            run_id=run.run_id,
+            status=run.status,
+            output=run.output,
+            error=run.error,
+            timed_out=outcome.timed_out,
+        )
+    found = await client.get_run(handle.run_id)
+    return Started(run_id=handle.run_id, status=found.status if found is not None else "pending")
 
 
 @router.get("/workflows/{name}/runs", response_model=RunPage, responses=problem_responses(422))
@@ -186,11 +232,14 @@ async def list_runs(
 
 
 @router.get(
-    "/workflows/{name}/runs/{run_id}", response_model=RunOut, responses=problem_responses(404)
+    "/workflows/{name}/runs/{run_id}", response_model=WaitedRun, responses=problem_responses(404)
 )
-async def get_run(name: WorkflowName, run_id: RunIdPath, client: ClientDep) -> RunOut:
-    """One run with its input, output or error."""
-    return run_out(await _run_of(client, name, run_id))
+async def get_run(
+    name: WorkflowName, run_id: RunIdPath, client: ClientDep, wait: WaitQuery = None
+) -> WaitedRun:
+    """One run with its input, output or error; `wait` long-polls until it ended."""
+    waited: WaitedRun = await _waited(client, name, run_id, wait)
+    return waited
 
 
 @router.delete(
@@ -265,10 +314,12 @@ async def list_all_runs(
     )
 
 
-@router.get("/runs/{run_id}", response_model=RunOut, responses=problem_responses(404))
-async def get_run_by_id(run_id: RunIdPath, client: ClientDep) -> RunOut:
-    """One run, by id."""
-    return run_out(await _run_of(client, None, run_id))
+@router.get("/runs/{run_id}", response_model=WaitedRun, responses=problem_responses(404))
+async def get_run_by_id(run_id: RunIdPath, client: ClientDep, wait: WaitQuery = None) -> WaitedRun:
+    """One run, by id; `wait` long-polls until it ended (woken by the run's end, not a sleep
+    loop) and `timedOut` says whether it had not."""
+    waited: WaitedRun = await _waited(client, None, run_id, wait)
+    return waited
 
 
 @router.get("/runs/{run_id}/steps", response_model=list[StepOut], responses=problem_responses(404))

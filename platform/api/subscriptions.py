@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response
@@ -44,6 +45,11 @@ class SubscribeIn(ApiModel):
         description="Deliver only events whose payload contains this JSON.",
         examples=[{"plan": "pro"}],
     )
+    backfill_since: datetime | None = Field(
+        default=None,
+        description="Also deliver the retained events published since this time (the request "
+        "returns once they are delivered), then continue live.",
+    )
 
 
 async def _get(client: ClientDep, subscription_id: str) -> Any:
@@ -61,7 +67,9 @@ async def _get(client: ClientDep, subscription_id: str) -> Any:
 )
 async def subscribe(body: SubscribeIn, client: ClientDep) -> SubscriptionOut:
     """Subscribe a target to topics matching `pattern`. The response shows a webhook's secret."""
-    sub = await client.subscribe(body.pattern, body.target, body.filter)
+    sub = await client.subscribe(
+        body.pattern, body.target, body.filter, backfill_since=body.backfill_since
+    )
     return subscription_out(sub, mask=False)
 
 

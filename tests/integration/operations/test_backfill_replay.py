@@ -67,7 +67,8 @@ async def test_backfill__queue_gets_each_event_once_while_publishes_continue(
 
     assert set(received) == set(published)
     assert max(received.values()) == 1
-    assert sub.backfill_done_at is not None and sub.backfill_delivered >= BEFORE
+    assert sub.backfill_done_at is not None
+    assert sub.backfill_delivered >= BEFORE
     assert await client.pool.fetchval("SELECT count(*) FROM ripple_backfill_events") == 0
 
 
@@ -90,9 +91,11 @@ async def test_backfill__workflow_and_webhook_targets(settings: Settings) -> Non
         per_event = await client.pool.fetch(
             "SELECT event_id, count(*) AS n FROM ripple_webhook_deliveries GROUP BY event_id"
         )
-        assert len(per_event) == 7 and {r["n"] for r in per_event} == {1}
+        assert len(per_event) == 7
+        assert {r["n"] for r in per_event} == {1}
         shown = await client.get_subscription(hooks.id)
-        assert shown is not None and shown.backfill_delivered == 6
+        assert shown is not None
+        assert shown.backfill_delivered == 6
 
 
 async def test_replay__to_one_of_two_subscriptions(client: Client) -> None:

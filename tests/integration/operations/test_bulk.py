@@ -139,7 +139,9 @@ async def test_retry_many__1000_failed_runs_while_a_worker_runs(client: Client) 
         "SELECT attempt, count(*) AS n FROM ripple_runs WHERE workflow = 'flaky' GROUP BY 1"
     )
     assert [(r["attempt"], r["n"]) for r in attempts] == [(2, N)]  # retried exactly once
-    outputs = await client.pool.fetch("SELECT input, output FROM ripple_runs WHERE workflow='flaky'")
+    outputs = await client.pool.fetch(
+        "SELECT input, output FROM ripple_runs WHERE workflow = 'flaky'"
+    )
     assert all(r["output"] == r["input"]["i"] * 2 for r in outputs)
     broken_after = await client.pool.fetch(
         "SELECT run_id, attempt, epoch, updated_at FROM ripple_runs WHERE workflow = 'broken'"

@@ -102,11 +102,17 @@ async def test_retry__after_non_retriable_failure_recorded_steps_do_not_rerun(
         # a result() waiter sees the new outcome
         out = await handle.result(timeout=10)
 
-    assert out == {"reserved": "reserve-done", "charged": "charged", "shipped": "ship-done",
-                   "input": {"id": 7}}
+    assert out == {
+        "reserved": "reserve-done",
+        "charged": "charged",
+        "shipped": "ship-done",
+        "input": {"id": 7},
+    }
     assert calls == Counter({"reserve": 1, "charge": 2, "ship": 1})
     run = await client.get_run(handle.run_id)
-    assert run is not None and run.status == RunStatus.COMPLETED and run.error is None
+    assert run is not None
+    assert run.status == RunStatus.COMPLETED
+    assert run.error is None
     steps = {s.key: s for s in await client.list_steps(handle.run_id)}
     assert steps["charge"].attempts == 1  # a fresh attempt budget, not attempt 2 of 1
 
@@ -122,9 +128,7 @@ async def test_retry__compensations_that_ran_are_not_undone_or_rerun(client: Cli
         await client.retry(handle.run_id)
         assert await handle.result(timeout=10) == "done"
 
-    assert calls == Counter(
-        {"saga-reserve": 1, "undo-reserve": 1, "fragile": 2, "saga-notify": 1}
-    )
+    assert calls == Counter({"saga-reserve": 1, "undo-reserve": 1, "fragile": 2, "saga-notify": 1})
     keys = [s.key for s in await client.list_steps(handle.run_id)]
     assert "compensate:reserve" in keys  # still recorded
 
@@ -159,7 +163,9 @@ async def test_retry__refused_for_active_completed_and_unknown_runs(client: Clie
     with pytest.raises(NotFound):
         await client.retry("no-such-run")
     run = await client.get_run(active.run_id)
-    assert run is not None and run.status == RunStatus.PENDING and run.attempt == 0
+    assert run is not None
+    assert run.status == RunStatus.PENDING
+    assert run.attempt == 0
 
 
 async def test_fork__from_the_middle_step_reruns_it_and_what_follows(client: Client) -> None:
@@ -176,9 +182,11 @@ async def test_fork__from_the_middle_step_reruns_it_and_what_follows(client: Cli
 
     assert calls == Counter({"a": 1, "b": 2, "c": 3})
     run = await client.get_run(fork.run_id)
-    assert run is not None and run.forked_from == source.run_id
+    assert run is not None
+    assert run.forked_from == source.run_id
     original = await client.get_run(source.run_id)
-    assert original is not None and original.forked_from is None
+    assert original is not None
+    assert original.forked_from is None
 
 
 async def test_fork__bad_input_changes_nothing(client: Client) -> None:

@@ -1,0 +1,145 @@
+"""Routes for operating runs and events after the fact: retry, fork, bulk cancel and retry,
+and replaying retained events to one subscription."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path
+from pydantic import Field
+
+from ripple.platform.api.deps import ClientDep
+from ripple.platform.api.models import ApiModel, OutModel
+from ripple.platform.api.problems import problem_responses
+from ripple.workflows.definition import NAME_RE
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["operations"])
+
+RunIdPath = Annotated[str, Path(min_length=1, max_length=64, examples=["0193c2a4-..."])]
+SubscriptionId = Annotated[
+    str, Path(pattern=r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$", description="UUID")
+]
+_STATUS = "^(pending|running|sleeping|waiting|completed|failed|canceled)$"
+
+
+class RunAction(OutModel):
+    run_id: str
+    status: str
+    forked_from: str | None = None
+
+
+class ForkIn(ApiModel):
+    from_step: str = Field(
+        min_length=1,
+        max_length=255,
+        description="Step key to run again: the journal is copied up to, not including, it.",
+        examples=["charge"],
+    )
+    input: Any = Field(default=None, description="New input (default: the original's).")
+
+
+class RunFilterIn(ApiModel):
+    """Which runs a bulk action acts on (the list filters). Runs created after the request
+    started are never touched."""
+
+    workflow: str | None = Field(default=None, pattern=NAME_RE.pattern)
+    status: str | None = Field(default=None, pattern=_STATUS)
+    since: datetime | None = Field(default=None, description="Created at or after.")
+    until: datetime | None = Field(default=None, description="Created before.")
+    created_before: datetime | None = Field(default=None, description="Created before.")
+    dry_run: bool = Field(default=False, description="Only count the matching runs.")
+
+
+class BulkOut(OutModel):
+    count: int = Field(description="Runs acted on (with dryRun: runs that match now).")
+    dry_run: bool = False
+
+
+class ReplayIn(ApiModel):
+    since: datetime = Field(description="Re-deliver events created at or after this time.")
+    until: datetime | None = Field(default=None, description="...and before this (default now).")
+
+
+class ReplayOut(OutModel):
+    replayed: int = Field(description="Events re-delivered to the subscription.")
+
+
+async def _action(client: ClientDep, run_id: str) -> RunAction:
+    run = await client.get_run(run_id)
+    assert run is not None  # the action just wrote it
+    return RunAction(run_id=run.run_id, status=run.status, forked_from=run.forked_from)
+
+
+@router.post(
+    "/runs/cancel",
+    response_model=BulkOut,
+    responses=problem_responses(422),
+)
+async def cancel_many(body: RunFilterIn, client: ClientDep) -> BulkOut:
+    """Cancel every active run matching the filter, in batches; returns how many."""
+    count = await client.cancel_many(
+        body.workflow,
+        body.status,
+        since=body.since,
+        until=body.until,
+        created_before=body.created_before,
+        dry_run=body.dry_run,
+    )
+    return BulkOut(count=count, dry_run=body.dry_run)
+
+
+@router.post(
+    "/runs/retry",
+    response_model=BulkOut,
+    responses=problem_responses(422),
+)
+async def retry_many(body: RunFilterIn, client: ClientDep) -> BulkOut:
+    """Retry every failed or canceled run matching the filter, in batches; returns how many."""
+    count = await client.retry_many(
+        body.workflow,
+        body.status,
+        since=body.since,
+        until=body.until,
+        created_before=body.created_before,
+        dry_run=body.dry_run,
+    )
+    return BulkOut(count=count, dry_run=body.dry_run)
+
+
+@router.post(
+    "/runs/{run_id}/retry",
+    response_model=RunAction,
+    responses=problem_responses(404, 409),
+)
+async def retry_run(run_id: RunIdPath, client: ClientDep) -> RunAction:
+    """Resume a failed or canceled run in place: recorded steps keep their results, the failed
+    step runs again. `409` for an active or completed run."""
+    await client.retry(run_id)
+    return await _action(client, run_id)
+
+
+@router.post(
+    "/runs/{run_id}/fork",
+    status_code=201,
+    response_model=RunAction,
+    responses=problem_responses(404, 422),
+)
+async def fork_run(run_id: RunIdPath, body: ForkIn, client: ClientDep) -> RunAction:
+    """Start a new run from the run's journal up to (not including) `fromStep`, on the newest
+    version served. `422` when the step is not in the journal."""
+    handle = await client.fork(run_id, body.from_step, body.input)
+    return await _action(client, handle.run_id)
+
+
+@router.post(
+    "/subscriptions/{subscription_id}/replay",
+    response_model=ReplayOut,
+    responses=problem_responses(404, 422),
+)
+async def replay(subscription_id: SubscriptionId, body: ReplayIn, client: ClientDep) -> ReplayOut:
+    """Re-deliver the retained events of a time range to this subscription only (same event
+    ids, new deliveries). `422` when `since` is older than the event retention."""
+    return ReplayOut(replayed=await client.replay_events(subscription_id, body.since, body.until))
