@@ -12,6 +12,7 @@ import ipaddress
 import json
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -40,7 +41,9 @@ app = typer.Typer(
 runs_app = typer.Typer(help="Inspect and control workflow runs.", no_args_is_help=True)
 queues_app = typer.Typer(help="Send, receive and inspect durable queues.", no_args_is_help=True)
 deliveries_app = typer.Typer(help="Inspect and redrive webhook deliveries.", no_args_is_help=True)
+subscriptions_app = typer.Typer(help="List subscriptions and replay events to one.")
 app.add_typer(runs_app, name="runs")
+app.add_typer(subscriptions_app, name="subscriptions")
 app.add_typer(queues_app, name="queues")
 schedules_app = typer.Typer(help="Create and operate schedules.", no_args_is_help=True)
 app.add_typer(deliveries_app, name="deliveries")
@@ -76,6 +79,17 @@ def _settings(**overrides: Any) -> Settings:
         return load_settings(**overrides)
     except ConfigError as exc:
         raise _fail(exc.message, 2) from None
+
+
+def _time_arg(text: str | None, what: str) -> datetime | None:
+    """Parse an ISO-8601 time option (UTC when it has no offset)."""
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise _fail(f"{what} must be an ISO-8601 time such as 2026-01-31T12:00:00Z", 2) from None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
 def _json_arg(text: str | None, what: str) -> Any:
@@ -383,6 +397,13 @@ def subscribe(
     filter: Annotated[
         str | None, typer.Option("--filter", help="Only payloads containing this JSON.")
     ] = None,
+    backfill_since: Annotated[
+        str | None,
+        typer.Option(
+            "--backfill-since",
+            help="Also deliver the retained events published since this ISO-8601 time.",
+        ),
+    ] = None,
     api: ApiOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
@@ -401,11 +422,14 @@ def subscribe(
         if secret:
             target["secret"] = secret
     match = _json_arg(filter, "--filter")
-    result = _operate(api, token, lambda op: op.subscribe(pattern, target, match))
+    since = _time_arg(backfill_since, "--backfill-since")
+    result = _operate(api, token, lambda op: op.subscribe(pattern, target, match, since))
     if as_json:
         _print_json(result)
     else:
         out.print(f"subscription {result['id']}: {pattern} -> {_target_text(result['target'])}")
+        if since is not None:
+            out.print(f"backfilled {result.get('backfillDelivered', 0)} event(s)")
         if result["target"].get("secret"):
             out.print(f"webhook secret (shown once): {result['target']['secret']}")
 
@@ -460,9 +484,13 @@ def _set_paused(
         out.print(f"subscription {subscription_id} is {result['status']}")
 
 
-@app.command()
-def subscriptions(api: ApiOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
-    """List subscriptions."""
+@subscriptions_app.callback(invoke_without_command=True)
+def subscriptions(
+    ctx: typer.Context, api: ApiOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
+) -> None:
+    """List subscriptions (or replay events to one: `ripple subscriptions replay`)."""
+    if ctx.invoked_subcommand is not None:
+        return
     result = _operate(api, token, lambda op: op.subscriptions())
     if as_json:
         _print_json(result)
@@ -480,7 +508,40 @@ def subscriptions(api: ApiOpt = None, token: TokenOpt = None, as_json: JsonOpt =
     _table("subscriptions", ["id", "pattern", "target", "filter", "status"], rows)
 
 
+@subscriptions_app.command("replay")
+def subscriptions_replay(
+    subscription_id: Annotated[str, typer.Argument(help="Subscription id.")],
+    since: Annotated[str, typer.Option("--since", help="ISO-8601: events created from then.")],
+    until: Annotated[
+        str | None, typer.Option("--until", help="ISO-8601: ...and before then (default now).")
+    ] = None,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Re-deliver the retained events of a time range to this subscription only."""
+    start = _time_arg(since, "--since")
+    assert start is not None
+    end = _time_arg(until, "--until")
+    count = _operate(api, token, lambda op: op.replay(subscription_id, start, end))
+    if as_json:
+        _print_json({"replayed": count})
+    else:
+        out.print(f"replayed {count} event(s) to subscription {subscription_id}")
+
+
 # -- runs -------------------------------------------------------------------------------------
+
+
+WaitOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--wait",
+        help="Wait up to this many seconds (at most 60) for the run to end; print its output.",
+        min=0,
+        max=60,
+    ),
+]
 
 
 @runs_app.command("start")
@@ -491,17 +552,162 @@ def runs_start(
     priority: Annotated[
         int, typer.Option(min=0, help="Higher is claimed first among pending runs (0-1000).")
     ] = 0,
+    wait: WaitOpt = None,
     api: ApiOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a run of WORKFLOW with a JSON input."""
     value = _json_arg(input, "input")
-    result = _operate(api, token, lambda op: op.start(workflow, value, idempotency_key, priority))
+    result = _operate(
+        api, token, lambda op: op.start(workflow, value, idempotency_key, priority, wait)
+    )
+    if as_json:
+        _print_json(result)
+    elif wait is None:
+        out.print(f"run {result['runId']} {result['status']}")
+    elif result.get("timedOut"):
+        raise _fail(f"run {result['runId']} is still {result['status']} after {wait:g}s")
+    elif result["status"] == "completed":
+        out.print(f"run {result['runId']} completed: {json.dumps(result.get('output'))}")
+    else:
+        raise _fail(f"run {result['runId']} {result['status']}: {_error_text(result['error'])}")
+
+
+@app.command("start")
+def start(
+    workflow: Annotated[str, typer.Argument(help="Workflow name.")],
+    input: Annotated[str | None, typer.Argument(help="JSON input.")] = None,
+    idempotency_key: Annotated[str | None, typer.Option("--idempotency-key", "-k")] = None,
+    wait: WaitOpt = None,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a run of WORKFLOW (same as `ripple runs start`); `--wait 30` waits for its end."""
+    runs_start(workflow, input, idempotency_key, 0, wait, api, token, as_json)
+
+
+@runs_app.command("retry")
+def runs_retry(
+    run_id: Annotated[str, typer.Argument(help="Run id of a failed or canceled run.")],
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Resume a failed or canceled run from its failed step (recorded steps keep results)."""
+    result = _operate(api, token, lambda op: op.retry(run_id))
     if as_json:
         _print_json(result)
     else:
-        out.print(f"run {result['runId']} {result['status']}")
+        out.print(f"run {run_id} {result['status']} again")
+
+
+@runs_app.command("fork")
+def runs_fork(
+    run_id: Annotated[str, typer.Argument(help="Run id to fork.")],
+    from_step: Annotated[str, typer.Option("--from-step", help="Step key to run again from.")],
+    input: Annotated[
+        str | None, typer.Option("--input", help="New JSON input (default: the original's).")
+    ] = None,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a new run from RUN_ID's journal up to (not including) --from-step."""
+    value = _json_arg(input, "--input")
+    result = _operate(api, token, lambda op: op.fork(run_id, from_step, value))
+    if as_json:
+        _print_json(result)
+    else:
+        out.print(f"run {result['runId']} forked from {run_id} at step {from_step}")
+
+
+def _bulk(
+    action: str,
+    verb: str,
+    flt: dict[str, Any],
+    yes: bool,
+    api: str | None,
+    token: str | None,
+    as_json: bool,
+) -> None:
+    if yes:
+        count = _operate(api, token, lambda op: op.bulk(action, flt, False))
+    else:
+        matching = _operate(api, token, lambda op: op.bulk(action, flt, True))
+        if matching == 0:
+            out.print("no run matches")
+            return
+        if not typer.confirm(f"{matching} run(s) match; {action} them?", err=True):
+            raise _fail("aborted; nothing changed")
+        count = _operate(api, token, lambda op: op.bulk(action, flt, False))
+    if as_json:
+        _print_json({"count": count})
+    else:
+        out.print(f"{verb} {count} run(s)")
+
+
+WorkflowOpt = Annotated[str | None, typer.Option("--workflow", "-w", help="Workflow name.")]
+SinceOpt = Annotated[str | None, typer.Option("--since", help="Created at or after (ISO-8601).")]
+UntilOpt = Annotated[str | None, typer.Option("--until", help="Created before (ISO-8601).")]
+BeforeOpt = Annotated[
+    str | None, typer.Option("--created-before", help="Created before (ISO-8601).")
+]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+
+
+def _filter(
+    workflow: str | None,
+    status: str | None,
+    since: str | None,
+    until: str | None,
+    created_before: str | None,
+) -> dict[str, Any]:
+    return {
+        "workflow": workflow,
+        "status": status,
+        "since": _time_arg(since, "--since"),
+        "until": _time_arg(until, "--until"),
+        "created_before": _time_arg(created_before, "--created-before"),
+    }
+
+
+@runs_app.command("cancel-many")
+def runs_cancel_many(
+    workflow: WorkflowOpt = None,
+    status: Annotated[
+        str | None, typer.Option("--status", help="pending, running, sleeping or waiting.")
+    ] = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    created_before: BeforeOpt = None,
+    yes: YesOpt = False,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancel every active run matching the filters (shows the count and asks first)."""
+    flt = _filter(workflow, status, since, until, created_before)
+    _bulk("cancel", "canceled", flt, yes, api, token, as_json)
+
+
+@runs_app.command("retry-many")
+def runs_retry_many(
+    workflow: WorkflowOpt = None,
+    status: Annotated[str | None, typer.Option("--status", help="failed or canceled.")] = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    created_before: BeforeOpt = None,
+    yes: YesOpt = False,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Retry every failed or canceled run matching the filters (shows the count and asks
+    first)."""
+    flt = _filter(workflow, status, since, until, created_before)
+    _bulk("retry", "retried", flt, yes, api, token, as_json)
 
 
 @runs_app.command("list")

@@ -7,6 +7,7 @@ CLI renders and `--json`-prints one format whichever way it talks to Ripple. Fai
 
 from __future__ import annotations
 
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
@@ -14,6 +15,7 @@ import httpx
 
 from ripple.platform.api.models import (
     Published,
+    camel,
     jsonable,
     run_out,
     schedule_out,
@@ -46,13 +48,26 @@ class Operator(Protocol):
     ) -> None: ...
     async def publish(self, topic: str, payload: Json, idempotency_key: str | None) -> Json: ...
     async def explain(self, topic: str, payload: Json) -> Json: ...
-    async def subscribe(self, pattern: str, target: Json, filter: Json) -> Json: ...
+    async def subscribe(
+        self, pattern: str, target: Json, filter: Json, backfill_since: datetime | None = None
+    ) -> Json: ...
     async def unsubscribe(self, subscription_id: str) -> bool: ...
     async def set_paused(self, subscription_id: str, paused: bool) -> Json: ...
     async def subscriptions(self) -> Json: ...
     async def start(
-        self, workflow: str, input: Json, idempotency_key: str | None, priority: int = 0
+        self,
+        workflow: str,
+        input: Json,
+        idempotency_key: str | None,
+        priority: int = 0,
+        wait: float | None = None,
     ) -> Json: ...
+    async def retry(self, run_id: str) -> Json: ...
+    async def fork(self, run_id: str, from_step: str, input: Json) -> Json: ...
+    async def bulk(self, action: str, filter: dict[str, Any], dry_run: bool) -> int: ...
+    async def replay(
+        self, subscription_id: str, since: datetime, until: datetime | None
+    ) -> int: ...
     async def list_runs(
         self, workflow: str | None, status: str | None, limit: int, cursor: str | None
     ) -> Json: ...
@@ -116,7 +131,9 @@ class LocalOperator:
                 verdict["target"]["secret"] = "whsec_…"
         return result
 
-    async def subscribe(self, pattern: str, target: Json, filter: Json) -> Json:
+    async def subscribe(
+        self, pattern: str, target: Json, filter: Json, backfill_since: datetime | None = None
+    ) -> Json:
         from pydantic import TypeAdapter, ValidationError
 
         from ripple.subscribers import Target
@@ -125,7 +142,7 @@ class LocalOperator:
             parsed = TypeAdapter(Target).validate_python(target)
         except ValidationError as exc:
             raise OperatorError(f"invalid target: {exc}") from exc
-        sub = await self.client.subscribe(pattern, parsed, filter)
+        sub = await self.client.subscribe(pattern, parsed, filter, backfill_since=backfill_since)
         return subscription_out(sub, mask=False).model_dump(mode="json", by_alias=True)
 
     async def unsubscribe(self, subscription_id: str) -> bool:
@@ -141,13 +158,48 @@ class LocalOperator:
         return [subscription_out(s).model_dump(mode="json", by_alias=True) for s in subs]
 
     async def start(
-        self, workflow: str, input: Json, idempotency_key: str | None, priority: int = 0
+        self,
+        workflow: str,
+        input: Json,
+        idempotency_key: str | None,
+        priority: int = 0,
+        wait: float | None = None,
     ) -> Json:
         handle = await self.client.start(
             workflow, input, idempotency_key=idempotency_key, priority=priority
         )
+        if wait is not None:
+            outcome = await self.client.wait_run(handle.run_id, wait)
+            done = outcome.run
+            return {
+                "runId": done.run_id,
+                "status": done.status.value,
+                "output": done.output,
+                "error": done.error,
+                "timedOut": outcome.timed_out,
+            }
         run = await self.client.get_run(handle.run_id)
         return {"runId": handle.run_id, "status": run.status if run else "pending"}
+
+    async def _run_action(self, run_id: str) -> Json:
+        run = await self.client.get_run(run_id)
+        assert run is not None
+        return {"runId": run.run_id, "status": run.status.value, "forkedFrom": run.forked_from}
+
+    async def retry(self, run_id: str) -> Json:
+        await self.client.retry(run_id)
+        return await self._run_action(run_id)
+
+    async def fork(self, run_id: str, from_step: str, input: Json) -> Json:
+        handle = await self.client.fork(run_id, from_step, input)
+        return await self._run_action(handle.run_id)
+
+    async def bulk(self, action: str, filter: dict[str, Any], dry_run: bool) -> int:
+        act = self.client.cancel_many if action == "cancel" else self.client.retry_many
+        return await act(**filter, dry_run=dry_run)
+
+    async def replay(self, subscription_id: str, since: datetime, until: datetime | None) -> int:
+        return await self.client.replay_events(subscription_id, since, until)
 
     async def list_runs(
         self, workflow: str | None, status: str | None, limit: int, cursor: str | None
@@ -298,8 +350,12 @@ class RemoteOperator:
         params = {"payload": json.dumps(payload)}
         return await self._call("GET", f"/v1/topics/{topic}/explain", params=params)
 
-    async def subscribe(self, pattern: str, target: Json, filter: Json) -> Json:
+    async def subscribe(
+        self, pattern: str, target: Json, filter: Json, backfill_since: datetime | None = None
+    ) -> Json:
         body = {"pattern": pattern, "target": target, "filter": filter}
+        if backfill_since is not None:
+            body["backfillSince"] = backfill_since.isoformat()
         return await self._call("POST", "/v1/subscriptions", json=body)
 
     async def set_paused(self, subscription_id: str, paused: bool) -> Json:
@@ -319,10 +375,45 @@ class RemoteOperator:
         return await self._call("GET", "/v1/subscriptions")
 
     async def start(
-        self, workflow: str, input: Json, idempotency_key: str | None, priority: int = 0
+        self,
+        workflow: str,
+        input: Json,
+        idempotency_key: str | None,
+        priority: int = 0,
+        wait: float | None = None,
     ) -> Json:
         body = {"input": input, "idempotencyKey": idempotency_key, "priority": priority}
-        return await self._call("POST", f"/v1/workflows/{workflow}/runs", json=body)
+        if wait is None:
+            return await self._call("POST", f"/v1/workflows/{workflow}/runs", json=body)
+        return await self._call(
+            "POST",
+            f"/v1/workflows/{workflow}/runs",
+            json=body,
+            params={"wait": wait},
+            timeout=wait + 30,
+        )
+
+    async def retry(self, run_id: str) -> Json:
+        return await self._call("POST", f"/v1/runs/{run_id}/retry")
+
+    async def fork(self, run_id: str, from_step: str, input: Json) -> Json:
+        body = {"fromStep": from_step, "input": input}
+        return await self._call("POST", f"/v1/runs/{run_id}/fork", json=body)
+
+    async def bulk(self, action: str, filter: dict[str, Any], dry_run: bool) -> int:
+        body = {
+            camel(k): v.isoformat() if isinstance(v, datetime) else v
+            for k, v in filter.items()
+            if v is not None
+        }
+        body["dryRun"] = dry_run
+        result = await self._call("POST", f"/v1/runs/{action}", json=body)
+        return int(result["count"])
+
+    async def replay(self, subscription_id: str, since: datetime, until: datetime | None) -> int:
+        body = {"since": since.isoformat(), "until": until.isoformat() if until else None}
+        result = await self._call("POST", f"/v1/subscriptions/{subscription_id}/replay", json=body)
+        return int(result["replayed"])
 
     async def list_runs(
         self, workflow: str | None, status: str | None, limit: int, cursor: str | None

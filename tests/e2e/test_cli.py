@@ -243,3 +243,69 @@ async def test_issue_18_cli_signals_take_an_idempotency_key(
         )
         keys = await client.pool.fetchval("SELECT count(*) FROM ripple_signal_keys")
     assert (signals, keys) == (1, 2)
+
+
+async def test_cli__operating_runs_bulk_fork_replay_and_start_wait(
+    ripple_cli: CliRunner, worker_process: Process, api_server: ApiServer
+) -> None:
+    api = ["--api", api_server.url, "--token", api_server.token]
+    since = _now_iso()
+    waited = await ripple_cli("start", "onboard-user", '{"userId": 701}', "--wait", "0.5", "--json")
+    run = parsed(waited.stdout)
+    assert run["timedOut"] is True
+    assert run["status"] in ("pending", "running", "sleeping", "waiting")
+    not_yet = await ripple_cli("runs", "retry", run["runId"], check=False)
+    assert not_yet.returncode == 1
+    assert "only failed or canceled runs can be retried" in not_yet.stderr
+
+    declined = await ripple_cli(
+        "runs",
+        "cancel-many",
+        "--workflow",
+        "onboard-user",
+        "--since",
+        since,
+        stdin="n\n",
+        check=False,
+    )
+    assert declined.returncode == 1
+    assert "1 run(s) match" in declined.stderr
+    assert "nothing changed" in declined.stderr
+    canceled = await ripple_cli(
+        "runs", "cancel-many", "--workflow", "onboard-user", "--since", since, "--yes"
+    )
+    assert "canceled 1 run(s)" in canceled.stdout
+    retried = await ripple_cli(
+        "runs", "retry-many", "--status", "canceled", "--since", since, "--yes", *api
+    )
+    assert "retried 1 run(s)" in retried.stdout
+    nothing = await ripple_cli("runs", "retry-many", "--workflow", "nope", "--since", since)
+    assert "no run matches" in nothing.stdout
+
+    forked = parsed(
+        (
+            await ripple_cli(
+                "runs", "fork", run["runId"], "--from-step", "send-welcome", "--json", *api
+            )
+        ).stdout
+    )
+    assert forked["forkedFrom"] == run["runId"]
+    bad_step = await ripple_cli("runs", "fork", run["runId"], "--from-step", "nope", check=False)
+    assert "not in the journal" in bad_step.stderr
+
+    sub = parsed(
+        (
+            await ripple_cli(
+                "subscribe", "ops.#", "--queue", "ops-q", "--backfill-since", since, "--json"
+            )
+        ).stdout
+    )
+    await ripple_cli("publish", "ops.one", "{}")
+    replayed = await ripple_cli("subscriptions", "replay", sub["id"], "--since", since, *api)
+    assert "replayed 1 event(s)" in replayed.stdout
+
+
+def _now_iso() -> str:
+    from datetime import UTC, datetime, timedelta
+
+    return (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
