@@ -1,6 +1,6 @@
 """`make bench`: run the benchmark suites against the local Postgres and Redis.
 
-python -m bench [--only workflows,waits,publish,queues,webhooks,flow,rest]
+python -m bench [--only workflows,waits,publish,queues,webhooks,flow,rest,operations]
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 from ripple.platform.logs import configure_logging
 
-SUITES = ["workflows", "waits", "publish", "queues", "webhooks", "flow", "rest"]
+SUITES = ["workflows", "waits", "publish", "queues", "webhooks", "flow", "rest", "operations"]
 
 
 def cpu_calibration() -> str:

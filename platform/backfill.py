@@ -119,28 +119,31 @@ class Backfills:
             kind = self._kinds[state["kind"]]
             row = SubscriptionRow(subscription_id, state["pattern"], state["kind"], state["target"])
             exact, regex = _matcher(state["pattern"])
-            since = state["backfill_since"]
-            cursor = state["backfill_cursor_at"]
-            # Normal batches resume at the cursor; the final pass starts over at `since` so an
-            # event committed late with an older timestamp is found too (the ledger skips the
-            # delivered ones).
-            lower = since if final or cursor is None else max(since, cursor)
+            cursor = None
+            if state["backfill_cursor_at"] is not None:
+                cursor = (state["backfill_cursor_at"], state["backfill_cursor_id"])
             delivered = 0
             last: PublishedEvent | None = None
             while True:
+                # Normal batches walk the cursor; the final pass delivers what the walk did not
+                # (an event committed late with an older timestamp), found through the ledger.
                 events = await backfill_store.next_backfill_events(
                     conn,
                     subscription_id,
-                    lower,
+                    state["backfill_since"],
                     state["backfill_version"],
                     exact,
                     regex,
                     state["filter"],
                     BATCH,
+                    cursor=cursor,
+                    missed=final,
                 )
                 if events:
                     await self._deliver(conn, kind, row, events)
-                    await backfill_store.mark_backfilled(conn, subscription_id, events)
+                    await backfill_store.mark_backfilled(
+                        conn, subscription_id, events, advance=not final
+                    )
                     delivered += len(events)
                     last = events[-1]
                 if not final or len(events) < BATCH:

@@ -29,40 +29,61 @@ UPDATE ripple_subscriptions SET backfill_since = $2, backfill_version = $3 WHERE
 # the subscription is gone.
 LOCK_BACKFILL: Final = """
 SELECT pattern, filter, kind, target, backfill_since, backfill_version, backfill_cursor_at,
-       backfill_done_at, created_at, now() AS db_now
+       backfill_cursor_id, backfill_done_at, created_at, now() AS db_now
 FROM ripple_subscriptions WHERE id = $1 FOR UPDATE
 """
 
-# The next events a backfill delivers: retained events since $2 whose topic the pattern and
-# whose payload the filter match, that were matched against a subscription set older than the
-# subscription (tagged < $3, or untagged: published before migration 0010), not yet delivered
-# by this backfill (the ledger), oldest first.
-# $1 subscription id, $2 lower bound on created_at, $3 version, $4 exact topic|NULL,
-# $5 anchored regex over '.' || topic|NULL, $6 filter|NULL, $7 limit
+# The next events a backfill delivers, after its cursor in (created_at, id) order: retained
+# events since $2 whose topic the pattern and whose payload the filter match, that were matched
+# against a subscription set older than the subscription (tagged < $3, or untagged: published
+# before migration 0010).
+# $1 limit, $2 since, $3 version, $4 exact topic|NULL, $5 anchored regex over '.' || topic|NULL,
+# $6 filter|NULL, $7 cursor created_at|NULL, $8 cursor id|NULL
 SELECT_BACKFILL_EVENTS: Final = """
 SELECT e.id, e.topic, e.payload, e.trace, e.created_at
 FROM ripple_events e
 WHERE e.created_at >= $2
+  AND ($7::timestamptz IS NULL OR (e.created_at, e.id) > ($7, $8::uuid))
   AND (e.subscriptions_version IS NULL OR e.subscriptions_version < $3)
   AND (e.topic = $4 OR ('.' || e.topic) ~ $5)
   AND ($6::jsonb IS NULL OR e.payload @> $6::jsonb)
-  AND NOT EXISTS (
-      SELECT 1 FROM ripple_backfill_events b WHERE b.subscription_id = $1 AND b.event_id = e.id
-  )
 ORDER BY e.created_at, e.id
-LIMIT $7
+LIMIT $1
 """
 
-# $1 subscription id, $2 event ids uuid[], $3 newest created_at of them, $4 count: record a
-# delivered batch in the ledger and the subscription's progress.
+# The last pass (under LOCK_EVENTS): the matching events (as above) not in the ledger, wherever
+# they are relative to the cursor. A set difference (hashed), not an anti-join the planner could
+# run as a nested loop over a ledger it has no statistics for (quadratic).
+# $1 limit, $2 since, $3 version, $4 exact topic|NULL, $5 regex|NULL, $6 filter|NULL,
+# $7 subscription id
+SELECT_BACKFILL_MISSED: Final = """
+WITH missed AS (
+    SELECT e.id FROM ripple_events e
+    WHERE e.created_at >= $2
+      AND (e.subscriptions_version IS NULL OR e.subscriptions_version < $3)
+      AND (e.topic = $4 OR ('.' || e.topic) ~ $5)
+      AND ($6::jsonb IS NULL OR e.payload @> $6::jsonb)
+    EXCEPT
+    SELECT b.event_id FROM ripple_backfill_events b WHERE b.subscription_id = $7
+)
+SELECT e.id, e.topic, e.payload, e.trace, e.created_at
+FROM missed JOIN ripple_events e ON e.id = missed.id
+ORDER BY e.created_at, e.id
+LIMIT $1
+"""
+
+# $1 subscription id, $2 event ids uuid[], $3 count, $4 cursor created_at|NULL, $5 cursor id
+# (NULL: keep the cursor; the last pass delivers behind it): record a delivered batch in the
+# ledger and the subscription's progress.
 MARK_BACKFILLED: Final = """
 WITH ledger AS (
     INSERT INTO ripple_backfill_events (subscription_id, event_id)
     SELECT $1, unnest($2::uuid[])
 )
 UPDATE ripple_subscriptions
-SET backfill_cursor_at = greatest(backfill_cursor_at, $3),
-    backfill_delivered = backfill_delivered + $4
+SET backfill_cursor_at = coalesce($4, backfill_cursor_at),
+    backfill_cursor_id = coalesce($5::uuid, backfill_cursor_id),
+    backfill_delivered = backfill_delivered + $3
 WHERE id = $1
 """
 
@@ -118,25 +139,42 @@ async def lock_backfill(conn: Connection, subscription_id: str) -> Any:
 async def next_backfill_events(
     conn: Connection,
     subscription_id: str,
-    lower: datetime,
+    since: datetime,
     version: int,
     exact: str | None,
     regex: str | None,
     filter: dict[str, Any] | None,
     limit: int,
+    *,
+    cursor: tuple[datetime, Any] | None,
+    missed: bool,
 ) -> list[PublishedEvent]:
-    rows = await conn.fetch(
-        SELECT_BACKFILL_EVENTS, subscription_id, lower, version, exact, regex, filter, limit
-    )
+    """The next batch after `cursor`, or (`missed`) the matching events not yet delivered."""
+    if missed:
+        rows = await conn.fetch(
+            SELECT_BACKFILL_MISSED, limit, since, version, exact, regex, filter, subscription_id
+        )
+    else:
+        at, last = cursor if cursor is not None else (None, None)
+        rows = await conn.fetch(
+            SELECT_BACKFILL_EVENTS, limit, since, version, exact, regex, filter, at, last
+        )
     return _events(rows)
 
 
 async def mark_backfilled(
-    conn: Connection, subscription_id: str, events: list[PublishedEvent]
+    conn: Connection, subscription_id: str, events: list[PublishedEvent], *, advance: bool
 ) -> None:
-    newest = max(e.created_at for e in events)
+    """Ledger a delivered batch; `advance`: it is the next in cursor order (its last event
+    becomes the cursor)."""
+    last = events[-1]
     await conn.execute(
-        MARK_BACKFILLED, subscription_id, [e.event_id for e in events], newest, len(events)
+        MARK_BACKFILLED,
+        subscription_id,
+        [e.event_id for e in events],
+        len(events),
+        last.created_at if advance else None,
+        last.event_id if advance else None,
     )
 
 

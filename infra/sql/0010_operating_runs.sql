@@ -14,13 +14,15 @@ ALTER TABLE ripple_subscriptions
     ADD COLUMN backfill_since timestamptz,
     -- the subscription-set version that created it (events tagged below it are backfilled)
     ADD COLUMN backfill_version bigint,
-    -- progress: the last event delivered (created_at, id) and how many so far
+    -- progress: the last event delivered in (created_at, id) order, and how many so far
     ADD COLUMN backfill_cursor_at timestamptz,
+    ADD COLUMN backfill_cursor_id uuid,
     ADD COLUMN backfill_delivered bigint NOT NULL DEFAULT 0,
     ADD COLUMN backfill_done_at timestamptz;
 
--- Events a running backfill already delivered (so a batch never repeats one, whatever order
--- concurrent publishes commit in); emptied when the backfill finishes.
+-- Events a running backfill already delivered: its last pass delivers the matching events
+-- not in here (committed behind the cursor by a publish that was still in flight); emptied
+-- when the backfill finishes.
 CREATE TABLE ripple_backfill_events (
     subscription_id uuid NOT NULL,
     event_id        uuid NOT NULL,

@@ -151,3 +151,39 @@ async def test_backfill_and_replay__bad_input_changes_nothing(client: Client) ->
     recent = datetime.now(UTC) - timedelta(minutes=1)
     assert await client.replay_events(sub.id, recent) == 0  # nothing retained in range
     assert await client.pool.fetchval("SELECT count(*) FROM ripple_queue_messages") == 0
+
+
+async def test_backfill__event_committed_late_behind_the_cursor_is_delivered_once(
+    client: Client,
+) -> None:
+    t0 = datetime.now(UTC) - timedelta(seconds=1)
+    async with client.pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        # Matched against the set without the subscription; its created_at is this
+        # transaction's start, earlier than the events the backfill's cursor passes meanwhile.
+        late = await client.publish("order.created", {"i": "late"}, conn=conn)
+        await _publish(client, 5)
+        subscribing = asyncio.create_task(
+            client.subscribe("order.*", QueueTarget("late-q"), backfill_since=t0)
+        )
+
+        async def last_pass_waits_for_the_open_publish() -> bool:
+            waiting = await client.pool.fetchval(
+                "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                "WHERE c.relname = 'ripple_events' AND NOT l.granted"
+            )
+            return bool(waiting)
+
+        await assert_eventually(last_pass_waits_for_the_open_publish, timeout=30)
+        await tx.commit()
+    sub = await subscribing
+    rows = await client.pool.fetch(
+        "SELECT headers->>'eventId' AS id, count(*) AS n FROM ripple_queue_messages "
+        "WHERE queue = 'late-q' GROUP BY 1"
+    )
+    delivered = {r["id"]: r["n"] for r in rows}
+    assert delivered[late.event_id] == 1
+    assert set(delivered.values()) == {1}
+    assert sub.backfill_delivered == 6
+    assert len(delivered) == 6
