@@ -867,23 +867,27 @@ WHERE ($1::text IS NULL OR workflow = $1)
 """
 
 # Make failed/canceled runs claimable again under the same id (their rows locked by the
-# caller): steps with a recorded result keep it; every other journal entry (the failed step,
-# steps interrupted by a cancel) is deleted, so it runs again with a fresh attempt budget;
-# compensations that ran stay recorded (they are not undone nor re-run) but move out of the
-# replay order (negative seq), so the steps after the retried one do not collide with them.
-# The workflow attempt is bumped (children started again get new idempotency keys), the crash
-# counter reset. $1 run ids text[]
+# caller). The journal is cut at the first entry that must run again: one without a recorded
+# result (the failed step, steps interrupted by a cancel), a compensation, or a step that a
+# compensation undid (its recorded result is no longer true). Everything recorded before the
+# cut keeps its result and is not run again; everything from it on (by journal position, the
+# order the replay checks) runs again, the failed step with a fresh attempt budget.
+# Compensations that ran are not undone. The workflow attempt is bumped (children started
+# again get new idempotency keys), the crash counter reset. $1 run ids text[]
 RETRY_RUNS: Final = """
 WITH runs AS (
     SELECT run_id FROM ripple_runs
     WHERE run_id = ANY($1::text[]) AND status IN ('failed', 'canceled')
+), cut AS (
+    SELECT s.run_id, min(s.seq) AS seq
+    FROM ripple_steps s JOIN runs ON runs.run_id = s.run_id
+    WHERE s.status <> 'completed' OR s.kind = 'compensate'
+       OR EXISTS (SELECT 1 FROM ripple_steps c
+                  WHERE c.run_id = s.run_id AND c.kind = 'compensate'
+                    AND c.key = 'compensate:' || s.key)
+    GROUP BY s.run_id
 ), dropped AS (
-    DELETE FROM ripple_steps s USING runs
-    WHERE s.run_id = runs.run_id AND s.status <> 'completed'
-), moved AS (
-    UPDATE ripple_steps s SET seq = -1 - s.seq FROM runs
-    WHERE s.run_id = runs.run_id AND s.kind = 'compensate' AND s.status = 'completed'
-      AND s.seq >= 0
+    DELETE FROM ripple_steps s USING cut WHERE s.run_id = cut.run_id AND s.seq >= cut.seq
 )
 UPDATE ripple_runs r
 SET status = 'pending', output = NULL, error = NULL, completed_at = NULL,
@@ -930,8 +934,8 @@ FROM ripple_runs WHERE run_id = $2
 RETURNING workflow
 """
 
-# The fork's journal: the source's finished entries before position $3 (compensations moved
-# out of the order by a retry excluded). $1 new run_id, $2 source run_id, $3 seq of from_step
+# The fork's journal: the source's finished entries before position $3.
+# $1 new run_id, $2 source run_id, $3 seq of from_step
 COPY_JOURNAL: Final = """
 INSERT INTO ripple_steps (run_id, key, seq, kind, status, attempts, output, error,
                           started_at, completed_at)

@@ -117,7 +117,7 @@ async def test_retry__after_non_retriable_failure_recorded_steps_do_not_rerun(
     assert steps["charge"].attempts == 1  # a fresh attempt budget, not attempt 2 of 1
 
 
-async def test_retry__compensations_that_ran_are_not_undone_or_rerun(client: Client) -> None:
+async def test_retry__after_a_rollback_compensated_steps_run_again(client: Client) -> None:
     async with Worker(client, [saga], webhooks=False, sweeper=False):
         handle = await client.start(saga)
         with pytest.raises(WorkflowFailed):
@@ -128,9 +128,11 @@ async def test_retry__compensations_that_ran_are_not_undone_or_rerun(client: Cli
         await client.retry(handle.run_id)
         assert await handle.result(timeout=10) == "done"
 
-    assert calls == Counter({"saga-reserve": 1, "undo-reserve": 1, "fragile": 2, "saga-notify": 1})
+    # The compensation is not undone; the step it undid runs again (its recorded result was
+    # no longer true), and the compensation is not repeated.
+    assert calls == Counter({"saga-reserve": 2, "undo-reserve": 1, "fragile": 2, "saga-notify": 1})
     keys = [s.key for s in await client.list_steps(handle.run_id)]
-    assert "compensate:reserve" in keys  # still recorded
+    assert keys == ["reserve", "fragile", "notify"]
 
 
 async def test_retry__of_canceled_run_resumes_it(client: Client) -> None:
