@@ -117,6 +117,7 @@ def _problem_everywhere(schema: dict[str, Any]) -> None:
         "405": "Method not allowed",
         "401": "Missing or invalid bearer token",
         "413": "Request body too large",
+        "414": "Request URI longer than 16 KiB (send large values in a body)",
         "415": "Request body is not JSON (Content-Type)",
         "422": "Invalid input (also NaN/Infinity or a repeated key in a JSON object)",
         "503": "Database unavailable; retry",

@@ -20,6 +20,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ripple.platform.api.problems import problem_response
 
+#: Longest request target (path and query) answered normally; longer ones get 414. The HTTP
+#: server reads request lines up to `MAX_REQUEST_HEAD_BYTES`, so any URI up to that size gets
+#: this answer instead of a dropped connection.
+MAX_URI_BYTES: Final = 16 * 1024
+MAX_REQUEST_HEAD_BYTES: Final = 256 * 1024
+
 __all__ = ["RequestLimits", "json_depth", "strict_json_problem"]
 
 _OPEN: Final = frozenset(b"[{")
@@ -115,6 +121,17 @@ class RequestLimits:
         self.max_depth = max_depth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            target = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+            if target > MAX_URI_BYTES:
+                response = problem_response(
+                    414,
+                    f"request URI is {target} bytes, longer than {MAX_URI_BYTES}: send large "
+                    "values in a request body",
+                    instance=scope.get("path", ""),
+                )
+                await response(scope, receive, send)
+                return
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return

@@ -56,6 +56,7 @@ _BY_STATUS: Final[dict[int, tuple[str, str]]] = {
     406: ("not-acceptable", "Not acceptable"),
     409: ("conflict", "Conflict"),
     413: ("payload-too-large", "Request body too large"),
+    414: ("uri-too-long", "Request URI too long"),
     415: ("unsupported-media-type", "Unsupported media type"),
     422: ("invalid-input", "Invalid input"),
     500: ("internal", "Internal server error"),

@@ -24,6 +24,7 @@ import structlog
 import uvicorn
 
 from ripple.platform.api.app import create_app
+from ripple.platform.api.limits import MAX_REQUEST_HEAD_BYTES
 from ripple.platform.client import Client
 from ripple.platform.errors import ConfigError
 from ripple.platform.observability import serve_metrics
@@ -205,6 +206,8 @@ def _api_server(client: Client, sock: socket.socket) -> _Server:
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=5,
+        # Request heads up to this size are read, so an over-long URI gets a 414 answer.
+        h11_max_incomplete_event_size=MAX_REQUEST_HEAD_BYTES,
     )
     return _Server(config)
 

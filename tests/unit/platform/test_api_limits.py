@@ -226,3 +226,19 @@ async def test_issue_18_wrong_content_type_is_415(
     for ok in ("application/json; charset=utf-8", "application/merge-patch+json"):
         response = await roomy.post("/echo", content=b'{"value": 1}', headers={"content-type": ok})
         assert response.status_code == 200, response.text
+
+
+async def test_api_limits__an_over_long_uri_gets_414() -> None:
+    import httpx
+
+    from ripple.platform.api.limits import MAX_URI_BYTES, RequestLimits
+
+    async def app(scope: dict[str, object], receive: object, send: object) -> None:
+        raise AssertionError("the app must not see an over-long request")
+
+    limited = RequestLimits(app, max_body_bytes=1024, max_depth=8)  # type: ignore[arg-type]
+    transport = httpx.ASGITransport(app=limited)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        response = await http.get("/v1/topics/a/explain", params={"q": "x" * MAX_URI_BYTES})
+    assert response.status_code == 414
+    assert response.json()["type"].endswith("uri-too-long")
