@@ -124,13 +124,13 @@ class RequestLimits:
         if scope["type"] == "http":
             target = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
             if target > MAX_URI_BYTES:
-                response = problem_response(
+                too_long = problem_response(
                     414,
                     f"request URI is {target} bytes, longer than {MAX_URI_BYTES}: send large "
                     "values in a request body",
                     instance=scope.get("path", ""),
                 )
-                await response(scope, receive, send)
+                await too_long(scope, receive, send)
                 return
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
