@@ -29,6 +29,7 @@ from ripple.platform.api.limits import RequestLimits
 from ripple.platform.api.problems import PROBLEM_JSON, install_problem_handlers
 from ripple.platform.client import Client
 from ripple.platform.config import Settings
+from ripple.platform.ui.routes import mount_ui
 
 __all__ = ["create_app"]
 
@@ -86,6 +87,7 @@ def create_app(client_or_settings: Client | Settings) -> FastAPI:
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(ops.router)
+    mount_ui(app)
     install_problem_handlers(app)
     app.add_middleware(
         RequestLimits, max_body_bytes=settings.max_body_bytes, max_depth=settings.max_json_depth

@@ -1,0 +1,1 @@
+"""The web dashboard: server-rendered pages under `/ui/` (see `routes`)."""

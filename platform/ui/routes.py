@@ -1,0 +1,475 @@
+"""The dashboard: server-rendered pages under `/ui/`, reading through the `Client`.
+
+Every page is one Jinja2 template (autoescaped) that re-fetches itself every two seconds with
+the vendored htmx. State changes are POSTed forms carrying the session's CSRF token and answer
+with a redirect back to the page (303). See `auth` for sessions.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from typing import Annotated, Any, Final
+from urllib.parse import parse_qs, urlencode
+
+import jinja2
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from ripple.platform.api.deps import get_client, token_valid
+from ripple.platform.api.problems import ProblemError
+from ripple.platform.api.runs import RUN_STATUSES
+from ripple.platform.client import Client
+from ripple.platform.config import Settings
+from ripple.platform.errors import RippleError
+from ripple.platform.event_store import get_event
+from ripple.platform.observability_store import select_queue_gauges, select_webhook_gauges
+from ripple.platform.ui import store, views
+from ripple.platform.ui.auth import COOKIE, SESSION_SECONDS, Sessions
+
+__all__ = ["mount_ui"]
+
+PREFIX: Final = "/ui"
+#: Rows per page of the runs and deliveries lists.
+PAGE_SIZE: Final = 50
+#: Queues shown on the queues page and the overview.
+MAX_QUEUES: Final = 100
+_STATIC: Final = {"htmx.min.js": "text/javascript", "style.css": "text/css"}
+
+_env = jinja2.Environment(
+    loader=jinja2.PackageLoader("ripple.platform.ui", "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+)
+_env.filters.update(pretty=views.pretty, ts=views.ts, ago=views.ago)
+
+
+class _Redirect(Exception):
+    def __init__(self, location: str) -> None:
+        self.location = location
+
+
+def _sessions(request: Request) -> Sessions:
+    sessions: Sessions = request.app.state.ui_sessions
+    return sessions
+
+
+def _auth_on(request: Request) -> bool:
+    settings: Settings = request.app.state.settings
+    return bool(settings.api_tokens)
+
+
+def _loopback(request: Request) -> bool:
+    host = request.client.host if request.client else ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host in ("localhost", "testclient")
+
+
+async def page_session(request: Request) -> str:
+    """The session nonce of a page view; redirects to the login (or issues a session when
+    auth is off)."""
+    nonce = _sessions(request).nonce(request.cookies.get(COOKIE))
+    if nonce is not None:
+        return nonce
+    if _auth_on(request):
+        raise _Redirect(f"{PREFIX}/login?" + urlencode({"next": request.url.path}))
+    if not _loopback(request):
+        raise ProblemError(403, "the dashboard without RIPPLE_API_TOKENS is for loopback only")
+    cookie = _sessions(request).issue()
+    request.state.new_session = cookie
+    found = _sessions(request).nonce(cookie)
+    assert found is not None
+    return found
+
+
+async def form_session(request: Request) -> dict[str, str]:
+    """The submitted form of a state change: refused (403) without a session or CSRF token."""
+    nonce = _sessions(request).nonce(request.cookies.get(COOKIE))
+    if nonce is None:
+        raise ProblemError(403, "no dashboard session: log in at /ui/login and submit again")
+    form = {k: v[0] for k, v in parse_qs((await request.body()).decode()).items()}
+    if not _sessions(request).csrf_valid(nonce, form.get("csrf")):
+        raise ProblemError(403, "missing or invalid CSRF token: reload the page and submit again")
+    return form
+
+
+Session = Annotated[str, Depends(page_session)]
+Form = Annotated[dict[str, str], Depends(form_session)]
+ClientDep = Annotated[Client, Depends(get_client)]
+
+
+def _set_cookie(request: Request, response: Response, value: str) -> None:
+    response.set_cookie(
+        COOKIE,
+        value,
+        max_age=SESSION_SECONDS,
+        path=PREFIX,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+
+
+def render(request: Request, nonce: str, template: str, **context: Any) -> HTMLResponse:
+    html = _env.get_template(template).render(
+        request=request,
+        csrf=_sessions(request).csrf(nonce),
+        auth_on=_auth_on(request),
+        path=request.url.path,
+        self_url=str(request.url.path) + ("?" + request.url.query if request.url.query else ""),
+        now=datetime.now(UTC),
+        **context,
+    )
+    response = HTMLResponse(html, headers={"Cache-Control": "no-store"})
+    new = getattr(request.state, "new_session", None)
+    if new is not None:
+        _set_cookie(request, response, new)
+    return response
+
+
+def back(to: str, message: str | None = None) -> RedirectResponse:
+    """303 to a dashboard page, with a flash message in the query."""
+    query = "?" + urlencode({"msg": message}) if message else ""
+    return RedirectResponse(to + query, status_code=303)
+
+
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+
+
+@router.get("/static/{name}")
+async def static(name: str) -> Response:
+    if name not in _STATIC:
+        raise ProblemError(404, f"no static file {name}")
+    data = resources.files("ripple.platform.ui").joinpath("static", name).read_bytes()
+    return Response(data, media_type=_STATIC[name], headers={"Cache-Control": "max-age=3600"})
+
+
+@router.get("/login")
+async def login_page(request: Request, next: str = "/ui/", error: str | None = None) -> Response:
+    if not _auth_on(request):
+        return RedirectResponse(f"{PREFIX}/", status_code=303)
+    html = _env.get_template("login.html").render(next=_safe_next(next), error=error)
+    return HTMLResponse(html, headers={"Cache-Control": "no-store"})
+
+
+def _safe_next(value: str) -> str:
+    """Only same-site dashboard paths (no open redirect)."""
+    return value if value.startswith(f"{PREFIX}/") and not value.startswith("//") else "/ui/"
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    form = {k: v[0] for k, v in parse_qs((await request.body()).decode()).items()}
+    settings: Settings = request.app.state.settings
+    target = _safe_next(form.get("next", "/ui/"))
+    if not settings.api_tokens or not token_valid(form.get("token", ""), settings.api_tokens):
+        query = urlencode({"next": target, "error": "That token is not one of RIPPLE_API_TOKENS."})
+        return RedirectResponse(f"{PREFIX}/login?{query}", status_code=303)
+    response = RedirectResponse(target, status_code=303)
+    _set_cookie(request, response, _sessions(request).issue())
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request, form: Form) -> Response:
+    response = RedirectResponse(f"{PREFIX}/login" if _auth_on(request) else "/ui/", 303)
+    response.delete_cookie(COOKIE, path=PREFIX, httponly=True, samesite="strict")
+    return response
+
+
+# -- overview ---------------------------------------------------------------------------------
+
+
+@router.get("/")
+async def overview(request: Request, nonce: Session, client: ClientDep) -> Response:
+    now = datetime.now(UTC)
+    hour = await store.run_counts_since(client.pool, now - timedelta(hours=1))
+    day = await store.run_counts_since(client.pool, now - timedelta(days=1))
+    async with client.pool.acquire() as conn:
+        queues = sorted(await select_queue_gauges(conn), key=lambda q: q.queue)[:MAX_QUEUES]
+        webhooks = await select_webhook_gauges(conn)
+    failing_ids = {w.subscription_id for w in webhooks if w.failing}
+    failing = [s for s in await client.list_subscriptions() if s.id in failing_ids]
+    dead = {q.queue: (await client.queues.stats(q.queue)).dead_letters for q in queues}
+    return render(
+        request,
+        nonce,
+        "overview.html",
+        hour=hour,
+        day=day,
+        statuses=RUN_STATUSES,
+        cap=store.COUNT_CAP,
+        queues=queues,
+        dead=dead,
+        failing=failing,
+    )
+
+
+# -- runs -------------------------------------------------------------------------------------
+
+_RANGES: Final = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
+
+
+@router.get("/runs")
+async def runs(
+    request: Request,
+    nonce: Session,
+    client: ClientDep,
+    workflow: Annotated[str | None, Query(max_length=255)] = None,
+    status: Annotated[str | None, Query(max_length=32)] = None,
+    range: Annotated[str | None, Query(max_length=8)] = None,
+    q: Annotated[str | None, Query(max_length=64)] = None,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+) -> Response:
+    if q and await client.get_run(q.strip()) is not None:
+        return RedirectResponse(f"{PREFIX}/runs/{q.strip()}", status_code=303)
+    since = datetime.now(UTC) - _RANGES[range] if range in _RANGES else None
+    error = None
+    try:
+        page = await client.list_runs(
+            workflow or None,
+            status or None,
+            since=since,
+            limit=PAGE_SIZE,
+            cursor=cursor or None,
+        )
+    except RippleError as exc:
+        error, page = str(exc), None
+    filters = {"workflow": workflow or "", "status": status or "", "range": range or ""}
+    next_url = None
+    if page is not None and page.next_cursor:
+        next_url = "?" + urlencode({**filters, "cursor": page.next_cursor})
+    return render(
+        request,
+        nonce,
+        "runs.html",
+        page=page,
+        filters=filters,
+        statuses=RUN_STATUSES,
+        ranges=list(_RANGES),
+        q=q or "",
+        not_found=bool(q),
+        error=error,
+        next_url=next_url,
+    )
+
+
+@router.get("/runs/{run_id}")
+async def run_page(request: Request, run_id: str, nonce: Session, client: ClientDep) -> Response:
+    run = await client.get_run(run_id)
+    if run is None:
+        raise ProblemError(404, f"no run {run_id}")
+    steps = await client.list_steps(run_id)
+    children = await client.list_runs(parent_run_id=run_id, limit=PAGE_SIZE)
+    event_id = None
+    if run.idempotency_key and run.idempotency_key.startswith("event:"):
+        event_id = run.idempotency_key.split(":")[1]
+    return render(
+        request,
+        nonce,
+        "run.html",
+        run=run,
+        steps=steps,
+        timeline=views.timeline(run, steps),
+        waits=await store.pending_waits(client.pool, run_id),
+        signals=await store.pending_signals(client.pool, run_id),
+        children=children.items,
+        event_id=event_id,
+        trace_id=await store.run_trace_id(client.pool, run_id),
+        msg=request.query_params.get("msg"),
+    )
+
+
+@router.post("/runs/{run_id}/cancel")
+async def cancel(run_id: str, form: Form, client: ClientDep) -> Response:
+    canceled = await client.cancel(run_id)
+    return back(f"{PREFIX}/runs/{run_id}", "Canceled." if canceled else "The run had ended.")
+
+
+@router.post("/runs/{run_id}/signal")
+async def signal(run_id: str, form: Form, client: ClientDep) -> Response:
+    name = form.get("name", "").strip()
+    if not name:
+        return back(f"{PREFIX}/runs/{run_id}", "A signal needs a name.")
+    try:
+        payload = json.loads(form.get("payload") or "null")
+    except ValueError as exc:
+        return back(f"{PREFIX}/runs/{run_id}", f"The payload is not valid JSON: {exc}")
+    result = await client.signal(run_id, name, payload)
+    text = "Signal delivered." if result.delivered else "Signal kept until the run waits on it."
+    return back(f"{PREFIX}/runs/{run_id}", text)
+
+
+# -- event trace ------------------------------------------------------------------------------
+
+
+@router.get("/events/{event_id}")
+async def event_page(
+    request: Request, event_id: str, nonce: Session, client: ClientDep
+) -> Response:
+    if not store.is_uuid(event_id):
+        raise ProblemError(404, f"no event {event_id}")
+    async with client.pool.acquire() as conn:
+        event = await get_event(conn, event_id)
+    if event is None:
+        raise ProblemError(404, f"no event {event_id} (it may have passed retention)")
+    explanation = await client.explain(event.topic, event.payload)
+    outcomes: dict[str, Any] = {}
+    for verdict in explanation.matched:
+        outcomes[verdict.subscription_id] = await _outcome(client, event_id, verdict)
+    return render(
+        request,
+        nonce,
+        "event.html",
+        event=event,
+        verdicts=explanation.subscriptions,
+        outcomes=outcomes,
+    )
+
+
+async def _outcome(client: Client, event_id: str, verdict: Any) -> dict[str, Any]:
+    """What fan-out made of the event for one matched subscription."""
+    sub_id, target = verdict.subscription_id, verdict.target
+    if verdict.kind == "queue":
+        queue = str(target.get("queue"))
+        message = await store.queue_message_for(client.pool, queue, f"{event_id}:{sub_id}")
+        return {"kind": "queue", "queue": queue, "message": message}
+    if verdict.kind == "webhook":
+        delivery_id = await store.delivery_id_for(client.pool, event_id, sub_id)
+        delivery = await client.deliveries.get(delivery_id) if delivery_id else None
+        attempts = await client.deliveries.attempts(delivery_id) if delivery_id else []
+        return {"kind": "webhook", "delivery": delivery, "attempts": attempts}
+    workflow = str(target.get("workflow"))
+    run_id = await store.run_id_for(client.pool, workflow, f"event:{event_id}:{sub_id}")
+    run = await client.get_run(run_id) if run_id else None
+    return {"kind": "workflow", "workflow": workflow, "run": run}
+
+
+# -- topics and subscriptions -----------------------------------------------------------------
+
+
+@router.get("/topics")
+async def topics(
+    request: Request,
+    nonce: Session,
+    client: ClientDep,
+    topic: Annotated[str | None, Query(max_length=255)] = None,
+    payload: Annotated[str | None, Query(max_length=65_536)] = None,
+) -> Response:
+    explanation, error = None, None
+    if topic:
+        try:
+            explanation = await client.explain(topic, json.loads(payload or "null"))
+        except ValueError as exc:
+            error = f"The payload is not valid JSON: {exc}"
+        except RippleError as exc:
+            error = str(exc)
+    return render(
+        request,
+        nonce,
+        "topics.html",
+        subscriptions=await client.list_subscriptions(),
+        topic=topic or "",
+        payload=payload or "",
+        explanation=explanation,
+        error=error,
+        msg=request.query_params.get("msg"),
+    )
+
+
+@router.post("/subscriptions/{subscription_id}/{action}")
+async def set_paused(subscription_id: str, action: str, form: Form, client: ClientDep) -> Response:
+    if action == "pause":
+        await client.pause_subscription(subscription_id)
+    elif action == "resume":
+        await client.resume_subscription(subscription_id)
+    else:
+        raise ProblemError(404, f"no action {action}: use pause or resume")
+    return back(f"{PREFIX}/topics", f"Subscription {action}d.")
+
+
+# -- queues -----------------------------------------------------------------------------------
+
+
+@router.get("/queues")
+async def queues(request: Request, nonce: Session, client: ClientDep) -> Response:
+    async with client.pool.acquire() as conn:
+        gauges = sorted(await select_queue_gauges(conn), key=lambda q: q.queue)[:MAX_QUEUES]
+    rows = [(g.queue, await client.queues.stats(g.queue)) for g in gauges]
+    peek = request.query_params.get("peek")
+    dead = await client.queues.dead_letters(peek, 20) if peek else []
+    return render(
+        request,
+        nonce,
+        "queues.html",
+        rows=rows,
+        peek=peek,
+        dead=dead,
+        msg=request.query_params.get("msg"),
+    )
+
+
+@router.post("/queues/{queue}/redrive")
+async def redrive_queue(queue: str, form: Form, client: ClientDep) -> Response:
+    count = await client.queues.redrive(queue)
+    return back(f"{PREFIX}/queues", f"Redrove {count} dead letter(s) of {queue}.")
+
+
+# -- deliveries -------------------------------------------------------------------------------
+
+
+@router.get("/deliveries")
+async def deliveries(
+    request: Request,
+    nonce: Session,
+    client: ClientDep,
+    status: Annotated[str, Query(pattern="^(failed|pending|delivered)$")] = "failed",
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+) -> Response:
+    page = await client.deliveries.list(status=status, limit=PAGE_SIZE, cursor=cursor)
+    items = page.items
+    if status == "pending":  # retrying: pending after at least one attempt
+        items = [d for d in items if d.attempts > 0]
+    attempts = {d.id: await client.deliveries.attempts(d.id) for d in items}
+    next_url = (
+        "?" + urlencode({"status": status, "cursor": page.next_cursor})
+        if (page.next_cursor)
+        else None
+    )
+    return render(
+        request,
+        nonce,
+        "deliveries.html",
+        items=items,
+        attempts=attempts,
+        status=status,
+        next_url=next_url,
+        msg=request.query_params.get("msg"),
+    )
+
+
+@router.post("/deliveries/{delivery_id}/redrive")
+async def redrive_delivery(delivery_id: str, form: Form, client: ClientDep) -> Response:
+    await client.deliveries.redrive(delivery_id)
+    return back(f"{PREFIX}/deliveries", "Delivery redriven.")
+
+
+def mount_ui(app: FastAPI) -> None:
+    """Serve the dashboard under /ui/ (and redirect / there)."""
+    app.state.ui_sessions = Sessions.for_tokens(app.state.settings.api_tokens)
+
+    async def on_redirect(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, _Redirect)
+        return RedirectResponse(exc.location, status_code=303)
+
+    async def root() -> Response:
+        return RedirectResponse(f"{PREFIX}/", status_code=307)
+
+    app.add_exception_handler(_Redirect, on_redirect)
+    app.add_api_route("/", root, include_in_schema=False)
+    app.add_api_route(PREFIX, root, include_in_schema=False)
+    app.include_router(router)

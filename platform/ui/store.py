@@ -1,0 +1,173 @@
+"""Read-only SQL the dashboard needs beyond the stores' own reads.
+
+Everything else (runs, steps, events, explain, deliveries, queues, subscriptions) goes through
+the `Client`. These statements are indexed and limited: the run counts scan at most
+`COUNT_CAP` rows through the primary key (run ids are time-ordered uuid7 text), the trace
+lookups use the unique keys fan-out writes (queue deduplication id, (event, subscription) of a
+delivery, (workflow, idempotency key) of a run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+from uuid import UUID
+
+from ripple.platform.db import Pool, map_errors
+
+__all__ = [
+    "COUNT_CAP",
+    "QueueMessageRow",
+    "WaitRow",
+    "delivery_id_for",
+    "is_uuid",
+    "pending_signals",
+    "pending_waits",
+    "queue_message_for",
+    "run_counts_since",
+    "run_id_for",
+    "run_trace_id",
+    "uuid7_floor",
+]
+
+#: Most runs one overview count reads; a count that reaches it is shown as "≥ COUNT_CAP".
+COUNT_CAP: Final = 10_000
+
+# $1 lowest run id (uuid7 text of the window start), $2 cap. Newest first through the primary
+# key, at most $2 rows, then grouped.
+RUN_COUNTS_SINCE: Final = """
+SELECT workflow, status, count(*) AS n
+FROM (
+    SELECT workflow, status FROM ripple_runs
+    WHERE run_id >= $1
+    ORDER BY run_id DESC
+    LIMIT $2
+) recent
+GROUP BY workflow, status
+ORDER BY workflow, status
+"""
+
+# $1 queue, $2 deduplication id (fan-out writes "{event_id}:{subscription_id}")
+SELECT_QUEUE_MESSAGE: Final = """
+SELECT id, queue, receive_count, visible_at, dead_at, created_at,
+       visible_at <= now() AS visible_now
+FROM ripple_queue_messages
+WHERE queue = $1 AND deduplication_id = $2
+"""
+
+# $1 event id, $2 subscription id
+SELECT_DELIVERY_ID: Final = """
+SELECT id::text FROM ripple_webhook_deliveries WHERE event_id = $1 AND subscription_id = $2
+"""
+
+# $1 workflow, $2 idempotency key (fan-out writes "event:{event_id}:{subscription_id}")
+SELECT_RUN_ID: Final = """
+SELECT run_id FROM ripple_runs WHERE workflow = $1 AND idempotency_key = $2
+"""
+
+# $1 run id
+SELECT_WAITS: Final = """
+SELECT step_key, name, event, match, expires_at, created_at
+FROM ripple_waits WHERE run_id = $1 ORDER BY created_at, step_key
+"""
+
+# $1 run id
+SELECT_RUN_TRACE: Final = "SELECT trace FROM ripple_runs WHERE run_id = $1"
+
+# $1 run id, $2 limit: signals received and not consumed yet
+SELECT_SIGNALS: Final = """
+SELECT name, payload, created_at FROM ripple_signals WHERE run_id = $1 ORDER BY id LIMIT $2
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueMessageRow:
+    id: int
+    queue: str
+    receive_count: int
+    visible_at: datetime
+    dead_at: datetime | None
+    created_at: datetime
+    visible_now: bool
+
+    @property
+    def state(self) -> str:
+        """dead, in flight, delayed or waiting."""
+        if self.dead_at is not None:
+            return "dead letter"
+        if self.visible_now:
+            return "waiting"
+        return "in flight" if self.receive_count > 0 else "delayed"
+
+
+@dataclass(frozen=True, slots=True)
+class WaitRow:
+    step_key: str
+    name: str
+    event: str | None
+    match: Any
+    expires_at: datetime | None
+    created_at: datetime
+
+
+def uuid7_floor(when: datetime) -> str:
+    """The lowest uuid7 text created at `when` (ids compare as text in time order)."""
+    hex_ms = f"{int(when.timestamp() * 1000) & ((1 << 48) - 1):012x}"
+    return f"{hex_ms[:8]}-{hex_ms[8:]}-0000-0000-000000000000"
+
+
+async def run_counts_since(pool: Pool, since: datetime) -> dict[str, dict[str, int]]:
+    """`{workflow: {status: n}}` of the newest ≤ COUNT_CAP runs created since `since`."""
+    with map_errors():
+        rows = await pool.fetch(RUN_COUNTS_SINCE, uuid7_floor(since), COUNT_CAP)
+    counts: dict[str, dict[str, int]] = {}
+    for row in rows:
+        counts.setdefault(row["workflow"], {})[row["status"]] = int(row["n"])
+    return counts
+
+
+async def queue_message_for(pool: Pool, queue: str, dedup_id: str) -> QueueMessageRow | None:
+    with map_errors():
+        row = await pool.fetchrow(SELECT_QUEUE_MESSAGE, queue, dedup_id)
+    return None if row is None else QueueMessageRow(**dict(row))
+
+
+async def delivery_id_for(pool: Pool, event_id: str, subscription_id: str) -> str | None:
+    with map_errors():
+        found: str | None = await pool.fetchval(SELECT_DELIVERY_ID, event_id, subscription_id)
+    return found
+
+
+async def run_id_for(pool: Pool, workflow: str, idempotency_key: str) -> str | None:
+    with map_errors():
+        found: str | None = await pool.fetchval(SELECT_RUN_ID, workflow, idempotency_key)
+    return found
+
+
+async def pending_waits(pool: Pool, run_id: str) -> list[WaitRow]:
+    with map_errors():
+        rows = await pool.fetch(SELECT_WAITS, run_id)
+    return [WaitRow(**dict(row)) for row in rows]
+
+
+async def pending_signals(pool: Pool, run_id: str, limit: int = 50) -> list[dict[str, Any]]:
+    with map_errors():
+        rows = await pool.fetch(SELECT_SIGNALS, run_id, limit)
+    return [dict(row) for row in rows]
+
+
+async def run_trace_id(pool: Pool, run_id: str) -> str | None:
+    """The W3C trace id the run was started under, if tracing was on."""
+    with map_errors():
+        trace = await pool.fetchval(SELECT_RUN_TRACE, run_id)
+    parts = str(trace.get("traceparent", "")).split("-") if isinstance(trace, dict) else []
+    return parts[1] if len(parts) > 2 else None
+
+
+def is_uuid(value: str) -> bool:
+    try:
+        UUID(value)
+    except ValueError:
+        return False
+    return True

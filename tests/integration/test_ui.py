@@ -1,0 +1,161 @@
+"""The dashboard's routes over ASGI (httpx): pages, login, CSRF, actions, escaping, event trace."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from ripple.platform.api.app import create_app
+from ripple.platform.client import Client
+from ripple.platform.config import Settings
+from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
+
+PAGES = ["/ui/", "/ui/runs", "/ui/topics", "/ui/queues", "/ui/deliveries"]
+
+
+def csrf_of(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, "the page has no CSRF field"
+    return found.group(1)
+
+
+@pytest.fixture
+async def ui(client: Client) -> AsyncIterator[httpx.AsyncClient]:
+    """The dashboard without tokens (loopback mode)."""
+    transport = httpx.ASGITransport(app=create_app(client))
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        yield http
+
+
+async def test_ui__root_redirects_and_every_page_renders(ui: httpx.AsyncClient) -> None:
+    root = await ui.get("/")
+    assert (root.status_code, root.headers["location"]) == (307, "/ui/")
+    for page in PAGES:
+        response = await ui.get(page)
+        assert response.status_code == 200, page
+        assert "text/html" in response.headers["content-type"]
+        assert "/ui/static/htmx.min.js" in response.text
+    assert (await ui.get("/ui/static/htmx.min.js")).text.startswith("var htmx")
+
+
+async def test_ui__cancel_needs_csrf_then_changes_the_run(
+    ui: httpx.AsyncClient, client: Client
+) -> None:
+    handle = await client.start("ui-never-runs", {"x": 1})
+    page = await ui.get(f"/ui/runs/{handle.run_id}")
+    assert page.status_code == 200
+    refused = await ui.post(f"/ui/runs/{handle.run_id}/cancel", data={})
+    assert refused.status_code == 403
+    forged = await ui.post(f"/ui/runs/{handle.run_id}/cancel", data={"csrf": "0" * 64})
+    assert forged.status_code == 403
+    run = await client.get_run(handle.run_id)
+    assert run is not None and run.status == "pending"
+    done = await ui.post(f"/ui/runs/{handle.run_id}/cancel", data={"csrf": csrf_of(page.text)})
+    assert done.status_code == 303
+    run = await client.get_run(handle.run_id)
+    assert run is not None and run.status == "canceled"
+
+
+async def test_ui__signal_is_stored_for_the_run(ui: httpx.AsyncClient, client: Client) -> None:
+    handle = await client.start("ui-never-runs", None)
+    page = await ui.get(f"/ui/runs/{handle.run_id}")
+    form = {"csrf": csrf_of(page.text), "name": "approved", "payload": '{"by": "ann"}'}
+    assert (await ui.post(f"/ui/runs/{handle.run_id}/signal", data=form)).status_code == 303
+    rows = await client.pool.fetch(
+        "SELECT name, payload FROM ripple_signals WHERE run_id = $1", handle.run_id
+    )
+    assert [(r["name"], r["payload"]) for r in rows] == [("approved", {"by": "ann"})]
+    shown = await ui.get(f"/ui/runs/{handle.run_id}")
+    assert "approved" in shown.text
+
+
+async def test_ui__script_payload_renders_as_text(ui: httpx.AsyncClient, client: Client) -> None:
+    handle = await client.start("ui-never-runs", {"name": "<script>alert(1)</script>"})
+    page = await ui.get(f"/ui/runs/{handle.run_id}")
+    assert "<script>alert(1)</script>" not in page.text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+
+
+async def test_ui__queue_redrive_moves_dead_letters_back(
+    ui: httpx.AsyncClient, client: Client
+) -> None:
+    await client.queues.set_max_receives("jobs", 1)
+    await client.queues.send("jobs", {"poison": True})
+    await client.queues.receive("jobs", visibility_timeout=60)
+    await client.pool.execute("UPDATE ripple_queue_messages SET visible_at = now()")
+    assert await client.queues.receive("jobs") == []
+    assert (await client.queues.stats("jobs")).dead_letters == 1
+    page = await ui.get("/ui/queues?peek=jobs")
+    assert "poison" in page.text
+    done = await ui.post("/ui/queues/jobs/redrive", data={"csrf": csrf_of(page.text)})
+    assert done.status_code == 303
+    stats = await client.queues.stats("jobs")
+    assert (stats.dead_letters, stats.visible) == (0, 1)
+
+
+async def test_ui__event_trace_shows_message_delivery_and_run(
+    settings: Settings,
+) -> None:
+    local = settings.model_copy(update={"webhook_allowed_networks": ["127.0.0.0/8"]})
+    async with Client(settings=local) as client:
+        await client.subscribe("order.#", QueueTarget("orders"))
+        await client.subscribe("order.*", WorkflowTarget("fulfil"))
+        await client.subscribe("order.created", WebhookTarget("http://127.0.0.1:9/hook"))
+        await client.subscribe("user.*", QueueTarget("users"))
+        published = await client.publish("order.created", {"id": 7})
+        transport = httpx.ASGITransport(app=create_app(client))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as ui:
+            page = await ui.get(f"/ui/events/{published.event_id}")
+            missing = await ui.get("/ui/events/00000000-0000-0000-0000-000000000000")
+        runs = await client.list_runs("fulfil")
+        message_id = await client.pool.fetchval("SELECT id FROM ripple_queue_messages")
+        delivery_id = await client.pool.fetchval("SELECT id::text FROM ripple_webhook_deliveries")
+    assert page.status_code == 200
+    assert len(runs.items) == 1 and f"/ui/runs/{runs.items[0].run_id}" in page.text
+    assert f"message <code>{message_id}</code>" in page.text
+    assert delivery_id in page.text
+    assert "pattern does not match" in page.text or "user.*" in page.text
+    assert missing.status_code == 404
+
+
+@pytest.fixture
+async def secured(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    locked = settings.model_copy(update={"api_tokens": ["s3cret"]})
+    async with Client(settings=locked) as client:
+        transport = httpx.ASGITransport(app=create_app(client))
+        async with httpx.AsyncClient(transport=transport, base_url="http://ripple") as http:
+            yield http
+
+
+async def test_ui__login_required_and_logout_ends_the_session(
+    secured: httpx.AsyncClient,
+) -> None:
+    first = await secured.get("/ui/runs")
+    assert first.status_code == 303 and first.headers["location"].startswith("/ui/login")
+    wrong = await secured.post("/ui/login", data={"token": "nope", "next": "/ui/runs"})
+    assert "error=" in wrong.headers["location"]
+    assert "ripple_session" not in secured.cookies
+    ok = await secured.post("/ui/login", data={"token": "s3cret", "next": "/ui/runs"})
+    assert (ok.status_code, ok.headers["location"]) == (303, "/ui/runs")
+    cookie = ok.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie
+    page = await secured.get("/ui/runs")
+    assert page.status_code == 200
+    out = await secured.post("/ui/logout", data={"csrf": csrf_of(page.text)})
+    assert out.status_code == 303
+    after = await secured.get("/ui/runs")
+    assert after.status_code == 303 and after.headers["location"].startswith("/ui/login")
+
+
+async def test_ui__login_next_is_not_an_open_redirect(secured: httpx.AsyncClient) -> None:
+    ok = await secured.post("/ui/login", data={"token": "s3cret", "next": "https://evil.example"})
+    assert ok.headers["location"] == "/ui/"
+
+
+async def test_ui__no_tokens_refuses_remote_clients(client: Client) -> None:
+    transport = httpx.ASGITransport(app=create_app(client), client=("203.0.113.9", 5000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://ripple") as http:
+        assert (await http.get("/ui/")).status_code == 403
