@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 CODE := platform subscribers workflows
 
-.PHONY: setup run dev test test-unit test-int test-e2e chaos lint fmt typecheck bench bench-dbos clean
+.PHONY: setup chromium run dev test test-unit test-int test-e2e chaos lint fmt typecheck bench bench-dbos clean
 
 # uv installs itself into .tools when it is missing; `uv sync --locked` is idempotent and
 # re-installs the project (strict editable) only when its files change.
@@ -16,8 +16,14 @@ $(UV):
 	$(PYTHON) -m venv .tools
 	.tools/bin/pip install --quiet uv
 
-setup: $(UV)
+setup: $(UV) chromium
 	@$(UV) sync --locked --quiet --python $(PYTHON)
+
+# The dashboard's browser tests drive Debian's Chromium (Playwright cannot download its own).
+chromium:
+	@test -x /usr/bin/chromium || { command -v apt-get >/dev/null && \
+		(apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || \
+		echo "warning: /usr/bin/chromium missing; install it for tests/e2e/test_ui_browser.py"; }
 
 run: setup
 	$(BIN)/ripple dev --app examples.onboarding

@@ -190,11 +190,10 @@ async def overview(request: Request, nonce: Session, client: ClientDep) -> Respo
     hour = await store.run_counts_since(client.pool, now - timedelta(hours=1))
     day = await store.run_counts_since(client.pool, now - timedelta(days=1))
     async with client.pool.acquire() as conn:
-        queues = sorted(await select_queue_gauges(conn), key=lambda q: q.queue)[:MAX_QUEUES]
         webhooks = await select_webhook_gauges(conn)
     failing_ids = {w.subscription_id for w in webhooks if w.failing}
     failing = [s for s in await client.list_subscriptions() if s.id in failing_ids]
-    dead = {q.queue: (await client.queues.stats(q.queue)).dead_letters for q in queues}
+    queues = [(name, await client.queues.stats(name)) for name in await _queue_names(client)]
     return render(
         request,
         nonce,
@@ -204,7 +203,6 @@ async def overview(request: Request, nonce: Session, client: ClientDep) -> Respo
         statuses=RUN_STATUSES,
         cap=store.COUNT_CAP,
         queues=queues,
-        dead=dead,
         failing=failing,
     )
 
@@ -397,9 +395,7 @@ async def set_paused(subscription_id: str, action: str, form: Form, client: Clie
 
 @router.get("/queues")
 async def queues(request: Request, nonce: Session, client: ClientDep) -> Response:
-    async with client.pool.acquire() as conn:
-        gauges = sorted(await select_queue_gauges(conn), key=lambda q: q.queue)[:MAX_QUEUES]
-    rows = [(g.queue, await client.queues.stats(g.queue)) for g in gauges]
+    rows = [(name, await client.queues.stats(name)) for name in await _queue_names(client)]
     peek = request.query_params.get("peek")
     dead = await client.queues.dead_letters(peek, 20) if peek else []
     return render(
@@ -411,6 +407,14 @@ async def queues(request: Request, nonce: Session, client: ClientDep) -> Respons
         dead=dead,
         msg=request.query_params.get("msg"),
     )
+
+
+async def _queue_names(client: Client) -> list[str]:
+    """Queues with live messages or settings, and queues holding only dead letters."""
+    async with client.pool.acquire() as conn:
+        names = {g.queue for g in await select_queue_gauges(conn)}
+    names.update(await store.dead_letter_queues(client.pool, MAX_QUEUES))
+    return sorted(names)[:MAX_QUEUES]
 
 
 @router.post("/queues/{queue}/redrive")

@@ -20,6 +20,7 @@ __all__ = [
     "COUNT_CAP",
     "QueueMessageRow",
     "WaitRow",
+    "dead_letter_queues",
     "delivery_id_for",
     "is_uuid",
     "pending_signals",
@@ -70,6 +71,12 @@ SELECT run_id FROM ripple_runs WHERE workflow = $1 AND idempotency_key = $2
 SELECT_WAITS: Final = """
 SELECT step_key, name, event, match, expires_at, created_at
 FROM ripple_waits WHERE run_id = $1 ORDER BY created_at, step_key
+"""
+
+# $1 limit: queues holding dead letters (through the partial dead-letter index); the gauges
+# list only queues with live messages or settings.
+SELECT_DEAD_QUEUES: Final = """
+SELECT DISTINCT queue FROM ripple_queue_messages WHERE dead_at IS NOT NULL ORDER BY queue LIMIT $1
 """
 
 # $1 run id
@@ -171,3 +178,8 @@ def is_uuid(value: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+async def dead_letter_queues(pool: Pool, limit: int) -> list[str]:
+    with map_errors():
+        return [row["queue"] for row in await pool.fetch(SELECT_DEAD_QUEUES, limit)]

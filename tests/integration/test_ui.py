@@ -159,3 +159,16 @@ async def test_ui__no_tokens_refuses_remote_clients(client: Client) -> None:
     transport = httpx.ASGITransport(app=create_app(client), client=("203.0.113.9", 5000))
     async with httpx.AsyncClient(transport=transport, base_url="http://ripple") as http:
         assert (await http.get("/ui/")).status_code == 403
+
+
+async def test_ui__queue_with_only_dead_letters_is_listed(
+    ui: httpx.AsyncClient, client: Client
+) -> None:
+    # No settings row: the default receive limit (10) dead-letters it on the 11th receive.
+    await client.queues.send("only-dead", {"p": 1})
+    for _ in range(11):
+        await client.queues.receive("only-dead", visibility_timeout=60)
+        await client.pool.execute("UPDATE ripple_queue_messages SET visible_at = now()")
+    assert (await client.queues.stats("only-dead")).dead_letters == 1
+    for page in ("/ui/queues", "/ui/"):
+        assert "only-dead" in (await ui.get(page)).text, page

@@ -1,0 +1,209 @@
+"""The dashboard in a real Chromium (Playwright, Debian's /usr/bin/chromium) against a real
+`ripple serve` with tokens: every page without JS errors, login/logout, actions that change the
+database, inert `<script>` payloads, CSRF, and the event trace.
+
+Tests are sync (Playwright's sync API); they set data up through the REST API.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import TOKEN, ApiServer
+
+playwright_sync = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+PAGES = ["/ui/", "/ui/runs", "/ui/topics", "/ui/queues", "/ui/deliveries"]
+
+if not Path(CHROMIUM).exists():
+    pytest.fail(f"{CHROMIUM} is missing: `make setup` installs it (apt-get install chromium)")
+
+
+@pytest.fixture(scope="module")
+def browser(api_server: ApiServer) -> Iterator[playwright_sync.Browser]:
+    """One Chromium for the whole module. It starts after (and stops before) the server's
+    fixtures: Playwright's sync API keeps an event loop running, which `asyncio.run` in those
+    fixtures must not meet."""
+    with playwright_sync.sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture(scope="module")
+def rest(api_server: ApiServer) -> Iterator[httpx.Client]:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=api_server.url, headers=headers, timeout=30.0) as http:
+        yield http
+
+
+class Page:
+    """A logged-in browser page that records JS errors."""
+
+    def __init__(self, page: playwright_sync.Page, base: str) -> None:
+        self.page, self.base, self.errors = page, base, list[str]()
+        page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        page.on(
+            "console",
+            lambda msg: self.errors.append(msg.text) if msg.type == "error" else None,
+        )
+
+    def go(self, path: str) -> playwright_sync.Page:
+        response = self.page.goto(self.base + path)
+        assert response is not None and response.ok, path
+        return self.page
+
+    def login(self) -> None:
+        self.page.goto(self.base + "/ui/login")
+        self.page.fill("input[name=token]", TOKEN)
+        self.page.click("button[type=submit]")
+        self.page.wait_for_url(self.base + "/ui/")
+
+
+@pytest.fixture
+def ui(browser: playwright_sync.Browser, api_server: ApiServer) -> Iterator[Page]:
+    context = browser.new_context()
+    try:
+        page = Page(context.new_page(), api_server.url)
+        page.login()
+        yield page
+    finally:
+        context.close()
+
+
+def start_run(rest: httpx.Client, input: object) -> str:
+    created = rest.post(f"/v1/workflows/ui-{uuid.uuid4().hex[:8]}/runs", json={"input": input})
+    assert created.status_code == 201, created.text
+    return str(created.json()["runId"])
+
+
+def test_browser__every_page_loads_without_js_errors(ui: Page, rest: httpx.Client) -> None:
+    run_id = start_run(rest, {"n": 1})
+    for path in [*PAGES, f"/ui/runs/{run_id}"]:
+        page = ui.go(path)
+        page.wait_for_load_state("load")
+        assert page.evaluate("typeof htmx") == "object", path
+    # one live refresh completes without errors
+    with ui.page.expect_response(lambda r: r.url.endswith(f"/ui/runs/{run_id}")):
+        pass
+    assert ui.errors == []
+
+
+def test_browser__login_required_and_logout(
+    browser: playwright_sync.Browser, api_server: ApiServer
+) -> None:
+    context = browser.new_context()
+    try:
+        page = Page(context.new_page(), api_server.url)
+        page.page.goto(api_server.url + "/ui/queues")
+        assert "/ui/login" in page.page.url
+        page.page.fill("input[name=token]", "wrong")
+        page.page.click("button[type=submit]")
+        assert page.page.locator(".error").is_visible()
+        page.page.fill("input[name=token]", TOKEN)
+        page.page.click("button[type=submit]")
+        page.page.wait_for_url(api_server.url + "/ui/queues")
+        cookies = {c["name"]: c for c in context.cookies()}
+        assert cookies["ripple_session"]["httpOnly"] and cookies["ripple_session"]["sameSite"] == (
+            "Strict"
+        )
+        page.page.click("#logout")
+        page.page.wait_for_url(lambda url: "/ui/login" in url)
+        page.page.goto(api_server.url + "/ui/runs")
+        assert "/ui/login" in page.page.url
+        assert page.errors == []
+    finally:
+        context.close()
+
+
+def test_browser__cancel_and_signal_change_the_run(ui: Page, rest: httpx.Client) -> None:
+    run_id = start_run(rest, {"n": 2})
+    page = ui.go(f"/ui/runs/{run_id}")
+    page.click("summary")
+    page.fill("input[name=name]", "approved")
+    page.fill("textarea[name=payload]", '{"by": "ann"}')
+    page.click("#send-signal")
+    page.wait_for_selector("#flash")
+    assert "Signal" in page.inner_text("#flash")
+    page.click("#cancel")
+    page.wait_for_selector("#flash")
+    assert rest.get(f"/v1/runs/{run_id}").json()["status"] == "canceled"
+    assert page.inner_text("#run-status") == "canceled"
+    assert ui.errors == []
+
+
+def test_browser__redrive_moves_dead_letters_back(ui: Page, rest: httpx.Client) -> None:
+    queue = f"ui-dead-{uuid.uuid4().hex[:6]}"
+    assert rest.post(f"/v1/queues/{queue}/messages", json={"body": {"p": 1}}).status_code == 201
+    deadline = time.monotonic() + 30
+    # Receive with a tiny visibility until the receive limit (10) dead-letters the message.
+    while rest.get(f"/v1/queues/{queue}/stats").json()["deadLetters"] == 0:
+        assert time.monotonic() < deadline, "the message never became a dead letter"
+        rest.post(
+            f"/v1/queues/{queue}/messages/receive",
+            json={"visibilityTimeout": 0.001, "wait": 0.5},
+        )
+    page = ui.go(f"/ui/queues?peek={queue}")
+    page.locator(f"form[action='/ui/queues/{queue}/redrive'] button").click()
+    page.wait_for_selector("#flash")
+    assert rest.get(f"/v1/queues/{queue}/stats").json()["deadLetters"] == 0
+    assert ui.errors == []
+
+
+def test_browser__script_payload_is_inert(ui: Page, rest: httpx.Client) -> None:
+    run_id = start_run(rest, {"name": "<script>window.pwned = 1</script>"})
+    page = ui.go(f"/ui/runs/{run_id}")
+    assert "<script>window.pwned = 1</script>" in page.inner_text("#input")
+    assert page.evaluate("window.pwned") is None
+    assert ui.errors == []
+
+
+def test_browser__csrf_less_post_is_refused(ui: Page, rest: httpx.Client) -> None:
+    run_id = start_run(rest, {"n": 3})
+    # A POST from the logged-in browser (with its cookie) but without the CSRF field.
+    status = ui.go("/ui/runs").evaluate(
+        "async (url) => (await fetch(url, {method: 'POST', body: new URLSearchParams()})).status",
+        f"/ui/runs/{run_id}/cancel",
+    )
+    assert status == 403
+    assert rest.get(f"/v1/runs/{run_id}").json()["status"] == "pending"
+
+
+def test_browser__event_trace_shows_message_delivery_and_run(ui: Page, rest: httpx.Client) -> None:
+    tag = uuid.uuid4().hex[:6]
+    topic = f"uitrace{tag}.created"
+    for target in (
+        {"type": "queue", "queue": f"uitrace-{tag}"},
+        {"type": "webhook", "url": "http://127.0.0.1:9/hook"},
+        {"type": "workflow", "workflow": f"uitrace-{tag}"},
+    ):
+        made = rest.post("/v1/subscriptions", json={"pattern": topic, "target": target})
+        assert made.status_code == 201, made.text
+    event_id = rest.post(f"/v1/topics/{topic}/events", json={"payload": {"id": 1}}).json()[
+        "eventId"
+    ]
+    run_id = rest.get("/v1/runs", params={"workflow": f"uitrace-{tag}"}).json()["items"][0]["runId"]
+    page = ui.go(f"/ui/events/{event_id}")
+    assert page.locator(".queue-message").count() == 1
+    assert page.locator(".webhook-delivery").count() == 1
+    page.click(f"a[href='/ui/runs/{run_id}']")
+    page.wait_for_url(lambda url: url.endswith(f"/ui/runs/{run_id}"))
+    assert ui.errors == []
