@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 CODE := platform subscribers workflows
 
-.PHONY: setup chromium run dev test test-unit test-int test-e2e chaos lint fmt typecheck bench bench-dbos clean
+.PHONY: setup chromium screenshots run dev test test-unit test-int test-e2e chaos lint fmt typecheck bench bench-dbos clean
 
 # uv installs itself into .tools when it is missing; `uv sync --locked` is idempotent and
 # re-installs the project (strict editable) only when its files change.
@@ -63,6 +63,10 @@ typecheck: setup
 
 bench: setup
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# The dashboard's pages over the example app, captured into docs/img/ (needs /usr/bin/chromium).
+screenshots: setup
+	$(BIN)/python -m bench.screenshots
 
 # DBOS on the same Postgres for comparison, in a throwaway environment (not a project dependency).
 bench-dbos: $(UV)

@@ -1,0 +1,102 @@
+"""Dashboard render times (issue 17): p95 per page over a large seeded database.
+
+Seeds RIPPLE_BENCH_UI_RUNS runs (default 1,000,000) with 5 journal rows each by SQL, plus a
+few real events fanned out to a queue, a webhook and a workflow, then renders every page
+REQUESTS times in process (ASGI, no network) and prints the server-side p95.
+
+    make bench BENCH_ARGS="--only ui"
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import httpx
+
+from bench.common import bench_database, pct, report
+from ripple.platform.api.app import create_app
+from ripple.platform.client import Client
+from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
+
+RUNS = int(os.environ.get("RIPPLE_BENCH_UI_RUNS", "1000000"))
+STEPS_PER_RUN = 5
+REQUESTS = 40
+
+# $1 run count. Time-ordered run ids (like uuid7 text), one run per 10 ms back from now.
+SEED_RUNS = """
+INSERT INTO ripple_runs (run_id, workflow, status, input, output, attempt, created_at,
+                         started_at, completed_at)
+SELECT substr(h, 1, 8) || '-' || substr(h, 9, 4) || '-7000-8000-' || lpad(to_hex(i), 12, '0'),
+       'wf' || (i % 5),
+       (ARRAY['completed', 'completed', 'completed', 'failed', 'canceled', 'waiting',
+              'sleeping'])[1 + i % 7],
+       jsonb_build_object('i', i), jsonb_build_object('ok', true), 1, t, t, t + interval '1 s'
+FROM generate_series(1, $1) AS i
+CROSS JOIN LATERAL (SELECT now() - ($1 - i) * interval '10 ms' AS t) AS tt
+CROSS JOIN LATERAL (
+    SELECT lpad(to_hex((extract(epoch FROM t) * 1000)::bigint), 12, '0') AS h
+) AS hh
+"""
+SEED_STEPS = """
+INSERT INTO ripple_steps (run_id, key, seq, kind, status, attempts, started_at, completed_at)
+SELECT r.run_id, 'step-' || k, k, 'step', 'completed', 1,
+       r.created_at + k * interval '100 ms', r.created_at + k * interval '150 ms'
+FROM ripple_runs r CROSS JOIN generate_series(1, $1) AS k
+"""
+
+
+async def _seed(client: Client) -> tuple[str, str]:
+    started = time.perf_counter()
+    async with client.pool.acquire() as conn:
+        await conn.execute(SEED_RUNS, RUNS)
+        await conn.execute(SEED_STEPS, STEPS_PER_RUN)
+        await conn.execute("ANALYZE ripple_runs")
+        await conn.execute("ANALYZE ripple_steps")
+    await client.subscribe("order.#", QueueTarget("orders"))
+    await client.subscribe("order.*", WorkflowTarget("fulfil"))
+    await client.subscribe("order.created", WebhookTarget("http://127.0.0.1:9/hook"))
+    event_id = ""
+    for i in range(20):
+        event_id = (await client.publish("order.created", {"id": i})).event_id
+    run_id = str(
+        await client.pool.fetchval("SELECT max(run_id) FROM ripple_runs WHERE workflow = 'wf1'")
+    )
+    print(
+        f"  seeded {RUNS:,} runs and {RUNS * STEPS_PER_RUN:,} journal rows "
+        f"in {time.perf_counter() - started:.0f} s",
+        flush=True,
+    )
+    return run_id, event_id
+
+
+async def run() -> None:
+    overrides = {"webhook_allowed_networks": ["127.0.0.0/8"]}
+    async with bench_database(**overrides) as db, Client(settings=db.settings) as client:
+        run_id, event_id = await _seed(client)
+        pages = [
+            "/ui/",
+            "/ui/runs",
+            "/ui/runs?status=failed&range=24h",
+            "/ui/runs?workflow=wf3",
+            f"/ui/runs/{run_id}",
+            f"/ui/events/{event_id}",
+            "/ui/topics",
+            "/ui/queues",
+            "/ui/deliveries?status=pending",
+        ]
+        transport = httpx.ASGITransport(app=create_app(client))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            for page in pages:
+                assert (await http.get(page)).status_code == 200, page  # warm, and a check
+                samples = []
+                for _ in range(REQUESTS):
+                    t0 = time.perf_counter()
+                    response = await http.get(page)
+                    samples.append(time.perf_counter() - t0)
+                    assert response.status_code == 200, page
+                report(
+                    f"render {page.replace(run_id, '{run}').replace(event_id, '{event}')}",
+                    f"p50 {pct(samples, 50) * 1000:.1f} ms, p95 {pct(samples, 95) * 1000:.1f} ms "
+                    f"(n={len(samples)})",
+                )

@@ -1,0 +1,78 @@
+"""Dashboard sessions and CSRF tokens; the step timeline's geometry."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from ripple.platform.ids import new_id
+from ripple.platform.ui.auth import SESSION_SECONDS, Sessions
+from ripple.platform.ui.store import uuid7_floor
+from ripple.platform.ui.views import LABEL_WIDTH, PLOT_WIDTH, timeline
+from ripple.workflows.client import Run, StepRecord
+from ripple.workflows.records import RunStatus, StepStatus
+
+
+def test_session__round_trip_and_csrf() -> None:
+    sessions = Sessions.for_tokens(["a", "b"])
+    cookie = sessions.issue()
+    nonce = sessions.nonce(cookie)
+    assert nonce is not None
+    assert sessions.csrf_valid(nonce, sessions.csrf(nonce))
+    assert not sessions.csrf_valid(nonce, None)
+    assert not sessions.csrf_valid(nonce, sessions.csrf(nonce + "x"))
+
+
+def test_session__tampered_expired_or_other_key_is_refused() -> None:
+    sessions = Sessions.for_tokens(["a"])
+    cookie = sessions.issue(now=1_000.0)
+    expires, nonce, sig = cookie.split(".")
+    assert sessions.nonce(cookie, now=1_000.0 + SESSION_SECONDS - 1) == nonce
+    assert sessions.nonce(cookie, now=1_000.0 + SESSION_SECONDS + 1) is None
+    assert sessions.nonce(f"{int(expires) + 999}.{nonce}.{sig}", now=1_000.0) is None
+    assert sessions.nonce("garbage", now=1_000.0) is None
+    assert Sessions.for_tokens(["rotated"]).nonce(cookie, now=1_000.0) is None
+    # the key derives from the tokens, not their order: every API process agrees
+    assert Sessions.for_tokens(["b", "a"]).key == Sessions.for_tokens(["a", "b"]).key
+
+
+def test_uuid7_floor__orders_ids_by_creation_time() -> None:
+    before = datetime.now(UTC) - timedelta(seconds=1)
+    created = new_id()
+    assert uuid7_floor(before) < created < uuid7_floor(datetime.now(UTC) + timedelta(seconds=1))
+
+
+def test_timeline__bars_span_start_to_completion() -> None:
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    run = Run(
+        run_id="r",
+        workflow="w",
+        version=1,
+        status=RunStatus.COMPLETED,
+        input=None,
+        output=None,
+        error=None,
+        attempt=1,
+        created_at=t0,
+        started_at=t0,
+        completed_at=t0 + timedelta(seconds=10),
+        parent_run_id=None,
+    )
+    steps = [
+        StepRecord("a", "step", StepStatus.COMPLETED, 1, None, None, t0, t0 + timedelta(seconds=5)),
+        StepRecord(
+            "b",
+            "sleep",
+            StepStatus.COMPLETED,
+            1,
+            None,
+            None,
+            t0 + timedelta(seconds=5),
+            t0 + timedelta(seconds=10),
+        ),
+    ]
+    bars = timeline(run, steps, now=t0 + timedelta(seconds=20)).bars
+    assert [(b.x, b.width) for b in bars] == [
+        (LABEL_WIDTH, PLOT_WIDTH / 2),
+        (LABEL_WIDTH + PLOT_WIDTH / 2, PLOT_WIDTH / 2),
+    ]
+    assert bars[1].y > bars[0].y
