@@ -31,7 +31,7 @@ log = structlog.get_logger("ripple.observability")
 #: `version` label of stranded runs whose version no worker has pinned yet.
 UNPINNED_VERSION = "unpinned"
 #: A worker counts as live while its heartbeat is younger than this many leases.
-_LIVE_LEASES = 3.0
+LIVE_LEASES = 3.0
 _REQUEST_TIMEOUT = 5.0
 
 
@@ -101,7 +101,7 @@ class GaugeCollector:
         _replace(metrics.QUEUE_OLDEST_AGE, ("queue",), {(r.queue,): r.oldest_age for r in rows})
 
     async def _refresh_stranded(self) -> None:
-        live = self._settings.lease_seconds * _LIVE_LEASES
+        live = self._settings.lease_seconds * LIVE_LEASES
         try:
             with map_errors():
                 async with self._pool.acquire() as conn:

@@ -25,7 +25,12 @@ from ripple.platform.client import Client
 from ripple.platform.config import Settings
 from ripple.platform.errors import RippleError
 from ripple.platform.event_store import get_event
-from ripple.platform.observability_store import select_queue_gauges, select_webhook_gauges
+from ripple.platform.observability import LIVE_LEASES
+from ripple.platform.observability_store import (
+    select_queue_gauges,
+    select_stranded_runs,
+    select_webhook_gauges,
+)
 from ripple.platform.ui import store, views
 from ripple.platform.ui.auth import COOKIE, SESSION_SECONDS, Sessions
 
@@ -189,8 +194,11 @@ async def overview(request: Request, nonce: Session, client: ClientDep) -> Respo
     now = datetime.now(UTC)
     hour = await store.run_counts_since(client.pool, now - timedelta(hours=1))
     day = await store.run_counts_since(client.pool, now - timedelta(days=1))
+    created, failed = await store.run_buckets_since(client.pool, now - timedelta(hours=1), 30)
     async with client.pool.acquire() as conn:
         webhooks = await select_webhook_gauges(conn)
+        live = client.settings.lease_seconds * LIVE_LEASES
+        stranded = await select_stranded_runs(conn, live)
     failing_ids = {w.subscription_id for w in webhooks if w.failing}
     failing = [s for s in await client.list_subscriptions() if s.id in failing_ids]
     queues = [(name, await client.queues.stats(name)) for name in await _queue_names(client)]
@@ -204,6 +212,11 @@ async def overview(request: Request, nonce: Session, client: ClientDep) -> Respo
         cap=store.COUNT_CAP,
         queues=queues,
         failing=failing,
+        stranded=stranded,
+        throughput=views.sparkline(created),
+        failures=views.sparkline(failed),
+        created_total=sum(created),
+        failed_total=sum(failed),
     )
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "pending_signals",
     "pending_waits",
     "queue_message_for",
+    "run_buckets_since",
     "run_counts_since",
     "run_id_for",
     "run_trace_id",
@@ -47,6 +48,21 @@ FROM (
 ) recent
 GROUP BY workflow, status
 ORDER BY workflow, status
+"""
+
+# $1 lowest run id, $2 cap, $3 bucket seconds: runs created and failed per bucket (0 = newest)
+# among the newest ≤ $2 runs of the window.
+RUN_BUCKETS_SINCE: Final = """
+SELECT floor(extract(epoch FROM now() - created_at) / $3)::int AS bucket,
+       count(*) AS created,
+       count(*) FILTER (WHERE status = 'failed') AS failed
+FROM (
+    SELECT created_at, status FROM ripple_runs
+    WHERE run_id >= $1
+    ORDER BY run_id DESC
+    LIMIT $2
+) recent
+GROUP BY 1
 """
 
 # $1 queue, $2 deduplication id (fan-out writes "{event_id}:{subscription_id}")
@@ -132,6 +148,21 @@ async def run_counts_since(pool: Pool, since: datetime) -> dict[str, dict[str, i
     for row in rows:
         counts.setdefault(row["workflow"], {})[row["status"]] = int(row["n"])
     return counts
+
+
+async def run_buckets_since(
+    pool: Pool, since: datetime, buckets: int
+) -> tuple[list[int], list[int]]:
+    """Runs created and failed per equal bucket from `since` to now, oldest bucket first."""
+    width = max((datetime.now(since.tzinfo) - since).total_seconds() / buckets, 1.0)
+    with map_errors():
+        rows = await pool.fetch(RUN_BUCKETS_SINCE, uuid7_floor(since), COUNT_CAP, width)
+    created, failed = [0] * buckets, [0] * buckets
+    for row in rows:
+        index = buckets - 1 - int(row["bucket"])
+        if 0 <= index < buckets:
+            created[index], failed[index] = int(row["created"]), int(row["failed"])
+    return created, failed
 
 
 async def queue_message_for(pool: Pool, queue: str, dedup_id: str) -> QueueMessageRow | None:

@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from ripple.workflows.client import Run, StepRecord
 
-__all__ = ["Bar", "Timeline", "ago", "pretty", "timeline", "ts"]
+__all__ = ["Bar", "Timeline", "ago", "pretty", "sparkline", "timeline", "ts"]
 
 #: Timeline geometry (SVG user units).
 LABEL_WIDTH: Final = 200
@@ -106,3 +106,14 @@ def ago(value: datetime | None, now: datetime | None = None) -> str:
     if seconds < 172_800:
         return f"{seconds / 3600:.0f} h ago"
     return f"{seconds / 86400:.0f} d ago"
+
+
+def sparkline(values: Sequence[int], width: int = 240, height: int = 36) -> str:
+    """SVG polyline points for `values` scaled into width by height (0 at the bottom)."""
+    if not values:
+        return ""
+    top = max(max(values), 1)
+    step = width / max(len(values) - 1, 1)
+    return " ".join(
+        f"{i * step:.1f},{height - 2 - (height - 4) * v / top:.1f}" for i, v in enumerate(values)
+    )

@@ -172,3 +172,15 @@ async def test_ui__queue_with_only_dead_letters_is_listed(
     assert (await client.queues.stats("only-dead")).dead_letters == 1
     for page in ("/ui/queues", "/ui/"):
         assert "only-dead" in (await ui.get(page)).text, page
+
+
+async def test_ui__overview_counts_recent_runs_and_stranded_ones(
+    ui: httpx.AsyncClient, client: Client
+) -> None:
+    for _ in range(3):
+        await client.start("ui-counted", None)
+    page = (await ui.get("/ui/")).text
+    assert "runs created: 3" in page
+    assert 'href="/ui/runs?workflow=ui-counted&status=pending">3<' in page
+    # no worker serves ui-counted: its runs are stranded
+    assert "<td>unpinned</td><td>3</td>" in page

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from ripple.platform.ids import new_id
 from ripple.platform.ui.auth import SESSION_SECONDS, Sessions
 from ripple.platform.ui.store import uuid7_floor
-from ripple.platform.ui.views import LABEL_WIDTH, PLOT_WIDTH, timeline
+from ripple.platform.ui.views import LABEL_WIDTH, PLOT_WIDTH, sparkline, timeline
 from ripple.workflows.client import Run, StepRecord
 from ripple.workflows.records import RunStatus, StepStatus
 
@@ -76,3 +76,9 @@ def test_timeline__bars_span_start_to_completion() -> None:
         (LABEL_WIDTH + PLOT_WIDTH / 2, PLOT_WIDTH / 2),
     ]
     assert bars[1].y > bars[0].y
+
+
+def test_sparkline__scales_the_largest_value_to_the_top() -> None:
+    points = [p.split(",") for p in sparkline([0, 5, 10], width=100, height=40).split()]
+    assert [(float(x), float(y)) for x, y in points] == [(0.0, 38.0), (50.0, 20.0), (100.0, 2.0)]
+    assert sparkline([]) == ""
