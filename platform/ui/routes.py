@@ -23,7 +23,7 @@ from ripple.platform.api.problems import ProblemError
 from ripple.platform.api.runs import RUN_STATUSES
 from ripple.platform.client import Client
 from ripple.platform.config import Settings
-from ripple.platform.errors import RippleError
+from ripple.platform.errors import Conflict, InvalidInput, NotFound, RippleError
 from ripple.platform.event_store import get_event
 from ripple.platform.observability import LIVE_LEASES
 from ripple.platform.observability_store import (
@@ -41,6 +41,8 @@ PREFIX: Final = "/ui"
 PAGE_SIZE: Final = 50
 #: Queues shown on the queues page and the overview.
 MAX_QUEUES: Final = 100
+#: What an action refuses with a message on the page (anything else is a problem response).
+_REFUSED: Final = (InvalidInput, NotFound, Conflict)
 _STATIC: Final = {"htmx.min.js": "text/javascript", "style.css": "text/css"}
 
 _env = jinja2.Environment(
@@ -297,7 +299,10 @@ async def run_page(request: Request, run_id: str, nonce: Session, client: Client
 
 @router.post("/runs/{run_id}/cancel")
 async def cancel(run_id: str, form: Form, client: ClientDep) -> Response:
-    canceled = await client.cancel(run_id)
+    try:
+        canceled = await client.cancel(run_id)
+    except _REFUSED as exc:
+        return back(f"{PREFIX}/runs/{run_id}", f"Not canceled: {exc.message}")
     return back(f"{PREFIX}/runs/{run_id}", "Canceled." if canceled else "The run had ended.")
 
 
@@ -310,7 +315,10 @@ async def signal(run_id: str, form: Form, client: ClientDep) -> Response:
         payload = json.loads(form.get("payload") or "null")
     except ValueError as exc:
         return back(f"{PREFIX}/runs/{run_id}", f"The payload is not valid JSON: {exc}")
-    result = await client.signal(run_id, name, payload)
+    try:
+        result = await client.signal(run_id, name, payload)
+    except _REFUSED as exc:
+        return back(f"{PREFIX}/runs/{run_id}", f"Not signaled: {exc.message}")
     text = "Signal delivered." if result.delivered else "Signal kept until the run waits on it."
     return back(f"{PREFIX}/runs/{run_id}", text)
 
@@ -394,12 +402,15 @@ async def topics(
 
 @router.post("/subscriptions/{subscription_id}/{action}")
 async def set_paused(subscription_id: str, action: str, form: Form, client: ClientDep) -> Response:
-    if action == "pause":
-        await client.pause_subscription(subscription_id)
-    elif action == "resume":
-        await client.resume_subscription(subscription_id)
-    else:
+    if action not in ("pause", "resume"):
         raise ProblemError(404, f"no action {action}: use pause or resume")
+    try:
+        if action == "pause":
+            await client.pause_subscription(subscription_id)
+        else:
+            await client.resume_subscription(subscription_id)
+    except _REFUSED as exc:
+        return back(f"{PREFIX}/topics", f"Not {action}d: {exc.message}")
     return back(f"{PREFIX}/topics", f"Subscription {action}d.")
 
 
@@ -432,7 +443,10 @@ async def _queue_names(client: Client) -> list[str]:
 
 @router.post("/queues/{queue}/redrive")
 async def redrive_queue(queue: str, form: Form, client: ClientDep) -> Response:
-    count = await client.queues.redrive(queue)
+    try:
+        count = await client.queues.redrive(queue)
+    except _REFUSED as exc:
+        return back(f"{PREFIX}/queues", f"Not redriven: {exc.message}")
     return back(f"{PREFIX}/queues", f"Redrove {count} dead letter(s) of {queue}.")
 
 
@@ -471,7 +485,10 @@ async def deliveries(
 
 @router.post("/deliveries/{delivery_id}/redrive")
 async def redrive_delivery(delivery_id: str, form: Form, client: ClientDep) -> Response:
-    await client.deliveries.redrive(delivery_id)
+    try:
+        await client.deliveries.redrive(delivery_id)
+    except _REFUSED as exc:
+        return back(f"{PREFIX}/deliveries", f"Not redriven: {exc.message}")
     return back(f"{PREFIX}/deliveries", "Delivery redriven.")
 
 

@@ -184,3 +184,15 @@ async def test_ui__overview_counts_recent_runs_and_stranded_ones(
     assert 'href="/ui/runs?workflow=ui-counted&status=pending">3<' in page
     # no worker serves ui-counted: its runs are stranded
     assert "<td>unpinned</td><td>3</td>" in page
+
+
+async def test_ui__refused_action_says_why_and_changes_nothing(
+    ui: httpx.AsyncClient, client: Client
+) -> None:
+    handle = await client.start("ui-never-runs", None)
+    page = await ui.get(f"/ui/runs/{handle.run_id}")
+    missing = "00000000-0000-0000-0000-000000000001"
+    done = await ui.post(f"/ui/deliveries/{missing}/redrive", data={"csrf": csrf_of(page.text)})
+    assert done.status_code == 303
+    shown = await ui.get(done.headers["location"])
+    assert "Not redriven" in shown.text and missing in shown.text
