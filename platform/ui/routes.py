@@ -28,7 +28,6 @@ from ripple.platform.event_store import get_event
 from ripple.platform.observability import LIVE_LEASES
 from ripple.platform.observability_store import (
     select_queue_gauges,
-    select_stranded_runs,
     select_webhook_gauges,
 )
 from ripple.platform.ui import store, views
@@ -199,8 +198,8 @@ async def overview(request: Request, nonce: Session, client: ClientDep) -> Respo
     created, failed = await store.run_buckets_since(client.pool, now - timedelta(hours=1), 30)
     async with client.pool.acquire() as conn:
         webhooks = await select_webhook_gauges(conn)
-        live = client.settings.lease_seconds * LIVE_LEASES
-        stranded = await select_stranded_runs(conn, live)
+    live = client.settings.lease_seconds * LIVE_LEASES
+    stranded = await store.stranded_sample(client.pool, live)
     failing_ids = {w.subscription_id for w in webhooks if w.failing}
     failing = [s for s in await client.list_subscriptions() if s.id in failing_ids]
     queues = [(name, await client.queues.stats(name)) for name in await _queue_names(client)]

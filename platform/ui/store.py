@@ -15,6 +15,7 @@ from typing import Any, Final
 from uuid import UUID
 
 from ripple.platform.db import Pool, map_errors
+from ripple.platform.observability_store import StrandedGauge
 
 __all__ = [
     "COUNT_CAP",
@@ -30,6 +31,7 @@ __all__ = [
     "run_counts_since",
     "run_id_for",
     "run_trace_id",
+    "stranded_sample",
     "uuid7_floor",
 ]
 
@@ -63,6 +65,32 @@ FROM (
     LIMIT $2
 ) recent
 GROUP BY 1
+"""
+
+# $1 liveness window in seconds, $2 cap. The bounded form of observability_store's
+# SELECT_STRANDED_RUNS for page views: the same liveness rule over at most $2 active runs,
+# soonest available first (through the claim index ripple_runs_available).
+SELECT_STRANDED_SAMPLE: Final = """
+WITH live AS (
+    SELECT DISTINCT s ->> 'workflow' AS workflow, (s ->> 'version')::int AS version
+    FROM ripple_workers w
+    CROSS JOIN LATERAL jsonb_array_elements(w.serves) AS s
+    WHERE w.heartbeat_at > now() - make_interval(secs => $1)
+),
+active AS (
+    SELECT workflow, version FROM ripple_runs
+    WHERE status IN ('pending', 'running', 'sleeping', 'waiting')
+    ORDER BY available_at
+    LIMIT $2
+)
+SELECT a.workflow, a.version, count(*) AS runs
+FROM active a
+WHERE NOT EXISTS (
+    SELECT 1 FROM live l
+    WHERE l.workflow = a.workflow AND (a.version IS NULL OR l.version = a.version)
+)
+GROUP BY a.workflow, a.version
+ORDER BY a.workflow, a.version
 """
 
 # $1 queue, $2 deduplication id (fan-out writes "{event_id}:{subscription_id}")
@@ -214,3 +242,10 @@ def is_uuid(value: str) -> bool:
 async def dead_letter_queues(pool: Pool, limit: int) -> list[str]:
     with map_errors():
         return [row["queue"] for row in await pool.fetch(SELECT_DEAD_QUEUES, limit)]
+
+
+async def stranded_sample(pool: Pool, live_seconds: float) -> list[StrandedGauge]:
+    """Stranded runs among the ≤ COUNT_CAP active runs due soonest."""
+    with map_errors():
+        rows = await pool.fetch(SELECT_STRANDED_SAMPLE, live_seconds, COUNT_CAP)
+    return [StrandedGauge.from_row(row) for row in rows]
