@@ -68,7 +68,8 @@ class Page:
 
     def go(self, path: str) -> playwright_sync.Page:
         response = self.page.goto(self.base + path)
-        assert response is not None and response.ok, path
+        assert response is not None, path
+        assert response.ok, path
         return self.page
 
     def login(self) -> None:
@@ -122,9 +123,8 @@ def test_browser__login_required_and_logout(
         page.page.click("button[type=submit]")
         page.page.wait_for_url(api_server.url + "/ui/queues")
         cookies = {c["name"]: c for c in context.cookies()}
-        assert cookies["ripple_session"]["httpOnly"] and cookies["ripple_session"]["sameSite"] == (
-            "Strict"
-        )
+        assert cookies["ripple_session"]["httpOnly"]
+        assert cookies["ripple_session"]["sameSite"] == ("Strict")
         page.page.click("#logout")
         page.page.wait_for_url(lambda url: "/ui/login" in url)
         page.page.goto(api_server.url + "/ui/runs")

@@ -52,11 +52,13 @@ async def test_ui__cancel_needs_csrf_then_changes_the_run(
     forged = await ui.post(f"/ui/runs/{handle.run_id}/cancel", data={"csrf": "0" * 64})
     assert forged.status_code == 403
     run = await client.get_run(handle.run_id)
-    assert run is not None and run.status == "pending"
+    assert run is not None
+    assert run.status == "pending"
     done = await ui.post(f"/ui/runs/{handle.run_id}/cancel", data={"csrf": csrf_of(page.text)})
     assert done.status_code == 303
     run = await client.get_run(handle.run_id)
-    assert run is not None and run.status == "canceled"
+    assert run is not None
+    assert run.status == "canceled"
 
 
 async def test_ui__signal_is_stored_for_the_run(ui: httpx.AsyncClient, client: Client) -> None:
@@ -114,7 +116,8 @@ async def test_ui__event_trace_shows_message_delivery_and_run(
         message_id = await client.pool.fetchval("SELECT id FROM ripple_queue_messages")
         delivery_id = await client.pool.fetchval("SELECT id::text FROM ripple_webhook_deliveries")
     assert page.status_code == 200
-    assert len(runs.items) == 1 and f"/ui/runs/{runs.items[0].run_id}" in page.text
+    assert len(runs.items) == 1
+    assert f"/ui/runs/{runs.items[0].run_id}" in page.text
     assert f"message <code>{message_id}</code>" in page.text
     assert delivery_id in page.text
     assert "pattern does not match" in page.text or "user.*" in page.text
@@ -134,20 +137,23 @@ async def test_ui__login_required_and_logout_ends_the_session(
     secured: httpx.AsyncClient,
 ) -> None:
     first = await secured.get("/ui/runs")
-    assert first.status_code == 303 and first.headers["location"].startswith("/ui/login")
+    assert first.status_code == 303
+    assert first.headers["location"].startswith("/ui/login")
     wrong = await secured.post("/ui/login", data={"token": "nope", "next": "/ui/runs"})
     assert "error=" in wrong.headers["location"]
     assert "ripple_session" not in secured.cookies
     ok = await secured.post("/ui/login", data={"token": "s3cret", "next": "/ui/runs"})
     assert (ok.status_code, ok.headers["location"]) == (303, "/ui/runs")
     cookie = ok.headers["set-cookie"].lower()
-    assert "httponly" in cookie and "samesite=strict" in cookie
+    assert "httponly" in cookie
+    assert "samesite=strict" in cookie
     page = await secured.get("/ui/runs")
     assert page.status_code == 200
     out = await secured.post("/ui/logout", data={"csrf": csrf_of(page.text)})
     assert out.status_code == 303
     after = await secured.get("/ui/runs")
-    assert after.status_code == 303 and after.headers["location"].startswith("/ui/login")
+    assert after.status_code == 303
+    assert after.headers["location"].startswith("/ui/login")
 
 
 async def test_ui__login_next_is_not_an_open_redirect(secured: httpx.AsyncClient) -> None:
@@ -195,4 +201,5 @@ async def test_ui__refused_action_says_why_and_changes_nothing(
     done = await ui.post(f"/ui/deliveries/{missing}/redrive", data={"csrf": csrf_of(page.text)})
     assert done.status_code == 303
     shown = await ui.get(done.headers["location"])
-    assert "Not redriven" in shown.text and missing in shown.text
+    assert "Not redriven" in shown.text
+    assert missing in shown.text
