@@ -193,9 +193,10 @@ async def logout(request: Request, form: Form) -> Response:
 @router.get("/")
 async def overview(request: Request, nonce: Session, client: ClientDep) -> Response:
     now = datetime.now(UTC)
-    hour = await store.run_counts_since(client.pool, now - timedelta(hours=1))
-    day = await store.run_counts_since(client.pool, now - timedelta(days=1))
-    created, failed = await store.run_buckets_since(client.pool, now - timedelta(hours=1), 30)
+    runs = await store.recent_runs(
+        client.pool, now - timedelta(days=1), timedelta(hours=1), buckets=30, now=now
+    )
+    created, failed = runs.created, runs.failed
     async with client.pool.acquire() as conn:
         webhooks = await select_webhook_gauges(conn)
     live = client.settings.lease_seconds * LIVE_LEASES
@@ -207,8 +208,9 @@ async def overview(request: Request, nonce: Session, client: ClientDep) -> Respo
         request,
         nonce,
         "overview.html",
-        hour=hour,
-        day=day,
+        hour=runs.recent_counts,
+        day=runs.counts,
+        capped=runs.capped,
         statuses=RUN_STATUSES,
         cap=store.COUNT_CAP,
         queues=queues,

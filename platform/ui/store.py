@@ -10,7 +10,7 @@ delivery, (workflow, idempotency key) of a run).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final
 from uuid import UUID
 
@@ -20,6 +20,7 @@ from ripple.platform.observability_store import StrandedGauge
 __all__ = [
     "COUNT_CAP",
     "QueueMessageRow",
+    "RecentRuns",
     "WaitRow",
     "dead_letter_queues",
     "delivery_id_for",
@@ -27,8 +28,7 @@ __all__ = [
     "pending_signals",
     "pending_waits",
     "queue_message_for",
-    "run_buckets_since",
-    "run_counts_since",
+    "recent_runs",
     "run_id_for",
     "run_trace_id",
     "stranded_sample",
@@ -38,38 +38,18 @@ __all__ = [
 #: Most runs one overview count reads; a count that reaches it is shown as "≥ COUNT_CAP".
 COUNT_CAP: Final = 10_000
 
-# $1 lowest run id (uuid7 text of the window start), $2 cap. Newest first through the primary
-# key, at most $2 rows, then grouped.
-RUN_COUNTS_SINCE: Final = """
-SELECT workflow, status, count(*) AS n
-FROM (
-    SELECT workflow, status FROM ripple_runs
-    WHERE run_id >= $1
-    ORDER BY run_id DESC
-    LIMIT $2
-) recent
-GROUP BY workflow, status
-ORDER BY workflow, status
-"""
-
-# $1 lowest run id, $2 cap, $3 bucket seconds: runs created and failed per bucket (0 = newest)
-# among the newest ≤ $2 runs of the window.
-RUN_BUCKETS_SINCE: Final = """
-SELECT floor(extract(epoch FROM now() - created_at) / $3)::int AS bucket,
-       count(*) AS created,
-       count(*) FILTER (WHERE status = 'failed') AS failed
-FROM (
-    SELECT created_at, status FROM ripple_runs
-    WHERE run_id >= $1
-    ORDER BY run_id DESC
-    LIMIT $2
-) recent
-GROUP BY 1
+# $1 lowest run id (uuid7 text of the window start), $2 cap: the newest ≤ $2 runs of the
+# window, through the primary key (run ids are time-ordered).
+SELECT_RECENT_RUNS: Final = """
+SELECT workflow, status, created_at FROM ripple_runs
+WHERE run_id >= $1
+ORDER BY run_id DESC
+LIMIT $2
 """
 
 # $1 liveness window in seconds, $2 cap. The bounded form of observability_store's
-# SELECT_STRANDED_RUNS for page views: the same liveness rule over at most $2 active runs,
-# soonest available first (through the claim index ripple_runs_available).
+# SELECT_STRANDED_RUNS for page views: the same liveness rule over at most $2 active runs
+# (any $2: a scan that stops early, not a sort of every active run).
 SELECT_STRANDED_SAMPLE: Final = """
 WITH live AS (
     SELECT DISTINCT s ->> 'workflow' AS workflow, (s ->> 'version')::int AS version
@@ -80,7 +60,6 @@ WITH live AS (
 active AS (
     SELECT workflow, version FROM ripple_runs
     WHERE status IN ('pending', 'running', 'sleeping', 'waiting')
-    ORDER BY available_at
     LIMIT $2
 )
 SELECT a.workflow, a.version, count(*) AS runs
@@ -168,29 +147,41 @@ def uuid7_floor(when: datetime) -> str:
     return f"{hex_ms[:8]}-{hex_ms[8:]}-0000-0000-000000000000"
 
 
-async def run_counts_since(pool: Pool, since: datetime) -> dict[str, dict[str, int]]:
-    """`{workflow: {status: n}}` of the newest ≤ COUNT_CAP runs created since `since`."""
+@dataclass(frozen=True, slots=True)
+class RecentRuns:
+    """Run counts of the newest ≤ COUNT_CAP runs of a window (`capped`: the cap was reached)."""
+
+    #: `{workflow: {status: n}}` over the whole window, and over its last `recent` part.
+    counts: dict[str, dict[str, int]]
+    recent_counts: dict[str, dict[str, int]]
+    #: Runs created and failed per equal bucket of the recent part, oldest bucket first.
+    created: list[int]
+    failed: list[int]
+    capped: bool
+
+
+async def recent_runs(
+    pool: Pool, since: datetime, recent: timedelta, buckets: int, now: datetime
+) -> RecentRuns:
+    """One bounded read of the window's newest runs, counted by workflow, status and time."""
     with map_errors():
-        rows = await pool.fetch(RUN_COUNTS_SINCE, uuid7_floor(since), COUNT_CAP)
+        rows = await pool.fetch(SELECT_RECENT_RUNS, uuid7_floor(since), COUNT_CAP)
     counts: dict[str, dict[str, int]] = {}
-    for row in rows:
-        counts.setdefault(row["workflow"], {})[row["status"]] = int(row["n"])
-    return counts
-
-
-async def run_buckets_since(
-    pool: Pool, since: datetime, buckets: int
-) -> tuple[list[int], list[int]]:
-    """Runs created and failed per equal bucket from `since` to now, oldest bucket first."""
-    width = max((datetime.now(since.tzinfo) - since).total_seconds() / buckets, 1.0)
-    with map_errors():
-        rows = await pool.fetch(RUN_BUCKETS_SINCE, uuid7_floor(since), COUNT_CAP, width)
+    recent_counts: dict[str, dict[str, int]] = {}
     created, failed = [0] * buckets, [0] * buckets
+    width = recent.total_seconds() / buckets
     for row in rows:
-        index = buckets - 1 - int(row["bucket"])
-        if 0 <= index < buckets:
-            created[index], failed[index] = int(row["created"]), int(row["failed"])
-    return created, failed
+        workflow, status = row["workflow"], row["status"]
+        by = counts.setdefault(workflow, {})
+        by[status] = by.get(status, 0) + 1
+        age = (now - row["created_at"]).total_seconds()
+        if age < recent.total_seconds():
+            by = recent_counts.setdefault(workflow, {})
+            by[status] = by.get(status, 0) + 1
+            index = buckets - 1 - int(max(age, 0.0) // width)
+            created[index] += 1
+            failed[index] += status == "failed"
+    return RecentRuns(counts, recent_counts, created, failed, len(rows) >= COUNT_CAP)
 
 
 async def queue_message_for(pool: Pool, queue: str, dedup_id: str) -> QueueMessageRow | None:
