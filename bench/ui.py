@@ -71,7 +71,8 @@ async def _seed(client: Client) -> tuple[str, str]:
 
 
 async def run() -> None:
-    overrides = {"webhook_allowed_networks": ["127.0.0.0/8"]}
+    # the seed statements run for minutes; RIPPLE_DB_TIMEOUT (5 s) would cancel them
+    overrides = {"webhook_allowed_networks": ["127.0.0.0/8"], "db_timeout": 3600.0}
     async with bench_database(**overrides) as db, Client(settings=db.settings) as client:
         run_id, event_id = await _seed(client)
         pages = [
