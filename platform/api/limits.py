@@ -170,6 +170,8 @@ class RequestLimits:
         """The problem response for a body the routes must not see, or None."""
         if not body:
             return None
+        if content_type == b"application/x-www-form-urlencoded" and path.startswith("/ui/"):
+            return None  # the dashboard's forms (size-limited above; not JSON)
         if not is_json:
             shown = content_type.decode("latin-1")
             return problem_response(
