@@ -67,6 +67,18 @@ class ReplayOut(OutModel):
     replayed: int = Field(description="Events re-delivered to the subscription.")
 
 
+def _filter(body: RunFilterIn) -> dict[str, Any]:
+    """The bulk routes' body as the keyword arguments of `cancel_many` / `retry_many`."""
+    return {
+        "workflow": body.workflow,
+        "status": body.status,
+        "since": body.since,
+        "until": body.until,
+        "created_before": body.created_before,
+        "dry_run": body.dry_run,
+    }
+
+
 async def _action(client: ClientDep, run_id: str) -> RunAction:
     run = await client.get_run(run_id)
     assert run is not None  # the action just wrote it
@@ -80,14 +92,7 @@ async def _action(client: ClientDep, run_id: str) -> RunAction:
 )
 async def cancel_many(body: RunFilterIn, client: ClientDep) -> BulkOut:
     """Cancel every active run matching the filter, in batches; returns how many."""
-    count = await client.cancel_many(
-        body.workflow,
-        body.status,
-        since=body.since,
-        until=body.until,
-        created_before=body.created_before,
-        dry_run=body.dry_run,
-    )
+    count = await client.cancel_many(**_filter(body))
     return BulkOut(count=count, dry_run=body.dry_run)
 
 
@@ -98,14 +103,7 @@ async def cancel_many(body: RunFilterIn, client: ClientDep) -> BulkOut:
 )
 async def retry_many(body: RunFilterIn, client: ClientDep) -> BulkOut:
     """Retry every failed or canceled run matching the filter, in batches; returns how many."""
-    count = await client.retry_many(
-        body.workflow,
-        body.status,
-        since=body.since,
-        until=body.until,
-        created_before=body.created_before,
-        dry_run=body.dry_run,
-    )
+    count = await client.retry_many(**_filter(body))
     return BulkOut(count=count, dry_run=body.dry_run)
 
 
