@@ -420,15 +420,18 @@ WITH run AS (
 )"""
 FLUSH_RUN: Final = _FLUSH_HEAD + _STEPS_AFTER_RUN + "SELECT run_id FROM run"  # noqa: S608
 
-# Group commit: the step flushes of many runs in one statement. Each run is fenced by its own
-# epoch: a run this worker no longer owns is left out (its entries are not journaled) without
-# failing the others; the statement returns the runs it wrote. Rows are locked in run_id order
-# (as LOCK_EVENT_WAIT_RUNS does), so two writers never deadlock.
+# Group commit: the step flushes and simple completions of many runs in one statement. Each
+# run is fenced by its own epoch: a run this worker no longer owns is left out (its entries are
+# not journaled) without failing the others; the statement returns the runs it wrote. Rows are
+# locked in run_id order (as LOCK_EVENT_WAIT_RUNS does), so two writers never deadlock. A run
+# listed in $7 also finishes (as FINISH_RUN does; runs with a parent or open waits finish
+# apart, in their own transaction); the others stay running with their lease extended.
 # $1 run ids text[], $2 epochs bigint[], $3 step counts int[], $4 lease seconds,
 # $5 jsonb array of journal entries, each with its run_id (see UPSERT_STEPS),
 # $6 jsonb array of {run_id, prefix}: journal entries to delete (trimmed loop iterations), in
-# the same statement that records the later iteration.
-FLUSH_RUNS: Final = """
+# the same statement that records the later iteration,
+# $7 jsonb array of {run_id, status, output, error}: the runs that finish.
+COMMIT_RUNS: Final = """
 WITH req AS (
     SELECT * FROM unnest($1::text[], $2::bigint[], $3::int[]) AS q(run_id, epoch, step_count)
 ), owned AS (
@@ -436,11 +439,23 @@ WITH req AS (
     WHERE r.epoch = q.epoch AND r.status = 'running'
     ORDER BY r.run_id
     FOR UPDATE OF r
+), fin AS (
+    SELECT * FROM jsonb_to_recordset($7::jsonb)
+        AS f(run_id text, status text, output jsonb, error jsonb)
 ), run AS (
     UPDATE ripple_runs r
-    SET available_at = now() + $4 * interval '1 second', step_count = o.step_count
-    FROM owned o WHERE r.run_id = o.run_id
-    RETURNING r.run_id
+    SET step_count = o.step_count,
+        available_at = CASE WHEN f.run_id IS NULL THEN now() + $4 * interval '1 second'
+                            ELSE now() END,
+        status = coalesce(f.status, r.status),
+        output = CASE WHEN f.run_id IS NULL THEN r.output ELSE f.output END,
+        error = CASE WHEN f.run_id IS NULL THEN r.error ELSE f.error END,
+        completed_at = CASE WHEN f.run_id IS NULL THEN r.completed_at ELSE now() END,
+        lease_owner = CASE WHEN f.run_id IS NULL THEN r.lease_owner END,
+        updated_at = CASE WHEN f.run_id IS NULL THEN r.updated_at ELSE now() END
+    FROM owned o LEFT JOIN fin f USING (run_id)
+    WHERE r.run_id = o.run_id
+    RETURNING r.run_id, r.created_at, r.completed_at
 ), steps AS (
     INSERT INTO ripple_steps (run_id, key, seq, kind, status, attempts, output, error, due_at,
                               started_at, completed_at)
@@ -461,7 +476,7 @@ WITH req AS (
     WHERE s.run_id = t.run_id AND t.run_id IN (SELECT run_id FROM owned)
       AND left(s.key, length(t.prefix)) = t.prefix
 )
-SELECT run_id FROM run
+SELECT run_id, created_at, completed_at FROM run
 """
 
 # Delete a run's journal entries under key prefixes (trimmed loop iterations), after the fence.

@@ -33,20 +33,23 @@ log = structlog.get_logger("ripple.workflows.writer")
 
 @dataclass(slots=True)
 class _Flush:
-    """One run's request to commit its journal entries (and extend its lease)."""
+    """One run's request to commit its journal entries (and extend its lease, or finish)."""
 
     run_id: str
     epoch: int
     step_count: int
     entries: list[dict[str, Any]]
-    done: asyncio.Future[None] = field(repr=False)
+    #: Resolves to the run's row (`created_at`, `completed_at`) once committed.
+    done: asyncio.Future[Any] = field(repr=False)
     #: Journal key prefixes to delete (trimmed loop iterations).
     trim: Sequence[str] = ()
+    #: `{run_id, status, output, error}` when the run finishes with this commit.
+    final: dict[str, Any] | None = None
 
 
 class StepCommitter:
-    """Group commit across runs: the step flushes of every run of one worker, one statement
-    per batch.
+    """Group commit across runs: the step flushes and completions of every run of one worker,
+    one statement per batch.
 
     A run asks to commit its finished steps before its next step body (or child, wait, timer)
     begins, and waits only for the commit that holds them. When no commit is in flight a
@@ -77,19 +80,46 @@ class StepCommitter:
     ) -> None:
         """Commit `entries` of one run (and delete its journal entries under the `trim` key
         prefixes); raises `LeaseLost` if the run is no longer owned."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        await self._submit(run_id, epoch, step_count, entries, trim, None)
+
+    async def finish(
+        self,
+        run_id: str,
+        epoch: int,
+        step_count: int,
+        entries: list[Entry],
+        status: str,
+        output: Any,
+        error: dict[str, Any] | None,
+    ) -> Any:
+        """Commit `entries` of one run and finish it with `status`: the run's row
+        (`created_at`, `completed_at`); raises `LeaseLost` if the run is no longer owned.
+        Only for a run with no parent and no open waits (those finish in a transaction of
+        their own, `PgRunWriter.finish`)."""
+        final = {"run_id": run_id, "status": status, "output": output, "error": error}
+        return await self._submit(run_id, epoch, step_count, entries, (), final)
+
+    async def _submit(
+        self,
+        run_id: str,
+        epoch: int,
+        step_count: int,
+        entries: list[Entry],
+        trim: Sequence[str],
+        final: dict[str, Any] | None,
+    ) -> Any:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
         rows = []
         for entry in entries:
             row = entry.to_json()
             row["run_id"] = run_id
             rows.append(row)
-        self._queue.append(_Flush(run_id, epoch, step_count, rows, done, trim))
+        self._queue.append(_Flush(run_id, epoch, step_count, rows, done, trim, final))
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(
-                self._drain(), name="ripple-step-commit"
-            )
+            self._task = loop.create_task(self._drain(), name="ripple-step-commit")
         # A run canceled while it waits cancels only its own future, never the batch.
-        await done
+        return await done
 
     async def _drain(self) -> None:
         try:
@@ -126,28 +156,33 @@ class StepCommitter:
         self.batches += 1
         self.flushed += len(batch)
         for request in batch:
-            _settle(request, None if request.run_id in owned else LeaseLost(request.run_id))
+            row = owned.get(request.run_id)
+            if row is None:
+                _settle(request, LeaseLost(request.run_id))
+            else:
+                _settle(request, None, row)
 
-    async def _write(self, batch: list[_Flush]) -> set[str]:
+    async def _write(self, batch: list[_Flush]) -> dict[str, Any]:
         batch.sort(key=lambda r: r.run_id)
         with map_errors():
             rows = await self.pool.fetch(
-                store.FLUSH_RUNS,
+                store.COMMIT_RUNS,
                 [r.run_id for r in batch],
                 [r.epoch for r in batch],
                 [r.step_count for r in batch],
                 self.lease,
                 [row for r in batch for row in r.entries],
                 [{"run_id": r.run_id, "prefix": p} for r in batch for p in r.trim],
+                [r.final for r in batch if r.final is not None],
             )
-        return {row["run_id"] for row in rows}
+        return {row["run_id"]: row for row in rows}
 
 
-def _settle(request: _Flush, error: BaseException | None) -> None:
+def _settle(request: _Flush, error: BaseException | None, row: Any = None) -> None:
     if request.done.done():
         return
     if error is None:
-        request.done.set_result(None)
+        request.done.set_result(row)
     else:
         request.done.set_exception(error)
 
@@ -420,6 +455,12 @@ class PgRunWriter:
         output: Any,
         error: dict[str, Any] | None,
     ) -> None:
+        if self.parent_run_id is None and not self.may_have_waits and self.committer is not None:
+            row = await self.committer.finish(
+                self.run_id, self.epoch, step_count, entries, status, output, error
+            )
+            self._finished(status, row, None)
+            return
         args = (
             self.run_id,
             self.epoch,
