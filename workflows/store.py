@@ -48,6 +48,24 @@ RETURNING run_id
 INSERT_RUN: Final = _INSERT_RUN.format(priority="0")
 INSERT_RUN_PRIORITIZED: Final = _INSERT_RUN.format(priority="$12::int")
 
+# Group commit of concurrent starts (`WorkflowClient.start` without a caller's transaction):
+# the runs of many starts in one statement; returns the ids of the runs it created (a start
+# whose idempotency key exists already creates none: the caller looks the key up).
+# $1 jsonb array of {run_id, workflow, version, input, idempotency_key, deadline,
+# retention_seconds, trace, priority}
+START_RUNS: Final = f"""
+INSERT INTO ripple_runs (run_id, workflow, version, input, idempotency_key, deadline,
+                         retention_seconds, trace, {_FLOW_COLUMNS})
+SELECT r.run_id, r.workflow, r.version, r.input, r.idempotency_key, r.deadline,
+       r.retention_seconds, r.trace, r.priority, {_FLOW_VALUES.format(input="r.input")}
+FROM jsonb_to_recordset($1::jsonb)
+     AS r(run_id text, workflow text, version int, input jsonb, idempotency_key text,
+          deadline timestamptz, retention_seconds double precision, trace jsonb, priority int)
+LEFT JOIN ripple_flow_controls f ON f.workflow = r.workflow
+ON CONFLICT (workflow, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING run_id
+"""  # noqa: S608
+
 # Debounce (the workflow's definition is known to the starting process): the key's pending,
 # never-claimed run (ripple_runs_debounce) takes this start's input and is pushed back to
 # `period` from now, at most to `max_wait` after its first start; else a new run due after

@@ -9,9 +9,8 @@ together. Wake hints go out after commit.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +18,7 @@ import structlog
 
 from ripple.platform import metrics
 from ripple.platform.db import Connection, Pool, map_errors, transaction
-from ripple.platform.errors import RippleError, Unavailable
+from ripple.platform.group_commit import GroupCommit
 from ripple.platform.wake import NullWaker, RunCanceled, RunFinished, RunReady
 from ripple.workflows import store
 from ripple.workflows.engine import ChildSpec, WaitSpec
@@ -39,8 +38,6 @@ class _Flush:
     epoch: int
     step_count: int
     entries: list[dict[str, Any]]
-    #: Resolves to the run's row (`created_at`, `completed_at`) once committed.
-    done: asyncio.Future[Any] = field(repr=False)
     #: Journal key prefixes to delete (trimmed loop iterations).
     trim: Sequence[str] = ()
     #: `{run_id, status, output, error}` when the run finishes with this commit.
@@ -49,26 +46,31 @@ class _Flush:
 
 class StepCommitter:
     """Group commit across runs: the step flushes and completions of every run of one worker,
-    one statement per batch.
+    one statement per batch (`GroupCommit`).
 
     A run asks to commit its finished steps before its next step body (or child, wait, timer)
-    begins, and waits only for the commit that holds them. When no commit is in flight a
-    request is committed at once; while one is, new requests gather and go together in the
-    next (as Postgres's own group commit and Kafka's linger do) — no fixed delay on an idle
-    worker. Each run stays fenced by its epoch: a run the worker no longer owns gets
-    `LeaseLost` without failing the others in its batch. A batch the database refuses for a
-    reason other than unavailability is retried one run at a time, so one run's bad entry
-    (say, a string Postgres cannot store) fails only that run.
+    begins, and waits only for the commit that holds them: at once when no commit is in
+    flight, else with the next batch — no fixed delay on an idle worker. Each run stays fenced
+    by its epoch: a run the worker no longer owns gets `LeaseLost` without failing the others
+    in its batch. A batch the database refuses for a reason other than unavailability is
+    retried one run at a time, so one run's bad entry (say, a string Postgres cannot store)
+    fails only that run.
     """
 
     def __init__(self, pool: Pool, *, lease: float) -> None:
         self.pool = pool
         self.lease = lease
-        self._queue: list[_Flush] = []
-        self._task: asyncio.Task[None] | None = None
-        #: Batches committed and runs in them, for metrics and tests.
-        self.batches = 0
-        self.flushed = 0
+        self._group: GroupCommit[_Flush, Any] = GroupCommit(self._write, name="ripple-step-commit")
+
+    @property
+    def batches(self) -> int:
+        """Batches committed so far."""
+        return self._group.batches
+
+    @property
+    def flushed(self) -> int:
+        """Run requests committed so far."""
+        return self._group.written
 
     async def flush(
         self,
@@ -80,7 +82,7 @@ class StepCommitter:
     ) -> None:
         """Commit `entries` of one run (and delete its journal entries under the `trim` key
         prefixes); raises `LeaseLost` if the run is no longer owned."""
-        await self._submit(run_id, epoch, step_count, entries, trim, None)
+        await self._group.submit(_Flush(run_id, epoch, step_count, _rows(run_id, entries), trim))
 
     async def finish(
         self,
@@ -97,94 +99,34 @@ class StepCommitter:
         Only for a run with no parent and no open waits (those finish in a transaction of
         their own, `PgRunWriter.finish`)."""
         final = {"run_id": run_id, "status": status, "output": output, "error": error}
-        return await self._submit(run_id, epoch, step_count, entries, (), final)
+        return await self._group.submit(
+            _Flush(run_id, epoch, step_count, _rows(run_id, entries), (), final)
+        )
 
-    async def _submit(
-        self,
-        run_id: str,
-        epoch: int,
-        step_count: int,
-        entries: list[Entry],
-        trim: Sequence[str],
-        final: dict[str, Any] | None,
-    ) -> Any:
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[Any] = loop.create_future()
-        rows = []
-        for entry in entries:
-            row = entry.to_json()
-            row["run_id"] = run_id
-            rows.append(row)
-        self._queue.append(_Flush(run_id, epoch, step_count, rows, done, trim, final))
-        if self._task is None:
-            self._task = loop.create_task(self._drain(), name="ripple-step-commit")
-        # A run canceled while it waits cancels only its own future, never the batch.
-        return await done
-
-    async def _drain(self) -> None:
-        try:
-            while self._queue:
-                batch, self._queue = self._queue, []
-                await self._commit(batch)
-        except BaseException:
-            left, self._queue = self._queue, []
-            for request in left:
-                _settle(request, Unavailable("the step commit was interrupted; retry"))
-            raise
-        finally:
-            self._task = None
-
-    async def _commit(self, batch: list[_Flush]) -> None:
-        try:
-            owned = await self._write(batch)
-        except Unavailable as exc:
-            for request in batch:
-                _settle(request, exc)
-            return
-        except RippleError as exc:
-            if len(batch) == 1:
-                _settle(batch[0], exc)
-                return
-            log.warning("step_batch_refused", runs=len(batch), error=str(exc))
-            for request in batch:
-                await self._commit([request])
-            return
-        except BaseException as exc:  # every waiter must hear how the batch ended
-            for request in batch:
-                _settle(request, exc if isinstance(exc, Exception) else RippleError(str(exc)))
-            raise
-        self.batches += 1
-        self.flushed += len(batch)
-        for request in batch:
-            row = owned.get(request.run_id)
-            if row is None:
-                _settle(request, LeaseLost(request.run_id))
-            else:
-                _settle(request, None, row)
-
-    async def _write(self, batch: list[_Flush]) -> dict[str, Any]:
-        batch.sort(key=lambda r: r.run_id)
+    async def _write(self, batch: list[_Flush]) -> list[Any]:
+        ordered = sorted(batch, key=lambda r: r.run_id)  # lock order: no deadlock
         with map_errors():
             rows = await self.pool.fetch(
                 store.COMMIT_RUNS,
-                [r.run_id for r in batch],
-                [r.epoch for r in batch],
-                [r.step_count for r in batch],
+                [r.run_id for r in ordered],
+                [r.epoch for r in ordered],
+                [r.step_count for r in ordered],
                 self.lease,
-                [row for r in batch for row in r.entries],
-                [{"run_id": r.run_id, "prefix": p} for r in batch for p in r.trim],
-                [r.final for r in batch if r.final is not None],
+                [row for r in ordered for row in r.entries],
+                [{"run_id": r.run_id, "prefix": p} for r in ordered for p in r.trim],
+                [r.final for r in ordered if r.final is not None],
             )
-        return {row["run_id"]: row for row in rows}
+        owned = {row["run_id"]: row for row in rows}
+        return [owned.get(r.run_id) or LeaseLost(r.run_id) for r in batch]
 
 
-def _settle(request: _Flush, error: BaseException | None, row: Any = None) -> None:
-    if request.done.done():
-        return
-    if error is None:
-        request.done.set_result(row)
-    else:
-        request.done.set_exception(error)
+def _rows(run_id: str, entries: list[Entry]) -> list[dict[str, Any]]:
+    rows = []
+    for entry in entries:
+        row = entry.to_json()
+        row["run_id"] = run_id
+        rows.append(row)
+    return rows
 
 
 async def complete_parent_step(
