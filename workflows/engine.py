@@ -151,8 +151,16 @@ class RunWriter(Protocol):
     """Durable, fenced writes of one claimed run; each call is one transaction that first
     commits `entries` (batched journal writes). Raise `LeaseLost` when fenced out."""
 
-    async def flush(self, entries: list[Entry], step_count: int, trim: Sequence[str] = ()) -> None:
-        """Commit `entries`, and delete the journal entries under the `trim` key prefixes."""
+    async def flush(
+        self,
+        entries: list[Entry],
+        step_count: int,
+        trim: Sequence[str] = (),
+        *,
+        renew: bool = False,
+    ) -> None:
+        """Commit `entries`, and delete the journal entries under the `trim` key prefixes.
+        With `renew`, also extend the run's lease (else the heartbeat does)."""
         ...
 
     async def settle_race(
@@ -285,22 +293,24 @@ class RunExecution:
         self._pending.clear()
         return entries
 
-    async def flush(self, *, force: bool = False) -> None:
-        """Commit the journal entries not yet written now (and extend the lease)."""
+    async def flush(self, *, renew: bool = False) -> None:
+        """Commit the journal entries not yet written now; with `renew`, also (even with
+        nothing to write) extend the lease, which the heartbeat otherwise does."""
         async with self._flush_lock:
             entries = self._take()
             trims, self._trims = self._trims, []
-            if entries or trims or force:
+            if entries or trims or renew:
                 sent = asyncio.get_running_loop().time()
                 try:
-                    await self.writer.flush(entries, self.step_count, trims)
+                    await self.writer.flush(entries, self.step_count, trims, renew=renew)
                 except BaseException:
                     # Not written: keep them for the next write (unless superseded since).
                     for entry in entries:
                         self._pending.setdefault(entry.key, entry)
                     self._trims[:0] = trims
                     raise
-                self.renew_lease(sent)
+                if renew:
+                    self.renew_lease(sent)
 
     # -- what composition (race, join, loop, patches) uses -------------------------------------
 
@@ -360,7 +370,7 @@ class RunExecution:
         this fenced write before it starts anything on a lease that may be gone."""
         stale = asyncio.get_running_loop().time() > self._lease_until - self.lease / 2
         if stale or self._flush_lock.locked() or self._unflushed_results():
-            await self.flush(force=stale)
+            await self.flush(renew=stale)
 
     def _flush_soon(self) -> None:
         """Commit finished results while other steps of this run keep running (a timer began

@@ -443,17 +443,22 @@ FLUSH_RUN: Final = _FLUSH_HEAD + _STEPS_AFTER_RUN + "SELECT run_id FROM run"  # 
 # not journaled) without failing the others; the statement returns the runs it wrote. Rows are
 # locked in run_id order (as LOCK_EVENT_WAIT_RUNS does), so two writers never deadlock. A run
 # listed in $7 also finishes (as FINISH_RUN does; runs with a parent or open waits finish
-# apart, in their own transaction); the others stay running with their lease extended.
+# apart, in their own transaction). The others stay running: their row is only locked (the
+# fence), not rewritten, unless $8 asks to renew the lease (and store the step count) — a
+# row version per step would cost a new entry in every index of ripple_runs; the heartbeat
+# renews leases, and a run that missed heartbeats renews its own (see `RunExecution`).
 # $1 run ids text[], $2 epochs bigint[], $3 step counts int[], $4 lease seconds,
 # $5 jsonb array of journal entries, each with its run_id (see UPSERT_STEPS),
 # $6 jsonb array of {run_id, prefix}: journal entries to delete (trimmed loop iterations), in
 # the same statement that records the later iteration,
-# $7 jsonb array of {run_id, status, output, error}: the runs that finish.
+# $7 jsonb array of {run_id, status, output, error}: the runs that finish,
+# $8 renew bool[]: per run, extend its lease and store its step count.
 COMMIT_RUNS: Final = """
 WITH req AS (
-    SELECT * FROM unnest($1::text[], $2::bigint[], $3::int[]) AS q(run_id, epoch, step_count)
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::int[], $8::bool[])
+        AS q(run_id, epoch, step_count, renew)
 ), owned AS (
-    SELECT r.run_id, q.step_count FROM ripple_runs r JOIN req q USING (run_id)
+    SELECT r.run_id, q.step_count, q.renew FROM ripple_runs r JOIN req q USING (run_id)
     WHERE r.epoch = q.epoch AND r.status = 'running'
     ORDER BY r.run_id
     FOR UPDATE OF r
@@ -472,7 +477,7 @@ WITH req AS (
         lease_owner = CASE WHEN f.run_id IS NULL THEN r.lease_owner END,
         updated_at = CASE WHEN f.run_id IS NULL THEN r.updated_at ELSE now() END
     FROM owned o LEFT JOIN fin f USING (run_id)
-    WHERE r.run_id = o.run_id
+    WHERE r.run_id = o.run_id AND (o.renew OR f.run_id IS NOT NULL)
     RETURNING r.run_id, r.created_at, r.completed_at
 ), steps AS (
     INSERT INTO ripple_steps (run_id, key, seq, kind, status, attempts, output, error, due_at,
@@ -494,7 +499,7 @@ WITH req AS (
     WHERE s.run_id = t.run_id AND t.run_id IN (SELECT run_id FROM owned)
       AND left(s.key, length(t.prefix)) = t.prefix
 )
-SELECT run_id, created_at, completed_at FROM run
+SELECT o.run_id, run.created_at, run.completed_at FROM owned o LEFT JOIN run USING (run_id)
 """
 
 # Delete a run's journal entries under key prefixes (trimmed loop iterations), after the fence.

@@ -42,6 +42,8 @@ class _Flush:
     trim: Sequence[str] = ()
     #: `{run_id, status, output, error}` when the run finishes with this commit.
     final: dict[str, Any] | None = None
+    #: Extend the run's lease (and store its step count) with this commit.
+    renew: bool = False
 
 
 class StepCommitter:
@@ -79,10 +81,14 @@ class StepCommitter:
         step_count: int,
         entries: list[Entry],
         trim: Sequence[str] = (),
+        *,
+        renew: bool = False,
     ) -> None:
         """Commit `entries` of one run (and delete its journal entries under the `trim` key
-        prefixes); raises `LeaseLost` if the run is no longer owned."""
-        await self._group.submit(_Flush(run_id, epoch, step_count, _rows(run_id, entries), trim))
+        prefixes), extending its lease if `renew`; raises `LeaseLost` if the run is no longer
+        owned."""
+        rows = _rows(run_id, entries)
+        await self._group.submit(_Flush(run_id, epoch, step_count, rows, trim, renew=renew))
 
     async def finish(
         self,
@@ -115,6 +121,7 @@ class StepCommitter:
                 [row for r in ordered for row in r.entries],
                 [{"run_id": r.run_id, "prefix": p} for r in ordered for p in r.trim],
                 [r.final for r in ordered if r.final is not None],
+                [r.renew for r in ordered],
             )
         owned = {row["run_id"]: row for row in rows}
         return [owned.get(r.run_id) or LeaseLost(r.run_id) for r in batch]
@@ -199,9 +206,18 @@ class PgRunWriter:
         if owned is None:
             raise LeaseLost(self.run_id)
 
-    async def flush(self, entries: list[Entry], step_count: int, trim: Sequence[str] = ()) -> None:
+    async def flush(
+        self,
+        entries: list[Entry],
+        step_count: int,
+        trim: Sequence[str] = (),
+        *,
+        renew: bool = False,
+    ) -> None:
         if self.committer is not None:
-            await self.committer.flush(self.run_id, self.epoch, step_count, entries, trim)
+            await self.committer.flush(
+                self.run_id, self.epoch, step_count, entries, trim, renew=renew
+            )
             return
         if not trim:
             with map_errors():

@@ -222,3 +222,23 @@ async def test_group_commit__completions_share_a_batch_with_flushes_and_stay_fen
     assert rows[lost]["status"] == "running"
     assert await _committed(app, done) == {"c": "completed"}
     assert await _committed(app, lost) == {}
+
+
+async def test_group_commit__a_flush_locks_the_run_row_without_rewriting_it(app: App) -> None:
+    (run_id, epoch), (renewed, _) = await _claimed(app, 2)
+    query = "SELECT ctid::text AS ctid, available_at, step_count FROM ripple_runs WHERE run_id = $1"
+    before = await app.pool.fetchrow(query, run_id)
+    before_renewed = await app.pool.fetchrow(query, renewed)
+    committer = StepCommitter(app.pool, lease=60.0)
+    await asyncio.gather(
+        committer.flush(run_id, epoch, 2, [_done("a", 1)]),
+        committer.flush(renewed, epoch, 2, [_done("a", 1)], renew=True),
+    )
+    after = await app.pool.fetchrow(query, run_id)
+    # The journal entry is committed; the run row is the same row version (no index churn).
+    assert await _committed(app, run_id) == {"a": "completed"}
+    assert dict(after) == dict(before)
+    # A renewing flush extends the lease and stores the step count.
+    after_renewed = await app.pool.fetchrow(query, renewed)
+    assert after_renewed["available_at"] > before_renewed["available_at"]
+    assert after_renewed["step_count"] == 2
