@@ -42,8 +42,10 @@ from ripple.workflows.errors import (
     WorkflowError,
     WorkflowFailed,
 )
-from ripple.workflows.journal import Entry, Journal, current_scope
+from ripple.workflows.journal import Entry, Journal, StepStatus, current_scope
+from ripple.workflows.records import RunStatus
 from ripple.workflows.retry import RetryPolicy, seconds
+from ripple.workflows.stall import Block, StallDetector
 
 __all__ = [
     "DEFAULT_STEP_RETRY",
@@ -208,13 +210,6 @@ class RunWriter(Protocol):
     ) -> None: ...
 
 
-@dataclass(slots=True)
-class _Block:
-    kind: str
-    key: str
-    wake_at: datetime | None
-
-
 def _as_utc(when: datetime) -> datetime:
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when
 
@@ -266,11 +261,16 @@ class RunExecution:
         self._pending: dict[str, Entry] = {}
         self._trims: list[str] = []
         self._flush_lock = asyncio.Lock()
-        self._active = 0
-        self._blocked: dict[int, _Block] = {}
-        self._progress = 0
+        self._stall = StallDetector(
+            clock=self.clock,
+            is_stopping=is_stopping,
+            stopped=lambda: self._stop_reason is not None,
+            on_stall=lambda: self._stop("suspend"),
+            on_timers_beside_work=self._commit_beside_timers,
+            inline_wait=INLINE_WAIT,
+        )
         self._stop_reason: str | None = None
-        self._stalled: list[_Block] = []
+        self._stalled: list[Block] = []
         self._task: asyncio.Task[Any] | None = None
         self._fatal: WorkflowFailed | None = None
         self._compensations: list[tuple[int, str, Callable[..., Any], Any]] = []
@@ -361,7 +361,7 @@ class RunExecution:
         return composition.patched(self, change_id)
 
     def _unflushed_results(self) -> bool:
-        return any(e.status in ("completed", "failed") for e in self._pending.values())
+        return any(e.finished for e in self._pending.values())
 
     async def _commit_earlier(self) -> None:
         """The invariant, before a step body or an in-memory timer begins: every result this
@@ -429,69 +429,24 @@ class RunExecution:
             },
         )
 
-    # -- suspension detection ----------------------------------------------------------------
+    # -- suspension detection (see `StallDetector`) -------------------------------------------
 
     def _enter(self) -> None:
-        self._active += 1
-        self._progress += 1
+        self._stall.enter()
 
     def _exit(self) -> None:
-        self._active -= 1
-        self._progress += 1
-        if self._blocked:  # a stall needs a blocked call: nothing to check otherwise
-            self._schedule_check()
-
-    def _schedule_check(self) -> None:
-        asyncio.get_running_loop().call_soon(self._check, self._progress, 3)
-
-    def _check(self, seen: int, hops: int) -> None:
-        # A few loop iterations without progress: tasks started by the same gather had their
-        # chance to enter their steps, so "every active step is blocked" is a real stall.
-        if seen != self._progress or self._stop_reason is not None:
-            return
-        if hops > 0:
-            asyncio.get_running_loop().call_soon(self._check, seen, hops - 1)
-            return
-        if self._active == 0 or len(self._blocked) != self._active:
-            self._commit_beside_timers()
-            return
-        if not self.is_stopping():
-            wakes = [b.wake_at for b in self._blocked.values()]
-            soonest = min((w for w in wakes if w is not None), default=None)
-            if soonest is not None and (soonest - self.clock()).total_seconds() <= INLINE_WAIT:
-                self._commit_beside_timers()
-                return
-        self._stop("suspend")
+        self._stall.exit()
 
     def _commit_beside_timers(self) -> None:
         # The run does not suspend (other steps are running, or the timer is short), so the
         # suspension will not commit what finished before its timers began: commit it now.
-        if self._unflushed_results() and any(
-            b.kind in ("sleep", "retry") for b in self._blocked.values()
-        ):
+        if self._unflushed_results():
             self._flush_soon()
 
     async def _block(self, kind: str, key: str, wake_at: datetime | None) -> None:
-        if (
-            kind in ("sleep", "retry")
-            and wake_at is not None
-            and (wake_at - self.clock()).total_seconds() <= INLINE_WAIT
-        ):
+        if self._stall.is_inline(kind, wake_at):
             await self._commit_earlier()  # a timer waited in memory never suspends the run
-        token = object()
-        self._blocked[id(token)] = _Block(kind, key, wake_at)
-        self._progress += 1
-        self._schedule_check()
-        try:
-            if wake_at is None:
-                await asyncio.get_running_loop().create_future()
-            else:
-                delay = (wake_at - self.clock()).total_seconds()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-        finally:
-            del self._blocked[id(token)]
-            self._progress += 1
+        await self._stall.block(kind, key, wake_at)
 
     async def _gate(self) -> None:
         """Before a new step execution: a stopping worker parks the run instead."""
@@ -516,14 +471,14 @@ class RunExecution:
         annotation = serde.return_annotation(fn)
         self._enter()
         try:
-            if entry is not None and entry.status == "completed":
+            if entry is not None and entry.status == StepStatus.COMPLETED:
                 try:
                     value = serde.load(entry.output, annotation)
                 except ValidationError:
                     value = entry.output
                 self._register_compensation(seq, key, compensate, value)
                 return value
-            if entry is not None and entry.status == "failed":
+            if entry is not None and entry.status == StepStatus.FAILED:
                 raise self._recorded_failure(key, entry.error or {})
             value = await self._execute(key, seq, kind, entry, fn, args, kwargs, retry, timeout)
             self._register_compensation(seq, key, compensate, value)
@@ -552,11 +507,11 @@ class RunExecution:
     ) -> Any:
         policy = retry or DEFAULT_STEP_RETRY
         attempts = entry.attempts if entry is not None else 0
-        if entry is not None and entry.status == "running":
+        if entry is not None and entry.status == StepStatus.RUNNING:
             attempts -= 1  # that attempt's worker was lost: a crash is not the step's error
         last_error = entry.error if entry is not None else None
         started_at = self.clock()
-        if entry is not None and entry.status == "retrying" and entry.due_at is not None:
+        if entry is not None and entry.status == StepStatus.RETRYING and entry.due_at is not None:
             await self._block("retry", key, entry.due_at)
         while True:
             attempt = attempts + 1
@@ -566,25 +521,14 @@ class RunExecution:
                     "message": f"step {key!r} started {attempts} time(s) without recording a "
                     "result (its worker died or lost its lease); attempt budget exhausted",
                 }
-                self._record(
-                    Entry(
-                        key,
-                        seq,
-                        kind,
-                        "failed",
-                        attempts,
-                        None,
-                        error,
-                        None,
-                        started_at,
-                        self.clock(),
-                    )
-                )
+                lost = Entry.attempt(key, seq, kind, attempts, started_at)
+                self._record(lost.failed(error, self.clock(), attempts=attempts))
                 raise StepFailedError(key, error)
             await self._gate()
             self._count_execution()
             started_at = self.clock()
-            self._record(Entry(key, seq, kind, "running", attempt, started_at=started_at))
+            running = Entry.attempt(key, seq, kind, attempt, started_at)
+            self._record(running)
             if self.careful:
                 await self.flush()
             else:
@@ -609,24 +553,11 @@ class RunExecution:
                     and policy.allows(attempt + 1)
                 )
                 if not retryable:
-                    self._record(
-                        Entry(
-                            key,
-                            seq,
-                            kind,
-                            "failed",
-                            attempt,
-                            None,
-                            error,
-                            None,
-                            started_at,
-                            self.clock(),
-                        )
-                    )
+                    self._record(running.failed(error, self.clock(), attempts=attempt))
                     raise
                 delay = exc.delay if isinstance(exc, RetryAfterError) else policy.delay(attempt)
                 due = self.clock() + timedelta(seconds=delay)
-                self._record(Entry(key, seq, kind, "retrying", attempt, None, error, due))
+                self._record(running.retrying(attempt, error, due))
                 metrics.STEP_RETRIES.labels(self.facts.workflow).inc()
                 log.info("step_retry_scheduled", step=key, attempt=attempt, delay=delay)
                 await self._block("retry", key, due)
@@ -635,20 +566,7 @@ class RunExecution:
             finally:
                 structlog.contextvars.reset_contextvars(**tokens)
             self._observe(key, t0)
-            self._record(
-                Entry(
-                    key,
-                    seq,
-                    kind,
-                    "completed",
-                    attempt,
-                    output,
-                    None,
-                    None,
-                    started_at,
-                    self.clock(),
-                )
-            )
+            self._record(running.completed(output, self.clock(), attempts=attempt))
             return result
 
     def _observe(self, key: str, t0: float) -> None:
@@ -688,7 +606,7 @@ class RunExecution:
         key, seq, entry = self._allocate(name, "sleep")
         self._enter()
         try:
-            if entry is not None and entry.status == "completed":
+            if entry is not None and entry.status == StepStatus.COMPLETED:
                 return
             if entry is None or entry.due_at is None:
                 self._count_execution()
@@ -698,25 +616,12 @@ class RunExecution:
                     if until is not None
                     else now + timedelta(seconds=seconds(duration or 0))
                 )
-                entry = Entry(key, seq, "sleep", "pending", 1, None, None, due, now)
+                entry = Entry.begun(key, seq, "sleep", now, due_at=due)
                 self._record(entry)
             assert entry.due_at is not None
             if entry.due_at > self.clock():
                 await self._block("sleep", key, entry.due_at)
-            self._record(
-                Entry(
-                    key,
-                    seq,
-                    "sleep",
-                    "completed",
-                    1,
-                    None,
-                    None,
-                    entry.due_at,
-                    entry.started_at,
-                    self.clock(),
-                )
-            )
+            self._record(entry.completed(None, self.clock()))
         finally:
             self._exit()
 
@@ -740,16 +645,14 @@ class RunExecution:
                 self._count_execution()
                 now = self.clock()
                 expires = None if timeout is None else now + timedelta(seconds=seconds(timeout))
-                entry = Entry(key, seq, "wait", "pending", 1, None, None, expires, now)
+                entry = Entry.begun(key, seq, "wait", now, due_at=expires)
                 self.journal.put(entry)
                 async with self._flush_lock:
                     found, payload = await self.writer.register_wait(
                         self._take(), self.step_count, WaitSpec(entry, name, event, match)
                     )
                 if found:
-                    self.journal.put(
-                        Entry(key, seq, "wait", "completed", 1, payload, None, None, now, now)
-                    )
+                    self.journal.put(Entry.begun(key, seq, "wait", now).completed(payload, now))
                     resolved: dict[str, Any] | None = payload
                     return resolved
             await self._block("wait", key, entry.due_at)
@@ -783,10 +686,10 @@ class RunExecution:
         try:
             if entry is None:
                 entry = await self._start_child(key, seq, wf_name, definition, input, timeout)
-            if entry.status == "pending":
+            if entry.status == StepStatus.PENDING:
                 await self._block("child", key, entry.due_at)
                 entry = await self._time_out(entry, is_wait=False)
-            if entry.status == "failed":
+            if entry.status == StepStatus.FAILED:
                 raise self._child_error(entry)
             try:
                 return serde.load(entry.output, output_type)
@@ -815,7 +718,7 @@ class RunExecution:
         now = self.clock()
         expires = None if timeout is None else now + timedelta(seconds=seconds(timeout))
         child_id = new_id()
-        entry = Entry(key, seq, "child", "pending", 1, {"runId": child_id}, None, expires, now)
+        entry = Entry.begun(key, seq, "child", now, output={"runId": child_id}, due_at=expires)
         self.journal.put(entry)
         version = definition.version if definition is not None else None
         idempotency = f"{self.run_id}:{key}"
@@ -842,11 +745,11 @@ class RunExecution:
             key, seq, entry = self.journal.allocate("$" + kind, kind, current_scope.get())
         except NonDeterminismError as exc:
             raise self._fail_fatal(exc) from None
-        if entry is not None and entry.status == "completed":
+        if entry is not None and entry.status == StepStatus.COMPLETED:
             return entry.output
         value = make()
         now = self.clock()
-        self._record(Entry(key, seq, kind, "completed", 1, value, None, None, now, now))
+        self._record(Entry.recorded(key, seq, kind, value, now))
         return value
 
     # -- the run -----------------------------------------------------------------------------
@@ -937,7 +840,7 @@ class RunExecution:
         return await self._conclude(result, failure)
 
     def _worker_lost_error(self) -> dict[str, Any]:
-        running = [e.key for e in self.journal.by_key.values() if e.status == "running"]
+        running = [e.key for e in self.journal.by_key.values() if e.status == StepStatus.RUNNING]
         where = f"; step(s) {', '.join(map(repr, running))} were running" if running else ""
         return {
             "type": "WorkerLost",
@@ -949,7 +852,7 @@ class RunExecution:
     def _stop(self, reason: str) -> None:
         if self._stop_reason is None and self._task is not None:
             self._stop_reason = reason
-            self._stalled = list(self._blocked.values())
+            self._stalled = self._stall.blocks
             self._task.cancel()
 
     async def _conclude(self, result: Any, exc: BaseException | None) -> Outcome:
@@ -958,8 +861,10 @@ class RunExecution:
                 output = serde.dump(result, self.definition.output_type)
             except Exception as dump_exc:
                 return await self._fail(serde.error_json(dump_exc))
-            await self.writer.finish(self._take(), self.step_count, "completed", output, None)
-            return Outcome("completed")
+            await self.writer.finish(
+                self._take(), self.step_count, RunStatus.COMPLETED, output, None
+            )
+            return Outcome(RunStatus.COMPLETED)
         if self._fatal is not None:
             return await self._fail(self._fatal.error)
         error = exc.error if isinstance(exc, StepFailedError) else serde.error_json(exc)
@@ -967,14 +872,14 @@ class RunExecution:
             delay = self.definition.retry.delay(self.attempt)
             await self.writer.retry_run(self._take(), self.step_count, delay, error)
             log.info("run_retry_scheduled", attempt=self.attempt, delay=delay)
-            return Outcome("pending", self.clock() + timedelta(seconds=delay))
+            return Outcome(RunStatus.PENDING, self.clock() + timedelta(seconds=delay))
         return await self._fail(error)
 
     async def _fail(self, error: dict[str, Any]) -> Outcome:
-        await self.writer.finish(self._take(), self.step_count, "failed", None, error)
-        return Outcome("failed")
+        await self.writer.finish(self._take(), self.step_count, RunStatus.FAILED, None, error)
+        return Outcome(RunStatus.FAILED)
 
-    async def _park(self, blocks: list[_Block]) -> Outcome:
+    async def _park(self, blocks: list[Block]) -> Outcome:
         kinds = {b.kind for b in blocks}
         wakes = [b.wake_at for b in blocks if b.wake_at is not None]
         wake_at = min(wakes) if wakes else INFINITY
@@ -983,11 +888,11 @@ class RunExecution:
         if self.facts.deadline is not None:
             wake_at = min(wake_at, self.facts.deadline)
         if kinds & {"wait", "child"}:
-            status = "waiting"
+            status = RunStatus.WAITING
         elif kinds <= {"release"}:
-            status = "pending"
+            status = RunStatus.PENDING
         else:
-            status = "sleeping"
+            status = RunStatus.SLEEPING
         keys = [b.key for b in blocks if b.kind in ("wait", "child")]
         wake_at = await self.writer.suspend(self._take(), self.step_count, status, wake_at, keys)
         return Outcome(status, wake_at)

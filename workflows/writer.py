@@ -10,7 +10,7 @@ together. Wake hints go out after commit.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +23,7 @@ from ripple.platform.wake import NullWaker, RunCanceled, RunFinished, RunReady
 from ripple.workflows import store
 from ripple.workflows.engine import ChildSpec, WaitSpec
 from ripple.workflows.errors import LeaseLost
-from ripple.workflows.journal import Entry
+from ripple.workflows.journal import Entry, StepStatus
 
 __all__ = ["PgRunWriter", "StepCommitter", "complete_parent_step"]
 
@@ -151,15 +151,11 @@ async def complete_parent_step(
     The parent row is locked first so a parent that is suspending at this moment sees it.
     """
     await conn.fetchval(store.LOCK_RUN, parent_run_id)
-    entry = Entry(
-        step_key,
-        step_seq,
-        "child",
-        "completed" if status == "completed" else "failed",
-        1,
-        output if status == "completed" else {"runId": child_run_id},
-        error,
-    )
+    pending = Entry(step_key, step_seq, "child", StepStatus.PENDING)
+    if status == "completed":
+        entry = pending.completed(output, None)
+    else:
+        entry = pending.failed(error, None, output={"runId": child_run_id})
     await conn.execute(store.COMPLETE_PARENT_STEP, parent_run_id, entry.to_json())
 
 
@@ -261,18 +257,7 @@ class PgRunWriter:
             await self._fence(conn, [*entries, entry], step_count)
             row = await conn.fetchrow(store.CONSUME_SIGNAL, self.run_id, wait.name, wait.match)
             if row is not None:
-                done = Entry(
-                    entry.key,
-                    entry.seq,
-                    "wait",
-                    "completed",
-                    1,
-                    row["payload"],
-                    None,
-                    None,
-                    entry.started_at,
-                    entry.started_at,
-                )
+                done = entry.completed(row["payload"], entry.started_at)
                 await conn.execute(store.UPSERT_STEPS, self.run_id, [done.to_json()])
                 metrics.SIGNALS.labels("consumed_from_inbox").inc()
             else:
@@ -322,22 +307,12 @@ class PgRunWriter:
         its result (nothing else would ever report it)."""
         row = await conn.fetchrow(store.SELECT_CHILD_BY_KEY, child.workflow, child.key)
         assert row is not None  # the insert conflicted on this key, and runs are not deleted
-        pending = child.entry
-        entry = Entry(
-            pending.key,
-            pending.seq,
-            "child",
-            pending.status,
-            1,
-            {"runId": row["run_id"]},
-            None,
-            pending.due_at,
-            pending.started_at,
-        )
+        existing = {"runId": row["run_id"]}
+        entry = replace(child.entry, attempts=1, output=existing, error=None)
         if row["status"] == "completed":
-            entry.status, entry.output = "completed", row["output"]
+            entry = entry.completed(row["output"], None)
         elif row["status"] in ("failed", "canceled"):
-            entry.status, entry.error = "failed", row["error"]
+            entry = entry.failed(row["error"], None, output=existing)
         await conn.execute(store.UPSERT_STEPS, self.run_id, [entry.to_json()])
         return entry
 
@@ -349,17 +324,7 @@ class PgRunWriter:
             final: Entry | None = None
             if is_wait:
                 if await conn.fetchval(store.DELETE_WAIT, self.run_id, entry.key) is not None:
-                    final = Entry(
-                        entry.key,
-                        entry.seq,
-                        "wait",
-                        "completed",
-                        1,
-                        None,
-                        None,
-                        entry.due_at,
-                        entry.started_at,
-                    )
+                    final = entry.completed(None, None)
                     await conn.execute(store.UPSERT_STEPS, self.run_id, [final.to_json()])
             else:
                 error = {
@@ -368,17 +333,7 @@ class PgRunWriter:
                     "its child run (the child keeps running)",
                 }
                 if await conn.fetchval(store.TIME_OUT_STEP, self.run_id, entry.key, error):
-                    final = Entry(
-                        entry.key,
-                        entry.seq,
-                        "child",
-                        "failed",
-                        1,
-                        entry.output,
-                        error,
-                        entry.due_at,
-                        entry.started_at,
-                    )
+                    final = entry.failed(error, None, output=entry.output)
             if final is None:
                 row = await conn.fetchrow(store.SELECT_STEP, self.run_id, entry.key)
                 final = Entry.from_row(row) if row is not None else entry
