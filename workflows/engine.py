@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -29,6 +28,7 @@ from ripple.platform import metrics, tracing
 from ripple.platform.errors import InvalidInput, RippleError
 from ripple.platform.ids import new_id
 from ripple.workflows import composition, serde
+from ripple.workflows.bodies import call_body, observe_step
 from ripple.workflows.context import WorkflowContext
 from ripple.workflows.definition import WorkflowDefinition, check_workflow_name
 from ripple.workflows.errors import (
@@ -54,7 +54,6 @@ __all__ = [
     "RunExecution",
     "RunWriter",
     "WaitSpec",
-    "sync_bodies_running",
 ]
 
 log = structlog.get_logger("ripple.workflows")
@@ -63,29 +62,6 @@ DEFAULT_STEP_RETRY = RetryPolicy()
 #: Timers due sooner than this are waited for in memory instead of suspending the run.
 INLINE_WAIT = 0.05
 INFINITY = datetime.max.replace(tzinfo=UTC)
-#: Labelled step histograms, cached (label lookups are hot: one per step).
-_STEP_HISTOGRAMS: dict[tuple[str, str], Any] = {}
-#: Sync step bodies running in threads right now, in this process (a canceled step's thread
-#: keeps running until its function returns: a thread cannot be stopped from outside).
-_sync_running = 0
-_sync_lock = threading.Lock()
-
-
-def sync_bodies_running() -> int:
-    """How many sync step bodies are running in threads in this process, including those of
-    steps already canceled or released (their threads run on until the function returns)."""
-    return _sync_running
-
-
-def _call_in_thread(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    global _sync_running
-    with _sync_lock:
-        _sync_running += 1
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        with _sync_lock:
-            _sync_running -= 1
 
 
 class RunFacts(Protocol):
@@ -538,14 +514,14 @@ class RunExecution:
             try:
                 if tracing.recording():
                     with tracing.span("workflow.step", parent=self.facts.trace, step=key):
-                        result = await self._body(fn, args, kwargs, timeout)
+                        result = await call_body(fn, args, kwargs, timeout)
                 else:
-                    result = await self._body(fn, args, kwargs, timeout)
+                    result = await call_body(fn, args, kwargs, timeout)
                 output = serde.dump(result, serde.return_annotation(fn))
             except (asyncio.CancelledError, LeaseLost):
                 raise
             except Exception as exc:
-                self._observe(key, t0)
+                observe_step(self.facts.workflow, key, asyncio.get_running_loop().time() - t0)
                 error = serde.error_json(exc)
                 retryable = (
                     not isinstance(exc, NonRetriableError | RollbackError | WorkflowError)
@@ -565,34 +541,9 @@ class RunExecution:
                 continue
             finally:
                 structlog.contextvars.reset_contextvars(**tokens)
-            self._observe(key, t0)
+            observe_step(self.facts.workflow, key, asyncio.get_running_loop().time() - t0)
             self._record(running.completed(output, self.clock(), attempts=attempt))
             return result
-
-    def _observe(self, key: str, t0: float) -> None:
-        elapsed = asyncio.get_running_loop().time() - t0
-        label = (self.facts.workflow, metrics.step_label(key))
-        histogram = _STEP_HISTOGRAMS.get(label)
-        if histogram is None:
-            histogram = _STEP_HISTOGRAMS[label] = metrics.STEP_DURATION.labels(*label)
-        histogram.observe(elapsed)
-
-    async def _body(
-        self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        timeout: timedelta | float | None,
-    ) -> Any:
-        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-            getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
-        ):
-            coro = fn(*args, **kwargs)
-        else:
-            coro = asyncio.to_thread(_call_in_thread, fn, args, kwargs)
-        if timeout is not None:
-            coro = asyncio.wait_for(coro, seconds(timeout))
-        return await coro
 
     def _register_compensation(
         self, seq: int, key: str, compensate: Callable[..., Any] | None, value: Any

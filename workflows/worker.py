@@ -34,9 +34,10 @@ from ripple.platform.ids import new_id
 from ripple.platform.services import BackgroundService
 from ripple.platform.wake import CH_CANCELS, CH_RUNS, Listener, NullWaker
 from ripple.workflows import store
+from ripple.workflows.bodies import sync_bodies_running
 from ripple.workflows.client import WorkflowClient
 from ripple.workflows.definition import WorkflowDefinition
-from ripple.workflows.engine import Outcome, RunExecution, sync_bodies_running
+from ripple.workflows.engine import Outcome, RunExecution
 from ripple.workflows.errors import LeaseLost
 from ripple.workflows.journal import Entry
 from ripple.workflows.writer import PgRunWriter, StepCommitter
