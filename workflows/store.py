@@ -354,7 +354,7 @@ FROM ok AS c
 WHERE r.run_id = c.run_id
 RETURNING r.run_id, r.workflow, r.version, r.input, r.attempt, r.epoch, r.deadline, r.trace,
           r.step_count, r.created_at, r.parent_run_id, r.recoveries, c.prev_status,
-          c.prev_owner, c.fresh, now() AS db_now
+          c.prev_owner, c.fresh, now() AS db_now, r.concurrency_key IS NOT NULL AS keyed
 """
 
 # $1 distinct workflow names text[], $2 names text[], $3 versions int[] (the served pairs):
@@ -776,6 +776,8 @@ class ClaimedRun:
     #: never claimed before: no journal to load
     fresh: bool
     db_now: datetime
+    #: holds a concurrency slot (its end frees it for a parked run of its workflow)
+    keyed: bool = False
 
     @classmethod
     def from_row(cls, row: Any) -> ClaimedRun:
@@ -795,6 +797,7 @@ class ClaimedRun:
             recoveries=row["recoveries"],
             fresh=row["fresh"],
             db_now=row["db_now"],
+            keyed=row["keyed"],
         )
 
 

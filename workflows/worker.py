@@ -393,6 +393,7 @@ class Worker:
             may_have_waits=any(e.kind == "wait" and not e.finished for e in entries),
             parent_run_id=claim.parent_run_id,
             committer=self.committer,
+            keyed=claim.keyed,
         )
         engine = RunExecution(
             claim,

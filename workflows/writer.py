@@ -175,6 +175,7 @@ class PgRunWriter:
         may_have_waits: bool,
         parent_run_id: str | None = None,
         committer: StepCommitter | None = None,
+        keyed: bool = False,
     ) -> None:
         self.pool = pool
         self.committer = committer
@@ -186,6 +187,9 @@ class PgRunWriter:
         self.trace = trace
         self.may_have_waits = may_have_waits
         self.parent_run_id = parent_run_id
+        #: The run holds a concurrency slot: leaving `running` frees it (migration 0011's
+        #: trigger makes the key's next parked run available), so workers are told at once.
+        self.keyed = keyed
 
     async def _fence(self, conn: Connection | Pool, entries: list[Entry], step_count: int) -> None:
         """Lock the run if this worker still owns it, extend the lease, and journal `entries`:
@@ -421,6 +425,8 @@ class PgRunWriter:
         self.waker.notify(RunFinished(run_id=self.run_id))
         if parent is not None:
             self.waker.notify(RunReady())
+        elif self.keyed:
+            self.waker.notify(RunReady(workflow=self.workflow))
 
     async def retry_run(
         self, entries: list[Entry], step_count: int, delay: float, error: dict[str, Any]
@@ -431,3 +437,5 @@ class PgRunWriter:
             await conn.execute(store.DELETE_UNFINISHED_STEPS, self.run_id)
             if self.may_have_waits:
                 await conn.execute(store.DELETE_RUN_WAITS, self.run_id)
+        if self.keyed:  # its slot is free until the retry is due
+            self.waker.notify(RunReady(workflow=self.workflow))
