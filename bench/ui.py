@@ -5,23 +5,33 @@ few real events fanned out to a queue, a webhook and a workflow, then renders ev
 REQUESTS times in process (ASGI, no network) and prints the server-side p95.
 
     make bench BENCH_ARGS="--only ui"
+
+The seed takes minutes. With RIPPLE_BENCH_UI_DB=NAME the seeded database is kept under that
+name and reused by the next run (seeded only when it does not exist yet); drop it by hand
+(`dropdb NAME`) when done.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import AsyncIterator
 
+import asyncpg
 import httpx
 
-from bench.common import bench_database, pct, report
+from bench.common import PG_URL, REDIS_URL, BenchDb, bench_database, pct, report, with_database
 from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
+from ripple.platform.config import load_settings
 from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
 
 RUNS = int(os.environ.get("RIPPLE_BENCH_UI_RUNS", "1000000"))
 STEPS_PER_RUN = 5
 REQUESTS = 40
+#: Keep (and reuse) the seeded database under this name.
+KEEP_DB = os.environ.get("RIPPLE_BENCH_UI_DB", "")
 
 # $1 run count. Time-ordered run ids (like uuid7 text), one run per 10 ms back from now.
 SEED_RUNS = """
@@ -46,7 +56,48 @@ FROM ripple_runs r CROSS JOIN generate_series(1, $1) AS k
 """
 
 
-async def _seed(client: Client) -> tuple[str, str]:
+@contextlib.asynccontextmanager
+async def _kept_database(name: str, **overrides: object) -> AsyncIterator[tuple[BenchDb, bool]]:
+    """The database `name`, created when missing (then True: it needs the seed); never dropped."""
+    admin = await asyncpg.connect(PG_URL)
+    try:
+        exists = await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name)
+        if not exists:
+            await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    url = with_database(PG_URL, name)
+    settings = load_settings(
+        database_url=url, redis_url=REDIS_URL, redis_prefix=f"benchui{name}:", **overrides
+    )
+    yield BenchDb(url, name, settings), not exists
+
+
+@contextlib.asynccontextmanager
+async def _database(**overrides: object) -> AsyncIterator[tuple[BenchDb, bool]]:
+    if KEEP_DB:
+        async with _kept_database(KEEP_DB, **overrides) as kept:
+            yield kept
+    else:
+        async with bench_database(**overrides) as db:
+            yield db, True
+
+
+async def _targets(client: Client) -> tuple[str, str]:
+    """The run and event whose pages are timed (the newest of the seed)."""
+    run_id = str(
+        await client.pool.fetchval("SELECT max(run_id) FROM ripple_runs WHERE workflow = 'wf1'")
+    )
+    event_id = str(
+        await client.pool.fetchval(
+            "SELECT id::text FROM ripple_events WHERE topic = 'order.created' "
+            "ORDER BY created_at DESC LIMIT 1"
+        )
+    )
+    return run_id, event_id
+
+
+async def _seed(client: Client) -> None:
     started = time.perf_counter()
     async with client.pool.acquire() as conn:
         await conn.execute(SEED_RUNS, RUNS)
@@ -56,25 +107,24 @@ async def _seed(client: Client) -> tuple[str, str]:
     await client.subscribe("order.#", QueueTarget("orders"))
     await client.subscribe("order.*", WorkflowTarget("fulfil"))
     await client.subscribe("order.created", WebhookTarget("http://127.0.0.1:9/hook"))
-    event_id = ""
     for i in range(20):
-        event_id = (await client.publish("order.created", {"id": i})).event_id
-    run_id = str(
-        await client.pool.fetchval("SELECT max(run_id) FROM ripple_runs WHERE workflow = 'wf1'")
-    )
+        await client.publish("order.created", {"id": i})
     print(
         f"  seeded {RUNS:,} runs and {RUNS * STEPS_PER_RUN:,} journal rows "
         f"in {time.perf_counter() - started:.0f} s",
         flush=True,
     )
-    return run_id, event_id
 
 
 async def run() -> None:
     # the seed statements run for minutes; RIPPLE_DB_TIMEOUT (5 s) would cancel them
     overrides = {"webhook_allowed_networks": ["127.0.0.0/8"], "db_timeout": 3600.0}
-    async with bench_database(**overrides) as db, Client(settings=db.settings) as client:
-        run_id, event_id = await _seed(client)
+    async with _database(**overrides) as (db, fresh), Client(settings=db.settings) as client:
+        if fresh:
+            await _seed(client)
+        else:
+            print(f"  reusing the seeded database {db.name}", flush=True)
+        run_id, event_id = await _targets(client)
         pages = [
             "/ui/",
             "/ui/runs",
