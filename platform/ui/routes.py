@@ -40,8 +40,12 @@ PREFIX: Final = "/ui"
 PAGE_SIZE: Final = 50
 #: Queues shown on the queues page and the overview.
 MAX_QUEUES: Final = 100
+#: Messages and dead letters a queue peek shows.
+PEEK_SIZE: Final = 20
 #: What an action refuses with a message on the page (anything else is a problem response).
 _REFUSED: Final = (InvalidInput, NotFound, Conflict)
+#: Run statuses `Client.retry` accepts.
+RETRYABLE: Final = frozenset({"failed", "canceled"})
 _STATIC: Final = {"htmx.min.js": "text/javascript", "style.css": "text/css"}
 
 _env = jinja2.Environment(
@@ -49,7 +53,7 @@ _env = jinja2.Environment(
     autoescape=True,
     undefined=jinja2.StrictUndefined,
 )
-_env.filters.update(pretty=views.pretty, ts=views.ts, ago=views.ago)
+_env.filters.update(pretty=views.pretty, ts=views.ts, ago=views.ago, until=views.until)
 
 
 class _Redirect(Exception):
@@ -292,6 +296,8 @@ async def run_page(request: Request, run_id: str, nonce: Session, client: Client
         waits=await store.pending_waits(client.pool, run_id),
         signals=await store.pending_signals(client.pool, run_id),
         children=children.items,
+        fork_steps=[s.key for s in steps if s.seq >= 0],
+        retryable=run.status in RETRYABLE,
         event_id=event_id,
         trace_id=await store.run_trace_id(client.pool, run_id),
         msg=request.query_params.get("msg"),
@@ -322,6 +328,32 @@ async def signal(run_id: str, form: Form, client: ClientDep) -> Response:
         return back(f"{PREFIX}/runs/{run_id}", f"Not signaled: {exc.message}")
     text = "Signal delivered." if result.delivered else "Signal kept until the run waits on it."
     return back(f"{PREFIX}/runs/{run_id}", text)
+
+
+@router.post("/runs/{run_id}/retry")
+async def retry(run_id: str, form: Form, client: ClientDep) -> Response:
+    try:
+        await client.retry(run_id)
+    except _REFUSED as exc:
+        return back(f"{PREFIX}/runs/{run_id}", f"Not retried: {exc.message}")
+    return back(f"{PREFIX}/runs/{run_id}", "Retried: the run is pending again.")
+
+
+@router.post("/runs/{run_id}/fork")
+async def fork(run_id: str, form: Form, client: ClientDep) -> Response:
+    step = form.get("step", "")
+    if not step:
+        return back(f"{PREFIX}/runs/{run_id}", "Choose the step to fork from.")
+    try:
+        text = form.get("input", "").strip()
+        new_input = json.loads(text) if text else None
+    except ValueError as exc:
+        return back(f"{PREFIX}/runs/{run_id}", f"The input is not valid JSON: {exc}")
+    try:
+        handle = await client.fork(run_id, step, new_input)
+    except _REFUSED as exc:
+        return back(f"{PREFIX}/runs/{run_id}", f"Not forked: {exc.message}")
+    return back(f"{PREFIX}/runs/{handle.run_id}", f"Forked from step {step} of {run_id}.")
 
 
 # -- event trace ------------------------------------------------------------------------------
@@ -422,7 +454,14 @@ async def set_paused(subscription_id: str, action: str, form: Form, client: Clie
 async def queues(request: Request, nonce: Session, client: ClientDep) -> Response:
     rows = [(name, await client.queues.stats(name)) for name in await _queue_names(client)]
     peek = request.query_params.get("peek")
-    dead = await client.queues.dead_letters(peek, 20) if peek else []
+    dead: list[Any] = []
+    messages: list[store.PeekedMessage] = []
+    if peek:
+        try:
+            dead = await client.queues.dead_letters(peek, PEEK_SIZE)
+        except InvalidInput as exc:
+            raise ProblemError(404, f"no queue {peek}: {exc.message}") from exc
+        messages = await store.peek_messages(client.pool, peek, PEEK_SIZE)
     return render(
         request,
         nonce,
@@ -430,6 +469,8 @@ async def queues(request: Request, nonce: Session, client: ClientDep) -> Respons
         rows=rows,
         peek=peek,
         dead=dead,
+        messages=messages,
+        peek_size=PEEK_SIZE,
         msg=request.query_params.get("msg"),
     )
 
@@ -449,6 +490,42 @@ async def redrive_queue(queue: str, form: Form, client: ClientDep) -> Response:
     except _REFUSED as exc:
         return back(f"{PREFIX}/queues", f"Not redriven: {exc.message}")
     return back(f"{PREFIX}/queues", f"Redrove {count} dead letter(s) of {queue}.")
+
+
+# -- schedules --------------------------------------------------------------------------------
+
+#: Newest runs shown per workflow schedule.
+SCHEDULE_RUNS: Final = 5
+
+
+@router.get("/schedules")
+async def schedules(request: Request, nonce: Session, client: ClientDep) -> Response:
+    rows = []
+    for info in await client.schedules.list():
+        last = []
+        if info.workflow is not None:
+            last = await store.schedule_runs(client.pool, info.workflow, info.name, SCHEDULE_RUNS)
+        rows.append((info, last))
+    return render(request, nonce, "schedules.html", rows=rows, msg=request.query_params.get("msg"))
+
+
+@router.post("/schedules/{name}/{action}")
+async def schedule_action(name: str, action: str, form: Form, client: ClientDep) -> Response:
+    to = f"{PREFIX}/schedules"
+    try:
+        if action == "pause":
+            await client.schedules.pause(name)
+            return back(to, f"Schedule {name} paused.")
+        if action == "resume":
+            await client.schedules.resume(name)
+            return back(to, f"Schedule {name} resumed: it fires from its next tick.")
+        if action == "trigger":
+            run_id = await client.schedules.trigger(name)
+            fired = f"started run {run_id}" if run_id else "published its event"
+            return back(to, f"Schedule {name} {fired}.")
+    except _REFUSED as exc:
+        return back(to, f"Not done ({action}): {exc.message}")
+    raise ProblemError(404, f"no action {action}: use pause, resume or trigger")
 
 
 # -- deliveries -------------------------------------------------------------------------------

@@ -19,18 +19,21 @@ from ripple.platform.observability_store import StrandedGauge
 
 __all__ = [
     "COUNT_CAP",
+    "PeekedMessage",
     "QueueMessageRow",
     "RecentRuns",
     "WaitRow",
     "dead_letter_queues",
     "delivery_id_for",
     "is_uuid",
+    "peek_messages",
     "pending_signals",
     "pending_waits",
     "queue_message_for",
     "recent_runs",
     "run_id_for",
     "run_trace_id",
+    "schedule_runs",
     "stranded_sample",
     "uuid7_floor",
 ]
@@ -109,6 +112,58 @@ SELECT_RUN_TRACE: Final = "SELECT trace FROM ripple_runs WHERE run_id = $1"
 SELECT_SIGNALS: Final = """
 SELECT name, payload, created_at FROM ripple_signals WHERE run_id = $1 ORDER BY id LIMIT $2
 """
+
+
+# $1 workflow, $2 key prefix "schedule:{name}:", $3 limit: a schedule's newest runs (ticks and
+# manual triggers carry "schedule:{name}:..." keys), through the partial index of runs started
+# by schedules (migration 0013), newest first.
+SELECT_SCHEDULE_RUNS: Final = """
+SELECT run_id, status, created_at FROM ripple_runs
+WHERE workflow = $1 AND idempotency_key LIKE 'schedule:%' AND starts_with(idempotency_key, $2)
+ORDER BY run_id DESC
+LIMIT $3
+"""
+
+
+# $1 queue, $2 limit: the live (not dead-lettered) messages next in claim order, read-only:
+# ungrouped ones by visibility and FIFO groups by id, each through its claim index.
+SELECT_PEEK: Final = """
+SELECT * FROM (
+    (SELECT id, body, headers, group_id, receive_count, visible_at, created_at,
+            visible_at <= now() AS visible_now
+     FROM ripple_queue_messages
+     WHERE queue = $1 AND dead_at IS NULL AND group_id IS NULL
+     ORDER BY visible_at LIMIT $2)
+    UNION ALL
+    (SELECT id, body, headers, group_id, receive_count, visible_at, created_at,
+            visible_at <= now() AS visible_now
+     FROM ripple_queue_messages
+     WHERE queue = $1 AND dead_at IS NULL AND group_id IS NOT NULL
+     ORDER BY group_id, id LIMIT $2)
+) AS m
+ORDER BY visible_at, id
+LIMIT $2
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class PeekedMessage:
+    """A live queue message as the queues page shows it (nothing is received or changed)."""
+
+    id: int
+    body: Any
+    headers: dict[str, Any]
+    group_id: str | None
+    receive_count: int
+    visible_at: datetime
+    created_at: datetime
+    visible_now: bool
+
+    @property
+    def state(self) -> str:
+        if self.visible_now:
+            return "waiting"
+        return "in flight" if self.receive_count > 0 else "delayed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +245,13 @@ async def queue_message_for(pool: Pool, queue: str, dedup_id: str) -> QueueMessa
     return None if row is None else QueueMessageRow(**dict(row))
 
 
+async def peek_messages(pool: Pool, queue: str, limit: int) -> list[PeekedMessage]:
+    """The first `limit` live messages of `queue` in claim order (read-only)."""
+    with map_errors():
+        rows = await pool.fetch(SELECT_PEEK, queue, limit)
+    return [PeekedMessage(**dict(row)) for row in rows]
+
+
 async def delivery_id_for(pool: Pool, event_id: str, subscription_id: str) -> str | None:
     with map_errors():
         found: str | None = await pool.fetchval(SELECT_DELIVERY_ID, event_id, subscription_id)
@@ -220,6 +282,15 @@ async def run_trace_id(pool: Pool, run_id: str) -> str | None:
         trace = await pool.fetchval(SELECT_RUN_TRACE, run_id)
     parts = str(trace.get("traceparent", "")).split("-") if isinstance(trace, dict) else []
     return parts[1] if len(parts) > 2 else None
+
+
+async def schedule_runs(
+    pool: Pool, workflow: str, schedule: str, limit: int
+) -> list[dict[str, Any]]:
+    """The newest `limit` runs a workflow schedule started (by tick or trigger)."""
+    with map_errors():
+        rows = await pool.fetch(SELECT_SCHEDULE_RUNS, workflow, f"schedule:{schedule}:", limit)
+    return [dict(row) for row in rows]
 
 
 def is_uuid(value: str) -> bool:

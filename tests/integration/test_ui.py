@@ -12,8 +12,16 @@ from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
 from ripple.platform.config import Settings
 from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
+from ripple.workflows import Worker, WorkflowContext, workflow
 
-PAGES = ["/ui/", "/ui/runs", "/ui/topics", "/ui/queues", "/ui/deliveries"]
+PAGES = ["/ui/", "/ui/runs", "/ui/topics", "/ui/queues", "/ui/deliveries", "/ui/schedules"]
+
+
+@workflow(name="ui-two-steps")
+async def two_steps(ctx: WorkflowContext, inp: dict[str, int]) -> int:
+    a = await ctx.step.run("first", lambda: inp["n"] + 1)
+    b = await ctx.step.run("second", lambda: a * 10)
+    return int(b)
 
 
 def csrf_of(html: str) -> str:
@@ -203,3 +211,97 @@ async def test_ui__refused_action_says_why_and_changes_nothing(
     shown = await ui.get(done.headers["location"])
     assert "Not redriven" in shown.text
     assert missing in shown.text
+
+
+async def test_ui__retry_resumes_a_canceled_run(ui: httpx.AsyncClient, client: Client) -> None:
+    handle = await client.start("ui-never-runs", None)
+    assert await client.cancel(handle.run_id)
+    page = await ui.get(f"/ui/runs/{handle.run_id}")
+    assert 'id="retry"' in page.text
+    done = await ui.post(f"/ui/runs/{handle.run_id}/retry", data={"csrf": csrf_of(page.text)})
+    assert done.status_code == 303
+    run = await client.get_run(handle.run_id)
+    assert run is not None
+    assert run.status == "pending"
+    # a pending run offers no retry; retrying it anyway is refused with the reason
+    again = await ui.get(f"/ui/runs/{handle.run_id}")
+    assert 'id="retry"' not in again.text
+    refused = await ui.post(f"/ui/runs/{handle.run_id}/retry", data={"csrf": csrf_of(page.text)})
+    assert (
+        "only failed or canceled runs can be retried"
+        in (await ui.get(refused.headers["location"])).text
+    )
+
+
+async def test_ui__fork_from_a_chosen_step_starts_a_new_run(
+    ui: httpx.AsyncClient, client: Client
+) -> None:
+    async with Worker(client, [two_steps], webhooks=False, sweeper=False):
+        source = await client.start(two_steps, {"n": 1})
+        assert await source.result(timeout=10) == 20
+        page = await ui.get(f"/ui/runs/{source.run_id}")
+        assert '<option value="first">' in page.text
+        assert '<option value="second">' in page.text
+        form = {"csrf": csrf_of(page.text), "step": "second", "input": '{"n": 5}'}
+        done = await ui.post(f"/ui/runs/{source.run_id}/fork", data=form)
+        assert done.status_code == 303
+        new_id = done.headers["location"].split("?")[0].rsplit("/", 1)[1]
+        assert new_id != source.run_id
+        # the journal up to "second" is copied: "first" keeps its result (2), "second" reruns
+        assert await client.handle(new_id).result(timeout=10) == 20
+    forked = await client.get_run(new_id)
+    assert forked is not None
+    assert (forked.forked_from, forked.input) == (source.run_id, {"n": 5})
+    shown = await ui.get(done.headers["location"])
+    assert f'href="/ui/runs/{source.run_id}" id="forked-from"' in shown.text
+    assert "Forked from step second" in shown.text
+    bad = {"csrf": csrf_of(page.text), "step": "nope", "input": ""}
+    refused = await ui.post(f"/ui/runs/{source.run_id}/fork", data=bad)
+    assert "not in the journal" in (await ui.get(refused.headers["location"])).text
+
+
+async def test_ui__schedules_pause_resume_trigger_and_last_runs(
+    ui: httpx.AsyncClient, client: Client
+) -> None:
+    hourly = await client.schedules.create("ui-hourly", workflow="ui-scheduled", every=3600)
+    await client.schedules.create("ui-ticker", topic="ui.tick", cron="*/5 * * * *")
+    page = await ui.get("/ui/schedules")
+    assert "ui-hourly" in page.text
+    assert "event on ui.tick" in page.text
+    assert hourly.next_run_at.strftime("%Y-%m-%d %H:%M:%S") in page.text
+    csrf = csrf_of(page.text)
+    for action in ("trigger", "trigger", "pause"):
+        done = await ui.post(f"/ui/schedules/ui-hourly/{action}", data={"csrf": csrf})
+        assert done.status_code == 303
+    info = await client.schedules.get("ui-hourly")
+    assert info is not None
+    assert info.paused
+    runs = (await client.list_runs("ui-scheduled")).items
+    assert len(runs) == 2
+    shown = (await ui.get("/ui/schedules")).text
+    for run in runs:
+        assert f'href="/ui/runs/{run.run_id}"' in shown
+    assert "Resume" in shown
+    await ui.post("/ui/schedules/ui-hourly/resume", data={"csrf": csrf})
+    info = await client.schedules.get("ui-hourly")
+    assert info is not None
+    assert not info.paused
+    missing = await ui.post("/ui/schedules/nope/trigger", data={"csrf": csrf})
+    assert "no schedule" in (await ui.get(missing.headers["location"])).text
+    assert (await ui.post("/ui/schedules/ui-hourly/pause", data={})).status_code == 403
+
+
+async def test_ui__queue_peek_is_read_only_bounded_and_escaped(
+    ui: httpx.AsyncClient, client: Client
+) -> None:
+    await client.queues.send("peeked", {"html": "<script>alert(1)</script>"})
+    for i in range(30):
+        await client.queues.send("peeked", {"i": i})
+    page = await ui.get("/ui/queues?peek=peeked")
+    assert page.status_code == 200
+    assert "<script>alert(1)</script>" not in page.text
+    assert "&lt;script&gt;" in page.text
+    assert page.text.count('class="peek-body"') == 20
+    stats = await client.queues.stats("peeked")
+    assert (stats.visible, stats.in_flight) == (31, 0)  # nothing was received
+    assert (await ui.get("/ui/queues?peek=bad%20name")).status_code == 404
