@@ -125,6 +125,9 @@ async def run() -> None:
         else:
             print(f"  reusing the seeded database {db.name}", flush=True)
         run_id, event_id = await _targets(client)
+        for name, cron in (("nightly", "0 3 * * *"), ("hourly", "0 * * * *")):
+            await client.schedules.create(name, workflow="wf1", cron=cron)
+        await client.schedules.trigger("hourly")
         pages = [
             "/ui/",
             "/ui/runs",
@@ -134,7 +137,9 @@ async def run() -> None:
             f"/ui/events/{event_id}",
             "/ui/topics",
             "/ui/queues",
+            "/ui/queues?peek=orders",
             "/ui/deliveries?status=pending",
+            "/ui/schedules",
         ]
         transport = httpx.ASGITransport(app=create_app(client))
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:

@@ -217,6 +217,7 @@ async def overview(request: Request, nonce: Session, client: ClientDep) -> Respo
         capped=runs.capped,
         statuses=RUN_STATUSES,
         cap=store.COUNT_CAP,
+        stranded_per_workflow=store.STRANDED_PER_WORKFLOW,
         queues=queues,
         failing=failing,
         stranded=stranded,

@@ -19,6 +19,8 @@ from ripple.platform.observability_store import StrandedGauge
 
 __all__ = [
     "COUNT_CAP",
+    "STRANDED_PER_WORKFLOW",
+    "STRANDED_WORKFLOWS",
     "PeekedMessage",
     "QueueMessageRow",
     "RecentRuns",
@@ -40,30 +42,62 @@ __all__ = [
 
 #: Most runs one overview count reads; a count that reaches it is shown as "≥ COUNT_CAP".
 COUNT_CAP: Final = 10_000
+#: Active runs per workflow, and workflows, the overview's stranded-runs check reads at most.
+STRANDED_PER_WORKFLOW: Final = 100
+STRANDED_WORKFLOWS: Final = 50
 
-# $1 lowest run id (uuid7 text of the window start), $2 cap: the newest ≤ $2 runs of the
-# window, through the primary key (run ids are time-ordered).
+# $1 lowest run id (uuid7 text of the window start), $2 cap, $3 start of the recent part,
+# $4 bucket width in seconds: the newest <= $2 runs of the window, read through the primary key
+# (run ids are time-ordered), counted here by workflow, status and recent bucket (NULL: before
+# the recent part), so only a few rows come back.
 SELECT_RECENT_RUNS: Final = """
-SELECT workflow, status, created_at FROM ripple_runs
-WHERE run_id >= $1
-ORDER BY run_id DESC
-LIMIT $2
+WITH newest AS (
+    SELECT workflow, status, created_at FROM ripple_runs
+    WHERE run_id >= $1
+    ORDER BY run_id DESC
+    LIMIT $2
+)
+SELECT workflow, status,
+       CASE WHEN created_at >= $3
+            THEN floor(extract(epoch FROM created_at - $3) / $4)::int END AS bucket,
+       count(*)::int AS n
+FROM newest
+GROUP BY 1, 2, 3
 """
 
-# $1 liveness window in seconds, $2 cap. The bounded form of observability_store's
-# SELECT_STRANDED_RUNS for page views: the same liveness rule over at most $2 active runs
-# (any $2: a scan that stops early, not a sort of every active run).
+# $1 liveness window in seconds, $2 runs per workflow, $3 workflows. The bounded form of
+# observability_store's SELECT_STRANDED_RUNS for page views: the same liveness rule over the $2
+# active runs due soonest of each of the first $3 workflows with active runs. The workflows come
+# from a skip scan of the claim index (one probe each), the runs from a walk of it per workflow,
+# so a view reads at most $2 * $3 runs however many are active.
 SELECT_STRANDED_SAMPLE: Final = """
-WITH live AS (
+WITH RECURSIVE live AS (
     SELECT DISTINCT s ->> 'workflow' AS workflow, (s ->> 'version')::int AS version
     FROM ripple_workers w
     CROSS JOIN LATERAL jsonb_array_elements(w.serves) AS s
     WHERE w.heartbeat_at > now() - make_interval(secs => $1)
 ),
+workflows AS (
+    (SELECT workflow FROM ripple_runs
+     WHERE status IN ('pending', 'running', 'sleeping', 'waiting')
+     ORDER BY workflow LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.workflow FROM ripple_runs r
+            WHERE r.status IN ('pending', 'running', 'sleeping', 'waiting')
+              AND r.workflow > w.workflow
+            ORDER BY r.workflow LIMIT 1)
+    FROM workflows w
+    WHERE w.workflow IS NOT NULL
+),
 active AS (
-    SELECT workflow, version FROM ripple_runs
-    WHERE status IN ('pending', 'running', 'sleeping', 'waiting')
-    LIMIT $2
+    SELECT w.workflow, a.version
+    FROM (SELECT workflow FROM workflows WHERE workflow IS NOT NULL LIMIT $3) AS w
+    CROSS JOIN LATERAL (
+        SELECT r.version FROM ripple_runs r
+        WHERE r.workflow = w.workflow AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
+        ORDER BY r.available_at
+        LIMIT $2
+    ) AS a
 )
 SELECT a.workflow, a.version, count(*) AS runs
 FROM active a
@@ -219,24 +253,28 @@ async def recent_runs(
     pool: Pool, since: datetime, recent: timedelta, buckets: int, now: datetime
 ) -> RecentRuns:
     """One bounded read of the window's newest runs, counted by workflow, status and time."""
+    width = recent.total_seconds() / buckets
     with map_errors():
-        rows = await pool.fetch(SELECT_RECENT_RUNS, uuid7_floor(since), COUNT_CAP)
+        rows = await pool.fetch(
+            SELECT_RECENT_RUNS, uuid7_floor(since), COUNT_CAP, now - recent, width
+        )
     counts: dict[str, dict[str, int]] = {}
     recent_counts: dict[str, dict[str, int]] = {}
     created, failed = [0] * buckets, [0] * buckets
-    width = recent.total_seconds() / buckets
+    total = 0
     for row in rows:
-        workflow, status = row["workflow"], row["status"]
+        workflow, status, bucket, n = row["workflow"], row["status"], row["bucket"], row["n"]
+        total += n
         by = counts.setdefault(workflow, {})
-        by[status] = by.get(status, 0) + 1
-        age = (now - row["created_at"]).total_seconds()
-        if age < recent.total_seconds():
+        by[status] = by.get(status, 0) + n
+        if bucket is not None:
             by = recent_counts.setdefault(workflow, {})
-            by[status] = by.get(status, 0) + 1
-            index = buckets - 1 - int(max(age, 0.0) // width)
-            created[index] += 1
-            failed[index] += status == "failed"
-    return RecentRuns(counts, recent_counts, created, failed, len(rows) >= COUNT_CAP)
+            by[status] = by.get(status, 0) + n
+            index = min(max(bucket, 0), buckets - 1)  # clock skew: runs stamped after `now`
+            created[index] += n
+            if status == "failed":
+                failed[index] += n
+    return RecentRuns(counts, recent_counts, created, failed, total >= COUNT_CAP)
 
 
 async def queue_message_for(pool: Pool, queue: str, dedup_id: str) -> QueueMessageRow | None:
@@ -307,7 +345,10 @@ async def dead_letter_queues(pool: Pool, limit: int) -> list[str]:
 
 
 async def stranded_sample(pool: Pool, live_seconds: float) -> list[StrandedGauge]:
-    """Stranded runs among the ≤ COUNT_CAP active runs due soonest."""
+    """Stranded runs among the STRANDED_PER_WORKFLOW active runs due soonest of each of the
+    first STRANDED_WORKFLOWS workflows (by name) with active runs."""
     with map_errors():
-        rows = await pool.fetch(SELECT_STRANDED_SAMPLE, live_seconds, COUNT_CAP)
+        rows = await pool.fetch(
+            SELECT_STRANDED_SAMPLE, live_seconds, STRANDED_PER_WORKFLOW, STRANDED_WORKFLOWS
+        )
     return [StrandedGauge.from_row(row) for row in rows]
