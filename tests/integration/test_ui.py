@@ -46,6 +46,7 @@ async def test_ui__root_redirects_and_every_page_renders(ui: httpx.AsyncClient) 
         assert response.status_code == 200, page
         assert "text/html" in response.headers["content-type"]
         assert "/ui/static/htmx.min.js" in response.text
+        assert 'id="live" hx-get="' in response.text, page  # refreshes itself
     assert (await ui.get("/ui/static/htmx.min.js")).text.startswith("var htmx")
 
 
