@@ -1,12 +1,14 @@
 """Dashboard render times (issue 17): p95 per page over a large seeded database.
 
-Seeds RIPPLE_BENCH_UI_RUNS runs (default 1,000,000) with 5 journal rows each by SQL, plus a
-few real events fanned out to a queue, a webhook and a workflow, then renders every page
-REQUESTS times in process (ASGI, no network) and prints the server-side p95.
+Seeds RIPPLE_BENCH_UI_RUNS runs (default 1,000,000) with 5 journal rows each and a queue
+backlog of half as many messages by SQL, plus a few real events fanned out to a queue, a webhook
+and a workflow, and two schedules, then renders every page REQUESTS times in process (ASGI, no
+network) and prints the server-side p50 and p95, after a baseline request through the same app
+that reads no database (a static file).
 
     make bench BENCH_ARGS="--only ui"
 
-The seed takes minutes. With RIPPLE_BENCH_UI_DB=NAME the seeded database is kept under that
+The seed takes a minute or more. With RIPPLE_BENCH_UI_DB=NAME the seeded database is kept under that
 name and reused by the next run (seeded only when it does not exist yet); drop it by hand
 (`dropdb NAME`) when done.
 """
@@ -29,7 +31,10 @@ from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
 
 RUNS = int(os.environ.get("RIPPLE_BENCH_UI_RUNS", "1000000"))
 STEPS_PER_RUN = 5
+BACKLOG = RUNS // 2
 REQUESTS = 40
+#: The floor: a request through the same app and middleware that reads no database.
+BASELINE = "/ui/static/style.css"
 #: Keep (and reuse) the seeded database under this name.
 KEEP_DB = os.environ.get("RIPPLE_BENCH_UI_DB", "")
 
@@ -97,20 +102,32 @@ async def _targets(client: Client) -> tuple[str, str]:
     return run_id, event_id
 
 
+# $1 count: a backlog of visible messages in one queue (the queue pages count it bounded).
+SEED_BACKLOG = """
+INSERT INTO ripple_queue_messages (queue, body, created_at, visible_at)
+SELECT 'backlog', jsonb_build_object('i', i), now() - i * interval '1 ms',
+       now() - i * interval '1 ms'
+FROM generate_series(1, $1) AS i
+"""
+
+
 async def _seed(client: Client) -> None:
     started = time.perf_counter()
     async with client.pool.acquire() as conn:
         await conn.execute(SEED_RUNS, RUNS)
         await conn.execute(SEED_STEPS, STEPS_PER_RUN)
+        await conn.execute(SEED_BACKLOG, BACKLOG)
         await conn.execute("ANALYZE ripple_runs")
         await conn.execute("ANALYZE ripple_steps")
+        await conn.execute("ANALYZE ripple_queue_messages")
     await client.subscribe("order.#", QueueTarget("orders"))
     await client.subscribe("order.*", WorkflowTarget("fulfil"))
     await client.subscribe("order.created", WebhookTarget("http://127.0.0.1:9/hook"))
     for i in range(20):
         await client.publish("order.created", {"id": i})
     print(
-        f"  seeded {RUNS:,} runs and {RUNS * STEPS_PER_RUN:,} journal rows "
+        f"  seeded {RUNS:,} runs, {RUNS * STEPS_PER_RUN:,} journal rows and {BACKLOG:,} queue "
+        "messages "
         f"in {time.perf_counter() - started:.0f} s",
         flush=True,
     )
@@ -129,6 +146,7 @@ async def run() -> None:
             await client.schedules.create(name, workflow="wf1", cron=cron)
         await client.schedules.trigger("hourly")
         pages = [
+            BASELINE,
             "/ui/",
             "/ui/runs",
             "/ui/runs?status=failed&range=24h",
@@ -138,6 +156,7 @@ async def run() -> None:
             "/ui/topics",
             "/ui/queues",
             "/ui/queues?peek=orders",
+            "/ui/queues?peek=backlog",
             "/ui/deliveries?status=pending",
             "/ui/schedules",
         ]
@@ -151,8 +170,9 @@ async def run() -> None:
                     response = await http.get(page)
                     samples.append(time.perf_counter() - t0)
                     assert response.status_code == 200, page
+                name = page.replace(run_id, "{run}").replace(event_id, "{event}")
                 report(
-                    f"render {page.replace(run_id, '{run}').replace(event_id, '{event}')}",
+                    f"baseline {name} (no database)" if page == BASELINE else f"render {name}",
                     f"p50 {pct(samples, 50) * 1000:.1f} ms, p95 {pct(samples, 95) * 1000:.1f} ms "
                     f"(n={len(samples)})",
                 )

@@ -26,10 +26,7 @@ from ripple.platform.config import Settings
 from ripple.platform.errors import Conflict, InvalidInput, NotFound, RippleError
 from ripple.platform.event_store import get_event
 from ripple.platform.observability import LIVE_LEASES
-from ripple.platform.observability_store import (
-    select_queue_gauges,
-    select_webhook_gauges,
-)
+from ripple.platform.observability_store import select_webhook_gauges
 from ripple.platform.ui import store, views
 from ripple.platform.ui.auth import COOKIE, SESSION_SECONDS, Sessions
 
@@ -53,6 +50,7 @@ _env = jinja2.Environment(
     autoescape=True,
     undefined=jinja2.StrictUndefined,
 )
+_env.globals["queue_cap"] = store.QUEUE_CAP
 _env.filters.update(pretty=views.pretty, ts=views.ts, ago=views.ago, until=views.until)
 
 
@@ -207,7 +205,7 @@ async def overview(request: Request, nonce: Session, client: ClientDep) -> Respo
     stranded = await store.stranded_sample(client.pool, live)
     failing_ids = {w.subscription_id for w in webhooks if w.failing}
     failing = [s for s in await client.list_subscriptions() if s.id in failing_ids]
-    queues = [(name, await client.queues.stats(name)) for name in await _queue_names(client)]
+    queues = await _queue_rows(client)
     return render(
         request,
         nonce,
@@ -453,7 +451,7 @@ async def set_paused(subscription_id: str, action: str, form: Form, client: Clie
 
 @router.get("/queues")
 async def queues(request: Request, nonce: Session, client: ClientDep) -> Response:
-    rows = [(name, await client.queues.stats(name)) for name in await _queue_names(client)]
+    rows = await _queue_rows(client)
     peek = request.query_params.get("peek")
     dead: list[Any] = []
     messages: list[store.PeekedMessage] = []
@@ -476,12 +474,10 @@ async def queues(request: Request, nonce: Session, client: ClientDep) -> Respons
     )
 
 
-async def _queue_names(client: Client) -> list[str]:
-    """Queues with live messages or settings, and queues holding only dead letters."""
-    async with client.pool.acquire() as conn:
-        names = {g.queue for g in await select_queue_gauges(conn)}
-    names.update(await store.dead_letter_queues(client.pool, MAX_QUEUES))
-    return sorted(names)[:MAX_QUEUES]
+async def _queue_rows(client: Client) -> list[tuple[str, store.QueueCounts]]:
+    """The first MAX_QUEUES queues and their bounded counts."""
+    names = await store.queue_names(client.pool, MAX_QUEUES)
+    return [(name, await store.queue_counts(client.pool, name)) for name in names]
 
 
 @router.post("/queues/{queue}/redrive")

@@ -19,19 +19,22 @@ from ripple.platform.observability_store import StrandedGauge
 
 __all__ = [
     "COUNT_CAP",
+    "QUEUE_CAP",
     "STRANDED_PER_WORKFLOW",
     "STRANDED_WORKFLOWS",
     "PeekedMessage",
+    "QueueCounts",
     "QueueMessageRow",
     "RecentRuns",
     "WaitRow",
-    "dead_letter_queues",
     "delivery_id_for",
     "is_uuid",
     "peek_messages",
     "pending_signals",
     "pending_waits",
+    "queue_counts",
     "queue_message_for",
+    "queue_names",
     "recent_runs",
     "run_id_for",
     "run_trace_id",
@@ -42,6 +45,8 @@ __all__ = [
 
 #: Most runs one overview count reads; a count that reaches it is shown as "≥ COUNT_CAP".
 COUNT_CAP: Final = 10_000
+#: Most messages of one kind a queue count reads; a count that reaches it is shown as "≥".
+QUEUE_CAP: Final = 10_000
 #: Active runs per workflow, and workflows, the overview's stranded-runs check reads at most.
 STRANDED_PER_WORKFLOW: Final = 100
 STRANDED_WORKFLOWS: Final = 50
@@ -109,6 +114,84 @@ GROUP BY a.workflow, a.version
 ORDER BY a.workflow, a.version
 """
 
+# $1 limit: names of queues with live or dead messages, or settings. Each kind of message is a
+# skip scan of its partial index (one probe per queue), not a scan of the messages.
+SELECT_QUEUE_NAMES: Final = """
+WITH RECURSIVE ready AS (
+    (SELECT queue FROM ripple_queue_messages
+     WHERE dead_at IS NULL AND group_id IS NULL ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.queue FROM ripple_queue_messages m
+            WHERE m.dead_at IS NULL AND m.group_id IS NULL AND m.queue > r.queue
+            ORDER BY m.queue LIMIT 1)
+    FROM ready r WHERE r.queue IS NOT NULL
+),
+grouped AS (
+    (SELECT queue FROM ripple_queue_messages
+     WHERE dead_at IS NULL AND group_id IS NOT NULL ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.queue FROM ripple_queue_messages m
+            WHERE m.dead_at IS NULL AND m.group_id IS NOT NULL AND m.queue > g.queue
+            ORDER BY m.queue LIMIT 1)
+    FROM grouped g WHERE g.queue IS NOT NULL
+),
+dead AS (
+    (SELECT queue FROM ripple_queue_messages WHERE dead_at IS NOT NULL ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.queue FROM ripple_queue_messages m
+            WHERE m.dead_at IS NOT NULL AND m.queue > d.queue ORDER BY m.queue LIMIT 1)
+    FROM dead d WHERE d.queue IS NOT NULL
+)
+SELECT queue FROM (
+    (SELECT queue FROM ready WHERE queue IS NOT NULL LIMIT $1)
+    UNION (SELECT queue FROM grouped WHERE queue IS NOT NULL LIMIT $1)
+    UNION (SELECT queue FROM dead WHERE queue IS NOT NULL LIMIT $1)
+    UNION (SELECT name FROM ripple_queues ORDER BY name LIMIT $1)
+) AS q
+ORDER BY queue
+LIMIT $1
+"""
+
+# $1 queue, $2 cap: a queue's counts, each one bounded (at most $2 index entries read) and read
+# through the partial index of its kind of message; "oldest" is the age of the next ungrouped
+# message to be received, or of the oldest visible grouped one among the first $2.
+SELECT_QUEUE_COUNTS: Final = """
+WITH later AS (
+    SELECT receive_count FROM ripple_queue_messages
+    WHERE queue = $1 AND dead_at IS NULL AND group_id IS NULL AND visible_at > now()
+    LIMIT $2
+),
+grouped AS (
+    SELECT visible_at <= now() AS visible_now, receive_count, created_at
+    FROM ripple_queue_messages
+    WHERE queue = $1 AND dead_at IS NULL AND group_id IS NOT NULL
+    LIMIT $2
+)
+SELECT
+    (SELECT count(*) FROM (
+        SELECT 1 FROM ripple_queue_messages
+        WHERE queue = $1 AND dead_at IS NULL AND group_id IS NULL AND visible_at <= now()
+        LIMIT $2) AS v)::int AS ready,
+    (SELECT count(*) FROM later)::int AS later_sampled,
+    (SELECT count(*) FROM grouped)::int AS grouped_sampled,
+    (SELECT count(*) FROM later WHERE receive_count > 0)::int AS later_received,
+    (SELECT count(*) FROM later WHERE receive_count = 0)::int AS later_new,
+    (SELECT count(*) FROM grouped WHERE visible_now)::int AS grouped_visible,
+    (SELECT count(*) FROM grouped WHERE NOT visible_now AND receive_count > 0)::int
+        AS grouped_received,
+    (SELECT count(*) FROM grouped WHERE NOT visible_now AND receive_count = 0)::int
+        AS grouped_new,
+    (SELECT count(*) FROM (
+        SELECT 1 FROM ripple_queue_messages WHERE queue = $1 AND dead_at IS NOT NULL LIMIT $2
+    ) AS d)::int AS dead_letters,
+    extract(epoch FROM now() - least(
+        (SELECT created_at FROM ripple_queue_messages
+         WHERE queue = $1 AND dead_at IS NULL AND group_id IS NULL AND visible_at <= now()
+         ORDER BY visible_at LIMIT 1),
+        (SELECT min(created_at) FROM grouped WHERE visible_now)
+    ))::float8 AS oldest_age
+"""
+
 # $1 queue, $2 deduplication id (fan-out writes "{event_id}:{subscription_id}")
 SELECT_QUEUE_MESSAGE: Final = """
 SELECT id, queue, receive_count, visible_at, dead_at, created_at,
@@ -131,12 +214,6 @@ SELECT run_id FROM ripple_runs WHERE workflow = $1 AND idempotency_key = $2
 SELECT_WAITS: Final = """
 SELECT step_key, name, event, match, expires_at, created_at
 FROM ripple_waits WHERE run_id = $1 ORDER BY created_at, step_key
-"""
-
-# $1 limit: queues holding dead letters (through the partial dead-letter index); the gauges
-# list only queues with live messages or settings.
-SELECT_DEAD_QUEUES: Final = """
-SELECT DISTINCT queue FROM ripple_queue_messages WHERE dead_at IS NOT NULL ORDER BY queue LIMIT $1
 """
 
 # $1 run id
@@ -178,6 +255,30 @@ SELECT * FROM (
 ORDER BY visible_at, id
 LIMIT $2
 """
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """A queue's counts for the dashboard, read from bounded samples: the counts named in
+    `lower_bounds` came from a sample that reached QUEUE_CAP, so there may be more."""
+
+    visible: int
+    in_flight: int
+    delayed: int
+    dead_letters: int
+    #: Seconds the next visible message has waited since it was sent (0 when none).
+    oldest_age: float
+    lower_bounds: frozenset[str] = frozenset()
+
+    @property
+    def depth(self) -> int:
+        return self.visible + self.in_flight + self.delayed
+
+    def shown(self, name: str) -> str:
+        """The count `name` (or "depth") for display: "≥ n" when it is a lower bound."""
+        value: int = getattr(self, name)
+        bounded = name in self.lower_bounds or (name == "depth" and bool(self.lower_bounds))
+        return f"≥ {value}" if bounded else str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +391,35 @@ async def peek_messages(pool: Pool, queue: str, limit: int) -> list[PeekedMessag
     return [PeekedMessage(**dict(row)) for row in rows]
 
 
+async def queue_names(pool: Pool, limit: int) -> list[str]:
+    """The first `limit` queues by name with messages (live or dead) or settings."""
+    with map_errors():
+        return [row["queue"] for row in await pool.fetch(SELECT_QUEUE_NAMES, limit)]
+
+
+async def queue_counts(pool: Pool, queue: str) -> QueueCounts:
+    """Bounded counts of one queue (each at most QUEUE_CAP)."""
+    with map_errors():
+        row = await pool.fetchrow(SELECT_QUEUE_COUNTS, queue, QUEUE_CAP)
+    assert row is not None
+    cap = QUEUE_CAP
+    bounds = set()
+    if row["ready"] >= cap or row["grouped_sampled"] >= cap:
+        bounds.add("visible")
+    if row["later_sampled"] >= cap or row["grouped_sampled"] >= cap:
+        bounds.update(("in_flight", "delayed"))
+    if row["dead_letters"] >= cap:
+        bounds.add("dead_letters")
+    return QueueCounts(
+        visible=row["ready"] + row["grouped_visible"],
+        in_flight=row["later_received"] + row["grouped_received"],
+        delayed=row["later_new"] + row["grouped_new"],
+        dead_letters=row["dead_letters"],
+        oldest_age=max(row["oldest_age"] or 0.0, 0.0),
+        lower_bounds=frozenset(bounds),
+    )
+
+
 async def delivery_id_for(pool: Pool, event_id: str, subscription_id: str) -> str | None:
     with map_errors():
         found: str | None = await pool.fetchval(SELECT_DELIVERY_ID, event_id, subscription_id)
@@ -337,11 +467,6 @@ def is_uuid(value: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-async def dead_letter_queues(pool: Pool, limit: int) -> list[str]:
-    with map_errors():
-        return [row["queue"] for row in await pool.fetch(SELECT_DEAD_QUEUES, limit)]
 
 
 async def stranded_sample(pool: Pool, live_seconds: float) -> list[StrandedGauge]:

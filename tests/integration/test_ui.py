@@ -11,6 +11,7 @@ import pytest
 from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
 from ripple.platform.config import Settings
+from ripple.platform.ui import store
 from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
 from ripple.workflows import Worker, WorkflowContext, workflow
 
@@ -306,3 +307,44 @@ async def test_ui__queue_peek_is_read_only_bounded_and_escaped(
     stats = await client.queues.stats("peeked")
     assert (stats.visible, stats.in_flight) == (31, 0)  # nothing was received
     assert (await ui.get("/ui/queues?peek=bad%20name")).status_code == 404
+
+
+async def test_ui__queue_counts_agree_with_stats_and_are_bounded(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    q = "counted"
+    for i in range(4):
+        await client.queues.send(q, {"i": i})
+    await client.queues.send(q, {"late": True}, delay=3600)
+    await client.queues.send(q, {"g": 1}, group_id="a")
+    await client.queues.send(q, {"g": 2}, group_id="a")
+    await client.queues.send(q, {"g": 3}, group_id="b", delay=3600)
+    await client.queues.receive(q, max_messages=2, visibility_timeout=600)
+    await client.queues.set_max_receives("other-dead", 1)
+    await client.queues.send("other-dead", {"x": 1})
+    await client.queues.receive("other-dead", visibility_timeout=60)
+    await client.pool.execute(
+        "UPDATE ripple_queue_messages SET visible_at = now() WHERE queue = 'other-dead'"
+    )
+    assert await client.queues.receive("other-dead") == []
+
+    stats = await client.queues.stats(q)
+    counts = await store.queue_counts(client.pool, q)
+    assert (counts.visible, counts.in_flight, counts.delayed, counts.dead_letters) == (
+        stats.visible,
+        stats.in_flight,
+        stats.delayed,
+        stats.dead_letters,
+    )
+    assert counts.oldest_age >= 0
+    assert await store.queue_names(client.pool, 10) == ["counted", "other-dead"]
+    assert (await store.queue_counts(client.pool, "other-dead")).dead_letters == 1
+
+    monkeypatch.setattr(store, "QUEUE_CAP", 2)
+    capped = await store.queue_counts(client.pool, q)
+    assert capped.lower_bounds == {"visible", "in_flight", "delayed"}
+    assert capped.shown("visible").startswith("≥ ")
+    assert capped.shown("depth").startswith("≥ ")
+    assert capped.shown("dead_letters") == "0"
+    assert counts.lower_bounds == frozenset()
+    assert counts.shown("depth") == str(stats.depth)
