@@ -51,7 +51,13 @@ _env = jinja2.Environment(
     undefined=jinja2.StrictUndefined,
 )
 _env.globals["queue_cap"] = store.QUEUE_CAP
-_env.filters.update(pretty=views.pretty, ts=views.ts, ago=views.ago, until=views.until)
+_env.filters.update(
+    pretty=views.pretty,
+    ts=views.ts,
+    ago=views.ago,
+    until=views.until,
+    duration=views.duration,
+)
 
 
 class _Redirect(Exception):

@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from ripple.workflows.client import Run, StepRecord
 
-__all__ = ["Bar", "Timeline", "ago", "pretty", "sparkline", "timeline", "ts", "until"]
+__all__ = ["Bar", "Timeline", "ago", "duration", "pretty", "sparkline", "timeline", "ts", "until"]
 
 #: Timeline geometry (SVG user units).
 LABEL_WIDTH: Final = 200
@@ -102,6 +102,11 @@ def _span(seconds: float) -> str:
     if seconds < 172_800:
         return f"{seconds / 3600:.0f} h"
     return f"{seconds / 86400:.0f} d"
+
+
+def duration(seconds: float) -> str:
+    """'90 s', '60 min', '7 d': a length of time, rounded for reading."""
+    return _span(seconds)
 
 
 def ago(value: datetime | None, now: datetime | None = None) -> str:
