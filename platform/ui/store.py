@@ -1,10 +1,13 @@
 """Read-only SQL the dashboard needs beyond the stores' own reads.
 
-Everything else (runs, steps, events, explain, deliveries, queues, subscriptions) goes through
-the `Client`. These statements are indexed and limited: the run counts scan at most
-`COUNT_CAP` rows through the primary key (run ids are time-ordered uuid7 text), the trace
+Everything else (runs, steps, events, explain, deliveries, dead letters, subscriptions,
+schedules) goes through the `Client`. These statements are indexed and bounded, so a page view
+costs the same with millions of rows: the run counts read at most `COUNT_CAP` runs through the
+primary key (run ids are time-ordered uuid7 text); stranded runs, queue names and queue counts
+walk partial indexes with limits (skip scans for the distinct workflows and queues); the trace
 lookups use the unique keys fan-out writes (queue deduplication id, (event, subscription) of a
-delivery, (workflow, idempotency key) of a run).
+delivery, (workflow, idempotency key) of a run); a schedule's runs use the partial index of
+migration 0013.
 """
 
 from __future__ import annotations
