@@ -37,6 +37,8 @@ PREFIX: Final = "/ui"
 PAGE_SIZE: Final = 50
 #: Queues shown on the queues page and the overview.
 MAX_QUEUES: Final = 100
+#: Journal entries the run page shows (and offers to fork from).
+MAX_STEPS: Final = 500
 #: Messages and dead letters a queue peek shows.
 PEEK_SIZE: Final = 20
 #: What an action refuses with a message on the page (anything else is a problem response).
@@ -286,7 +288,7 @@ async def run_page(request: Request, run_id: str, nonce: Session, client: Client
     run = await client.get_run(run_id)
     if run is None:
         raise ProblemError(404, f"no run {run_id}")
-    steps = await client.list_steps(run_id)
+    steps, more_steps = await store.run_steps(client.pool, run_id, MAX_STEPS)
     children = await client.list_runs(parent_run_id=run_id, limit=PAGE_SIZE)
     event_id = None
     if run.idempotency_key and run.idempotency_key.startswith("event:"):
@@ -301,6 +303,8 @@ async def run_page(request: Request, run_id: str, nonce: Session, client: Client
         waits=await store.pending_waits(client.pool, run_id),
         signals=await store.pending_signals(client.pool, run_id),
         children=children.items,
+        more_steps=more_steps,
+        max_steps=MAX_STEPS,
         fork_steps=[s.key for s in steps if s.seq >= 0],
         retryable=run.status in RETRYABLE,
         event_id=event_id,

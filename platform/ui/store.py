@@ -19,6 +19,7 @@ from uuid import UUID
 
 from ripple.platform.db import Pool, map_errors
 from ripple.platform.observability_store import StrandedGauge
+from ripple.workflows.records import StepRecord
 
 __all__ = [
     "COUNT_CAP",
@@ -40,6 +41,7 @@ __all__ = [
     "queue_names",
     "recent_runs",
     "run_id_for",
+    "run_steps",
     "run_trace_id",
     "schedule_runs",
     "stranded_sample",
@@ -211,6 +213,13 @@ SELECT id::text FROM ripple_webhook_deliveries WHERE event_id = $1 AND subscript
 # $1 workflow, $2 idempotency key (fan-out writes "event:{event_id}:{subscription_id}")
 SELECT_RUN_ID: Final = """
 SELECT run_id FROM ripple_runs WHERE workflow = $1 AND idempotency_key = $2
+"""
+
+# $1 run id, $2 limit: the first $2 journal entries of a run (the columns of the workflow
+# store's SELECT_STEPS), so a run with a huge journal still renders quickly.
+SELECT_RUN_STEPS: Final = """
+SELECT key, seq, kind, status, attempts, output, error, due_at, started_at, completed_at
+FROM ripple_steps WHERE run_id = $1 ORDER BY seq, started_at LIMIT $2
 """
 
 # $1 run id
@@ -433,6 +442,13 @@ async def run_id_for(pool: Pool, workflow: str, idempotency_key: str) -> str | N
     with map_errors():
         found: str | None = await pool.fetchval(SELECT_RUN_ID, workflow, idempotency_key)
     return found
+
+
+async def run_steps(pool: Pool, run_id: str, limit: int) -> tuple[list[StepRecord], bool]:
+    """The run's first `limit` journal entries in call order, and whether there are more."""
+    with map_errors():
+        rows = await pool.fetch(SELECT_RUN_STEPS, run_id, limit + 1)
+    return [StepRecord.from_row(row) for row in rows[:limit]], len(rows) > limit
 
 
 async def pending_waits(pool: Pool, run_id: str) -> list[WaitRow]:

@@ -11,7 +11,7 @@ import pytest
 from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
 from ripple.platform.config import Settings
-from ripple.platform.ui import store
+from ripple.platform.ui import routes, store
 from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
 from ripple.workflows import Worker, WorkflowContext, workflow
 
@@ -348,3 +348,23 @@ async def test_ui__queue_counts_agree_with_stats_and_are_bounded(
     assert capped.shown("dead_letters") == "0"
     assert counts.lower_bounds == frozenset()
     assert counts.shown("depth") == str(stats.depth)
+
+
+async def test_ui__run_page_shows_a_bounded_part_of_a_long_journal(
+    ui: httpx.AsyncClient, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle = await client.start("ui-never-runs", None)
+    await client.pool.execute(
+        "INSERT INTO ripple_steps (run_id, key, seq, kind, status, attempts, started_at) "
+        "SELECT $1, 'step-' || k, k, 'step', 'completed', 1, now() "
+        "FROM generate_series(1, 5) AS k",
+        handle.run_id,
+    )
+    whole = await ui.get(f"/ui/runs/{handle.run_id}")
+    assert 'id="more-steps"' not in whole.text
+    assert whole.text.count('<option value="step-') == 5
+    monkeypatch.setattr(routes, "MAX_STEPS", 3)
+    part = await ui.get(f"/ui/runs/{handle.run_id}")
+    assert 'id="more-steps"' in part.text
+    assert part.text.count('<option value="step-') == 3
+    assert "step-4" not in part.text
