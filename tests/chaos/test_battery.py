@@ -184,6 +184,7 @@ async def test_redis_killed_then_frozen__work_completes(
     await assert_eventually(lambda: chaos_effects.count(waiting.run_id, "before"), timeout=30)
     await chaos_client.signal(waiting.run_id, "approve", {"ok": True})
     ids = [h.run_id for h in [*first, *during_kill, waiting]]
+    during = await _statuses(chaos_client, ids)  # Redis still dead
     await assert_eventually(lambda: _all_done(chaos_client, ids), timeout=60, interval=0.1)
     own_redis.start()
     own_redis.freeze()
@@ -205,6 +206,7 @@ async def test_redis_killed_then_frozen__work_completes(
     _report(
         "redis-killed-frozen",
         lost=len(ids) + len(frozen_ids) - statuses["completed"],
+        during_outage=dict(during),
         duplicated=0,  # every step once (asserted)
         runs=len(ids) + len(frozen_ids),
     )
@@ -224,6 +226,7 @@ async def test_publish_fan_out_under_mixed_faults__nothing_acknowledged_is_lost(
     events = 200 if FULL else 60
     acknowledged: dict[str, str] = {}
     attempts: Counter[str] = Counter()
+    refused: Counter[str] = Counter()  # failed publish calls by error, during the outage
 
     async def publisher(worker: int) -> None:
         for n in range(worker, events, 4):
@@ -235,7 +238,8 @@ async def test_publish_fan_out_under_mixed_faults__nothing_acknowledged_is_lost(
                         chaos_client.publish("chaos.order.created", {"n": n}, key), 10
                     )
                     acknowledged[key] = result.event_id
-                except (RippleError, TimeoutError):
+                except (RippleError, TimeoutError) as exc:
+                    refused[type(exc).__name__] += 1
                     await asyncio.sleep(0.05)
 
     publishers = asyncio.gather(*(publisher(w) for w in range(4)))
@@ -265,4 +269,5 @@ async def test_publish_fan_out_under_mixed_faults__nothing_acknowledged_is_lost(
         retried=attempts.total() - events,
         lost=0,
         duplicated=0,
+        during_outage=dict(refused),
     )
