@@ -62,6 +62,9 @@ FROM jsonb_to_recordset($1::jsonb)
      AS r(run_id text, workflow text, version int, input jsonb, idempotency_key text,
           deadline timestamptz, retention_seconds double precision, trace jsonb, priority int)
 LEFT JOIN ripple_flow_controls f ON f.workflow = r.workflow
+-- in key order: two batches that share idempotency keys wait for each other in one order,
+-- never in a cycle (a deadlock)
+ORDER BY r.workflow, r.idempotency_key
 ON CONFLICT (workflow, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING run_id
 """  # noqa: S608
@@ -576,11 +579,19 @@ UPDATE ripple_runs SET status = 'pending', available_at = now(), lease_owner = N
 WHERE run_id = $1 AND epoch = $2 AND status = 'running'
 """
 
-# Heartbeat. $1 run ids text[], $2 epochs bigint[], $3 lease seconds
+# Heartbeat. Rows are locked in run_id order, as the group commit (COMMIT_RUNS) locks them:
+# a heartbeat and a commit batch of the same worker never deadlock.
+# $1 run ids text[], $2 epochs bigint[], $3 lease seconds
 EXTEND_LEASES: Final = """
+WITH owned AS (
+    SELECT r.run_id FROM ripple_runs r
+    JOIN unnest($1::text[], $2::bigint[]) AS h(run_id, epoch) USING (run_id)
+    WHERE r.epoch = h.epoch AND r.status = 'running'
+    ORDER BY r.run_id
+    FOR UPDATE OF r
+)
 UPDATE ripple_runs r SET available_at = now() + $3 * interval '1 second'
-FROM unnest($1::text[], $2::bigint[]) AS h(run_id, epoch)
-WHERE r.run_id = h.run_id AND r.epoch = h.epoch AND r.status = 'running'
+FROM owned o WHERE r.run_id = o.run_id
 RETURNING r.run_id
 """
 

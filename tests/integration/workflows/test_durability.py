@@ -242,3 +242,45 @@ async def test_group_commit__a_flush_locks_the_run_row_without_rewriting_it(app:
     after_renewed = await app.pool.fetchrow(query, renewed)
     assert after_renewed["available_at"] > before_renewed["available_at"]
     assert after_renewed["step_count"] == 2
+
+
+@workflow(name="keyed-start")
+async def keyed_start(ctx: WorkflowContext, n: int) -> int:
+    return n
+
+
+async def test_group_commit__concurrent_starts_of_the_same_keys_from_two_clients(
+    settings: Any,
+) -> None:
+    """Starts are group-committed per process; two processes' batches that share idempotency
+    keys (in opposite orders) still give one run per key, the same to both callers."""
+    from tests.integration.workflows.conftest import close_app, make_app
+
+    one, two = await make_app(settings), await make_app(settings)
+    try:
+        keys = [f"order-{i}" for i in range(40)]
+        for _ in range(5):
+            suffix = str(_)
+            first, second = await asyncio.gather(
+                asyncio.gather(
+                    *(
+                        one.workflows.start(keyed_start, i, idempotency_key=k + suffix)
+                        for i, k in enumerate(keys)
+                    )
+                ),
+                asyncio.gather(
+                    *(
+                        two.workflows.start(keyed_start, i, idempotency_key=k + suffix)
+                        for i, k in reversed(list(enumerate(keys)))
+                    )
+                ),
+            )
+            assert [h.run_id for h in first] == [h.run_id for h in reversed(second)]
+        count = await one.pool.fetchval(
+            "SELECT count(DISTINCT idempotency_key) = count(*) FROM ripple_runs"
+        )
+        assert count is True
+        assert await one.pool.fetchval("SELECT count(*) FROM ripple_runs") == 5 * len(keys)
+    finally:
+        await close_app(one)
+        await close_app(two)
