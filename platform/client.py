@@ -83,7 +83,7 @@ class Client:
             return self
         pool = await create_pool(self.settings)
         try:
-            await migrate.apply_migrations(pool)
+            await migrate.migrate_database(self.settings, pool)
         except BaseException:
             await pool.close()
             raise
