@@ -62,6 +62,29 @@ async def init_connection(conn: Connection) -> None:
         )
 
 
+#: Array types Ripple's statements bind or return; asyncpg introspects them (a catalog query)
+#: the first time a connection meets them.
+_ARRAY_TYPES: Final = ("int4", "int8", "float8", "text", "uuid", "jsonb", "bool", "timestamptz")
+_WARM_TYPES: Final = "SELECT " + ", ".join(
+    f"${n}::{name}[]" for n, name in enumerate(_ARRAY_TYPES, start=1)
+)
+
+
+async def init_pooled_connection(conn: Connection) -> None:
+    """`init_connection` for a connection through a transaction-mode pooler, which also
+    introspects the array types up front, in one transaction with `SET LOCAL jit = off`.
+
+    asyncpg turns JIT off around its type introspection query with session-level statements;
+    through the pooler those land on other server connections, so the query runs with JIT on
+    (seconds on a busy server, holding a server connection all along: a small pool then
+    starves and statements time out). In one transaction they all stay on one server.
+    """
+    await init_connection(conn)
+    async with conn.transaction():
+        await conn.execute("SET LOCAL jit = off")
+        await conn.fetchrow(_WARM_TYPES, *([None] * len(_ARRAY_TYPES)))
+
+
 async def _release_reset(conn: Connection) -> None:
     """What a connection needs when it returns to the pool, beyond asyncpg's own rollback of an
     open transaction: nothing. asyncpg's default reset runs `pg_advisory_unlock_all(); CLOSE
@@ -93,7 +116,7 @@ def _pooler_options(settings: Settings, direct: bool) -> dict[str, Any]:
     statement, parsed and executed in one exchange."""
     if direct or not pooled(settings):
         return {}
-    return {"statement_cache_size": 0}
+    return {"statement_cache_size": 0, "init": init_pooled_connection}
 
 
 async def create_pool(
@@ -229,10 +252,10 @@ class DedicatedConnection:
                 conn: asyncpg.Connection[asyncpg.Record] = await asyncpg.connect(
                     _database_url(self._settings),
                     server_settings=startup,
-                    **_pooler_options(self._settings, direct=False),
+                    statement_cache_size=0 if self._pooled else 100,
                 )
                 try:
-                    await init_connection(conn)
+                    await (init_pooled_connection if self._pooled else init_connection)(conn)
                 except BaseException:
                     conn.terminate()
                     raise
