@@ -74,6 +74,11 @@ bench: setup
 bench-scale: setup
 	$(BIN)/python -m bench --only scale
 
+# Big tables: seeds 10M events, 1M runs, 10M journal rows (RIPPLE_BIG_* to size it), measures
+# claims, publish, list pages and a retention sweep against a partition drop (docs/scaling.md).
+bench-big: setup
+	$(BIN)/python -m bench --only big
+
 # The dashboard's pages over the example app, captured into docs/img/ (needs /usr/bin/chromium).
 screenshots: setup
 	$(BIN)/python -m bench.screenshots
