@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from datetime import UTC, datetime
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from bench.common import (
     bench_database,
     cpu_seconds,
+    machine_cpu,
     pct,
     postgres_cpu_seconds,
     report,
@@ -62,6 +63,8 @@ class Level:
     app_cpu: float  # workers or publishers, plus the bench process
     pg_cpu: float
     latencies: list[float]
+    #: CPU seconds the whole machine was busy during the level (every tenant's processes)
+    machine_busy: float = float("nan")
 
     @property
     def rate(self) -> float:
@@ -76,7 +79,8 @@ class Level:
             f"{self.rate:7,.0f} {unit}/s  {self.xacts / self.elapsed:7,.0f} write xact/s  "
             f"pg {self.pg_cpu / self.cpu:4.0%} of {self.cpu / self.elapsed:4.2f} busy cores  "
             f"{latency} p99 {pct(self.latencies, 99) * 1000:7.1f} ms  "
-            f"{self.done / self.cpu:6,.0f} {unit}/CPU-s"
+            f"{self.done / self.cpu:6,.0f} {unit}/CPU-s  "
+            f"machine {self.machine_busy / self.elapsed:4.2f} busy cores"
         )
 
 
@@ -133,11 +137,13 @@ async def measured(pg_url: str, postmaster: int, procs: Sequence[Proc]) -> Async
     xacts = await write_xacts(pg_url)
     app = sum(p.cpu() for p in procs) + cpu_seconds(os.getpid())
     pg = postgres_cpu_seconds(postmaster)
+    machine = machine_cpu()[0]
     started = time.perf_counter()
     yield out
     out["elapsed"] = time.perf_counter() - started
     out["app_cpu"] = sum(p.cpu() for p in procs) + cpu_seconds(os.getpid()) - app
     out["pg_cpu"] = postgres_cpu_seconds(postmaster) - pg
+    out["machine"] = machine_cpu()[0] - machine
     out["xacts"] = await write_xacts(pg_url) - xacts - 1
 
 
@@ -162,7 +168,10 @@ async def workflow_level(pg_url: str, postmaster: int, workers: int) -> Level:
             "SELECT count(*) FROM ripple_runs WHERE status = 'completed'"
         )
     claims = [c for r in results for c in r.get("claims", [])]
-    return Level(workers, done, m["elapsed"], int(m["xacts"]), m["app_cpu"], m["pg_cpu"], claims)
+    return Level(
+        workers, done, m["elapsed"], int(m["xacts"]), m["app_cpu"], m["pg_cpu"], claims,
+        m["machine"],
+    )  # fmt: skip
 
 
 async def publish_level(pg_url: str, postmaster: int, publishers: int) -> Level:
@@ -188,7 +197,7 @@ async def publish_level(pg_url: str, postmaster: int, publishers: int) -> Level:
     assert len(latencies) == share * publishers
     return Level(
         publishers, len(latencies), m["elapsed"], int(m["xacts"]), m["app_cpu"], m["pg_cpu"],
-        latencies,
+        latencies, m["machine"],
     )  # fmt: skip
 
 
@@ -204,7 +213,13 @@ def conclude(kind: str, unit: str, levels: Sequence[Level]) -> None:
     at = knee(levels)
     busy = at.cpu / at.elapsed
     pg_cores = at.pg_cpu / at.elapsed
-    if busy >= 0.85 * CORES:
+    machine = at.machine_busy / at.elapsed
+    if machine >= 0.85 * CORES and busy < 0.85 * CORES:
+        what = (
+            f"the machine's CPU, shared: {machine:.2f} of {CORES} cores busy, {busy:.2f} of "
+            f"them the benchmark's (Postgres {pg_cores:.2f}); other tenants took the rest"
+        )
+    elif busy >= 0.85 * CORES:
         what = f"the machine's CPU ({busy:.2f} of {CORES} cores busy; Postgres {pg_cores:.2f})"
     elif pg_cores >= 0.85:
         what = f"Postgres's CPU ({pg_cores:.2f} cores; one backend per connection)"
