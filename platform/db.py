@@ -125,12 +125,14 @@ async def create_pool(
     """Open a pool to `dsn` (default `settings.database_url`) with Ripple's codecs.
 
     Connects and statements time out after `settings.db_timeout` (RIPPLE_DB_TIMEOUT) seconds:
-    in a database outage a call fails with `Unavailable` instead of hanging. Unless `direct`
-    (a pool on `database_direct_url`), a pool behind a transaction-mode pooler
+    in a database outage a call fails with `Unavailable` instead of hanging. `command_timeout`
+    (a keyword argument) overrides the statement bound (workers: `worker_db_timeout`). Unless
+    `direct` (a pool on `database_direct_url`), a pool behind a transaction-mode pooler
     (`RIPPLE_DATABASE_POOLER=transaction`) keeps no prepared statements.
     """
     url = _database_url(settings, dsn)
     quiet_driver_noise()
+    command_timeout = kwargs.pop("command_timeout", settings.db_timeout)
     with map_errors():
         options: dict[str, Any] = {
             "min_size": min(settings.pool_min_size, settings.pool_max_size),
@@ -140,13 +142,25 @@ async def create_pool(
             # application_name is the one startup parameter PgBouncer forwards.
             "server_settings": {"application_name": "ripple"},
             "timeout": settings.db_timeout,
-            "command_timeout": settings.db_timeout,
+            "command_timeout": command_timeout,
             "reset": _release_reset,
             **_pooler_options(settings, direct),
             **kwargs,
         }
         pool: Pool = await asyncpg.create_pool(url, **options)
     return pool
+
+
+def worker_db_timeout(settings: Settings) -> float:
+    """Seconds a worker's statements may take: RIPPLE_WORKER_DB_TIMEOUT, else the lease.
+
+    Not RIPPLE_DB_TIMEOUT: that bounds API calls (fail fast, answer 503). A worker's journal
+    commit or heartbeat that waits longer but within the lease is healthy; cancelling it would
+    lose a recorded step (executed again) or the lease itself.
+    """
+    if settings.worker_db_timeout is not None:
+        return settings.worker_db_timeout
+    return settings.lease_seconds
 
 
 # -- driver noise during outages -----------------------------------------------------------

@@ -80,7 +80,7 @@ STATEMENTS: Final = _statements()
 
 def test_run_scoped_sql__the_scan_finds_the_run_statements() -> None:
     names = {name for name, _ in STATEMENTS}
-    assert "ripple.workflows.store.FLUSH_RUNS" in names
+    assert "ripple.workflows.store.CLAIM_RUNS" in names
     assert "ripple.workflows.store.SELECT_STEPS" in names
     assert len(names) > 40
 

@@ -47,7 +47,9 @@ class MemoryWriter:
         for entry in entries:
             self.journal[entry.key] = entry
 
-    async def flush(self, entries: list[Entry], step_count: int) -> None:
+    async def flush(
+        self, entries: list[Entry], step_count: int, trim: Any = (), *, renew: bool = False
+    ) -> None:
         self._put(entries)
 
     async def register_wait(
