@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 CODE := platform subscribers workflows
 
-.PHONY: setup chromium screenshots run dev test test-unit test-int test-e2e chaos lint fmt typecheck bench bench-dbos clean
+.PHONY: setup chromium pgbouncer bench-scale bench-big screenshots run dev test test-unit test-int test-e2e chaos lint fmt typecheck bench bench-dbos clean
 
 # uv installs itself into .tools when it is missing; `uv sync --locked` is idempotent and
 # re-installs the project (strict editable) only when its files change.
@@ -16,7 +16,7 @@ $(UV):
 	$(PYTHON) -m venv .tools
 	.tools/bin/pip install --quiet uv
 
-setup: $(UV) chromium
+setup: $(UV) chromium pgbouncer
 	@$(UV) sync --locked --quiet --python $(PYTHON)
 
 # The dashboard's browser tests drive Debian's Chromium (Playwright cannot download its own).
@@ -24,6 +24,12 @@ chromium:
 	@test -x /usr/bin/chromium || { command -v apt-get >/dev/null && \
 		(apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || \
 		echo "warning: /usr/bin/chromium missing; install it for tests/e2e/test_ui_browser.py"; }
+
+# tests/pgbouncer runs the core end-to-end tests through Debian's PgBouncer (transaction mode).
+pgbouncer:
+	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || { command -v apt-get >/dev/null && \
+		(apt-get update -qq && apt-get install -y -qq pgbouncer >/dev/null) || \
+		echo "warning: pgbouncer missing; install it for tests/pgbouncer"; }
 
 run: setup
 	$(BIN)/ripple dev --app examples.onboarding
@@ -63,6 +69,15 @@ typecheck: setup
 
 bench: setup
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# Scale-out: 1-8 worker and 1-4 publisher processes on one Postgres of its own (see docs/scaling.md).
+bench-scale: setup
+	$(BIN)/python -m bench --only scale
+
+# Big tables: seeds 10M events, 1M runs, 10M journal rows (RIPPLE_BIG_* to size it), measures
+# claims, publish, list pages and a retention sweep against a partition drop (docs/scaling.md).
+bench-big: setup
+	$(BIN)/python -m bench --only big
 
 # The dashboard's pages over the example app, captured into docs/img/ (needs /usr/bin/chromium).
 screenshots: setup

@@ -35,15 +35,15 @@ class BenchDb:
 
 
 @contextlib.asynccontextmanager
-async def bench_database(**overrides: object) -> AsyncIterator[BenchDb]:
-    """A fresh database (dropped afterwards) and settings pointing at it."""
+async def bench_database(pg_url: str = PG_URL, **overrides: object) -> AsyncIterator[BenchDb]:
+    """A fresh database on the server of `pg_url` (dropped afterwards) and settings for it."""
     name = f"ripple_bench_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(PG_URL)
+    admin = await asyncpg.connect(pg_url)
     try:
         await admin.execute(f'CREATE DATABASE "{name}"')
     finally:
         await admin.close()
-    url = with_database(PG_URL, name)
+    url = with_database(pg_url, name)
     settings = load_settings(
         database_url=url,
         redis_url=REDIS_URL,
@@ -53,14 +53,14 @@ async def bench_database(**overrides: object) -> AsyncIterator[BenchDb]:
     try:
         yield BenchDb(url, name, settings)
     finally:
-        admin = await asyncpg.connect(PG_URL)
+        admin = await asyncpg.connect(pg_url)
         try:
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         finally:
             await admin.close()
 
 
-async def write_xacts() -> int:
+async def write_xacts(pg_url: str = PG_URL) -> int:
     """Write transactions the cluster has started so far: its transaction id counter.
 
     Every transaction that writes is assigned an id when it first writes (read-only ones are
@@ -69,7 +69,7 @@ async def write_xacts() -> int:
     reading consumes one id itself; other databases' writes during the window count as well,
     so benchmarks run on a quiet server.
     """
-    conn = await asyncpg.connect(PG_URL)
+    conn = await asyncpg.connect(pg_url)
     try:
         return int(await conn.fetchval("SELECT pg_current_xact_id()::text::bigint"))
     finally:
@@ -144,3 +144,32 @@ def report_vs(name: str, figure: float, baseline: float, unit: str, detail: str 
         name,
         f"{figure:,.0f} {unit} vs bare {baseline:,.0f} {unit} = {figure / baseline:.0%}{extra}",
     )
+
+
+def postgres_cpu_seconds(postmaster: int) -> float:
+    """CPU seconds the Postgres server of `postmaster` has used so far: the postmaster's own,
+    its reaped children's (cutime + cstime: backends that have exited) and those of every live
+    child (backends, walwriter, checkpointer...), from /proc."""
+    try:
+        fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    ticks = sum(int(f) for f in fields[11:15])
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            child = stat.read_text().rsplit(")", 1)[1].split()
+            if int(child[1]) == postmaster:
+                ticks += int(child[11]) + int(child[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat: tells a level
+    limited by its own processes from one squeezed by other tenants of a shared machine."""
+    try:
+        fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return float("nan"), float("nan")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(fields[:8]) - idle) / tick, sum(fields[:8]) / tick

@@ -295,7 +295,7 @@ def migrate() -> None:
     async def go() -> int:
         pool = await create_pool(settings)
         try:
-            return await migrations.apply_migrations(pool)
+            return await migrations.migrate_database(settings, pool)
         finally:
             await pool.close()
 

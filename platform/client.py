@@ -73,6 +73,7 @@ class Client:
                     updates["redis_url"] = found[1]
         self.settings: Settings = base.model_copy(update=updates) if updates else base
         self._pool: Pool | None = None
+        self._read_pool: Pool | None = None
         self._waker: NullWaker | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -82,8 +83,11 @@ class Client:
         if self._pool is not None:
             return self
         pool = await create_pool(self.settings)
+        read_pool = pool
         try:
-            await migrate.apply_migrations(pool)
+            await migrate.migrate_database(self.settings, pool)
+            if self.settings.database_read_url is not None:
+                read_pool = await create_pool(self.settings, dsn=self.settings.database_read_url)
         except BaseException:
             await pool.close()
             raise
@@ -93,8 +97,8 @@ class Client:
             poll_interval=self.settings.poll_interval,
         )
         await waker.start()
-        self._pool, self._waker = pool, waker
-        self.workflows = WorkflowClient(pool, waker, self.settings)
+        self._pool, self._read_pool, self._waker = pool, read_pool, waker
+        self.workflows = WorkflowClient(pool, waker, self.settings, read_pool=read_pool)
         self._kinds: dict[str, TargetKind] = {
             "queue": QueueKind(waker),
             "webhook": WebhookKind(self.settings, waker),
@@ -109,7 +113,7 @@ class Client:
         self.queues = Queues(pool, waker, self.settings)
         #: Schedules managed at run time (`create`, `pause`, `resume`, `trigger`, `delete`).
         self.schedules = Schedules(pool, _Firing(self))
-        self.deliveries = Deliveries(pool, waker, self.settings)
+        self.deliveries = Deliveries(pool, waker, self.settings, read_pool=read_pool)
         #: Refreshes the gauges computed from Postgres (call before exposing `/metrics`).
         self.gauges = GaugeCollector(pool, self.settings)
         return self
@@ -119,6 +123,9 @@ class Client:
         if self._waker is not None:
             await self._waker.close()
             self._waker = None
+        if self._read_pool is not None and self._read_pool is not self._pool:
+            await self._read_pool.close()
+        self._read_pool = None
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -140,6 +147,14 @@ class Client:
         if self._pool is None:
             raise RippleError("client is not connected: use `async with Client() as client:`")
         return self._pool
+
+    @property
+    def read_pool(self) -> Pool:
+        """The pool for list calls and dashboard reads: a replica's with
+        `RIPPLE_DATABASE_READ_URL` (its rows may lag the primary), else `pool`."""
+        if self._read_pool is None:
+            raise RippleError("client is not connected: use `async with Client() as client:`")
+        return self._read_pool
 
     @property
     def waker(self) -> NullWaker:

@@ -7,7 +7,7 @@ Owns validation of configuration only; it opens no connections. A bad value fail
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -30,6 +30,17 @@ class Settings(BaseSettings):
 
     #: Postgres DSN. None: `ripple dev` starts an embedded Postgres under `.ripple/`.
     database_url: str | None = None
+    #: Postgres DSN that bypasses a transaction-mode pooler (PgBouncer), for what needs a
+    #: session: the migration lock. None: migrations use `database_url`.
+    database_direct_url: str | None = None
+    #: Postgres DSN of a read replica for list calls and dashboard pages (which may then lag
+    #: the primary by the replication delay). None: they read the primary.
+    database_read_url: str | None = None
+    #: `transaction` when `database_url` goes through a transaction-mode pooler (PgBouncer
+    #: `pool_mode=transaction`, RDS Proxy, Supavisor): no named prepared statements, no
+    #: session settings at connect (they become `SET LOCAL`), migrations need
+    #: `database_direct_url`. `none`: a direct connection.
+    database_pooler: Literal["none", "transaction"] = "none"
     #: Redis URL used only for wake-up hints. None: no Redis, wake-ups fall back to polling.
     redis_url: str | None = None
     #: Prefix of every Redis channel this deployment uses (lets several share one Redis).
@@ -102,7 +113,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"{cidr!r} is not a CIDR such as 127.0.0.0/8") from exc
         return value
 
-    @field_validator("database_url")
+    @field_validator("database_url", "database_direct_url", "database_read_url")
     @classmethod
     def _pg_url(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("postgres://", "postgresql://")):

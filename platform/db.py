@@ -35,6 +35,7 @@ __all__ = [
     "create_pool",
     "dumps",
     "map_errors",
+    "pooled",
     "quiet_driver_noise",
     "transaction",
 ]
@@ -61,6 +62,29 @@ async def init_connection(conn: Connection) -> None:
         )
 
 
+#: Array types Ripple's statements bind or return; asyncpg introspects them (a catalog query)
+#: the first time a connection meets them.
+_ARRAY_TYPES: Final = ("int4", "int8", "float8", "text", "uuid", "jsonb", "bool", "timestamptz")
+_WARM_TYPES: Final = "SELECT " + ", ".join(
+    f"${n}::{name}[]" for n, name in enumerate(_ARRAY_TYPES, start=1)
+)
+
+
+async def init_pooled_connection(conn: Connection) -> None:
+    """`init_connection` for a connection through a transaction-mode pooler, which also
+    introspects the array types up front, in one transaction with `SET LOCAL jit = off`.
+
+    asyncpg turns JIT off around its type introspection query with session-level statements;
+    through the pooler those land on other server connections, so the query runs with JIT on
+    (seconds on a busy server, holding a server connection all along: a small pool then
+    starves and statements time out). In one transaction they all stay on one server.
+    """
+    await init_connection(conn)
+    async with conn.transaction():
+        await conn.execute("SET LOCAL jit = off")
+        await conn.fetchrow(_WARM_TYPES, *([None] * len(_ARRAY_TYPES)))
+
+
 async def _release_reset(conn: Connection) -> None:
     """What a connection needs when it returns to the pool, beyond asyncpg's own rollback of an
     open transaction: nothing. asyncpg's default reset runs `pg_advisory_unlock_all(); CLOSE
@@ -79,28 +103,51 @@ def _database_url(settings: Settings, dsn: str | None = None) -> str:
     return url
 
 
-async def create_pool(settings: Settings, *, dsn: str | None = None, **kwargs: Any) -> Pool:
+def pooled(settings: Settings) -> bool:
+    """Whether `database_url` (and the read URL) go through a transaction-mode pooler."""
+    return settings.database_pooler == "transaction"
+
+
+def _pooler_options(settings: Settings, direct: bool) -> dict[str, Any]:
+    """Connect options for a connection through a transaction-mode pooler: the server
+    connection may change at every transaction, so a named prepared statement made on one is
+    missing on the next (asyncpg's statement cache would fail with "prepared statement
+    __asyncpg_stmt_N__ does not exist"). With the cache off asyncpg uses the unnamed
+    statement, parsed and executed in one exchange."""
+    if direct or not pooled(settings):
+        return {}
+    return {"statement_cache_size": 0, "init": init_pooled_connection}
+
+
+async def create_pool(
+    settings: Settings, *, dsn: str | None = None, direct: bool = False, **kwargs: Any
+) -> Pool:
     """Open a pool to `dsn` (default `settings.database_url`) with Ripple's codecs.
 
     Connects and statements time out after `settings.db_timeout` (RIPPLE_DB_TIMEOUT) seconds:
     in a database outage a call fails with `Unavailable` instead of hanging. `command_timeout`
-    (a keyword argument) overrides the statement bound (workers: `worker_db_timeout`).
+    (a keyword argument) overrides the statement bound (workers: `worker_db_timeout`). Unless
+    `direct` (a pool on `database_direct_url`), a pool behind a transaction-mode pooler
+    (`RIPPLE_DATABASE_POOLER=transaction`) keeps no prepared statements.
     """
     url = _database_url(settings, dsn)
     quiet_driver_noise()
     command_timeout = kwargs.pop("command_timeout", settings.db_timeout)
     with map_errors():
-        pool: Pool = await asyncpg.create_pool(
-            url,
-            min_size=min(settings.pool_min_size, settings.pool_max_size),
-            max_size=settings.pool_max_size,
-            init=init_connection,
-            # Statement cache stays on: the hot statements are few and fixed.
-            server_settings={"application_name": "ripple"},
-            timeout=settings.db_timeout,
-            command_timeout=command_timeout,
-            **{"reset": _release_reset, **kwargs},
-        )
+        options: dict[str, Any] = {
+            "min_size": min(settings.pool_min_size, settings.pool_max_size),
+            "max_size": settings.pool_max_size,
+            "init": init_connection,
+            # Statement cache stays on (unless pooled): the hot statements are few and fixed.
+            # application_name is the one startup parameter PgBouncer forwards.
+            "server_settings": {"application_name": "ripple"},
+            "timeout": settings.db_timeout,
+            "command_timeout": command_timeout,
+            "reset": _release_reset,
+            **_pooler_options(settings, direct),
+            **kwargs,
+        }
+        pool: Pool = await asyncpg.create_pool(url, **options)
     return pool
 
 
@@ -194,27 +241,54 @@ def quiet_driver_noise() -> None:
 class DedicatedConnection:
     """One connection held for a sequential loop (a worker's claims): no pool hand-off per
     statement, and session settings of its own. Opened on first use; after a failure that
-    `discard()`s it, the next `get()` reconnects."""
+    `discard()`s it, the next `get()` reconnects.
+
+    The settings are startup parameters on a direct connection. A transaction-mode pooler
+    refuses startup parameters other than `application_name` (and would not keep them: the
+    server connection changes between transactions), so there each unit of work runs inside
+    `scoped()`: one transaction that begins with `SET LOCAL` of each setting.
+    """
 
     def __init__(self, settings: Settings, **server_settings: str) -> None:
         self._settings = settings
         self._server_settings = {"application_name": "ripple", **server_settings}
+        self._pooled = pooled(settings)
+        self._local = {k: v for k, v in server_settings.items() if k != "application_name"}
         self._conn: asyncpg.Connection[asyncpg.Record] | None = None
 
     async def get(self) -> asyncpg.Connection[asyncpg.Record]:
         """The open connection (connecting if needed); driver errors are mapped."""
         if self._conn is None or self._conn.is_closed():
+            startup = self._server_settings
+            if self._pooled:
+                startup = {"application_name": startup["application_name"]}
             with map_errors():
                 conn: asyncpg.Connection[asyncpg.Record] = await asyncpg.connect(
-                    _database_url(self._settings), server_settings=self._server_settings
+                    _database_url(self._settings),
+                    server_settings=startup,
+                    statement_cache_size=0 if self._pooled else 100,
                 )
                 try:
-                    await init_connection(conn)
+                    await (init_pooled_connection if self._pooled else init_connection)(conn)
                 except BaseException:
                     conn.terminate()
                     raise
             self._conn = conn
         return self._conn
+
+    @asynccontextmanager
+    async def scoped(self, conn: Connection) -> AsyncIterator[None]:
+        """Statements on `conn` inside this block see the session settings: nothing to do on
+        a direct connection; behind a transaction-mode pooler, one transaction opened with
+        `SET LOCAL` of each (2 extra round trips: BEGIN + SET, and COMMIT)."""
+        if not self._pooled or not self._local:
+            yield
+            return
+        async with conn.transaction():
+            for name, value in self._local.items():
+                # set_config(name, value, is_local) is SET LOCAL with parameters.
+                await conn.execute("SELECT set_config($1, $2, true)", name, value)
+            yield
 
     def discard(self) -> None:
         """Drop the connection after an error (it may be broken or mid-transaction)."""

@@ -3,6 +3,8 @@
 Each migration runs in its own transaction (unless its first line is
 `-- ripple: no-transaction`) under a session advisory lock, so any number of processes may start
 at once. Applied versions are recorded with a checksum; an edited migration is refused.
+Behind a transaction-mode pooler the session lock cannot hold (the server connection changes
+between statements), so `migrate_database` takes it on `RIPPLE_DATABASE_DIRECT_URL`.
 """
 
 from __future__ import annotations
@@ -14,10 +16,17 @@ from importlib import resources
 
 import structlog
 
-from ripple.platform.db import Connection, Pool, map_errors
+from ripple.platform.config import Settings
+from ripple.platform.db import Connection, Pool, create_pool, map_errors, pooled
 from ripple.platform.errors import ConfigError
 
-__all__ = ["Migration", "apply_migrations", "load_migrations", "pending_migrations"]
+__all__ = [
+    "Migration",
+    "apply_migrations",
+    "load_migrations",
+    "migrate_database",
+    "pending_migrations",
+]
 
 log = structlog.get_logger("ripple.migrate")
 
@@ -133,3 +142,29 @@ async def apply_migrations(pool: Pool, migrations: list[Migration] | None = None
                 return len(pending)
             finally:
                 await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
+
+
+async def migrate_database(settings: Settings, pool: Pool) -> int:
+    """Apply pending migrations for a process whose pool is `pool` (on `database_url`).
+
+    Directly connected, that pool does it. Behind a transaction-mode pooler the check runs on
+    `pool` (no lock when nothing is pending) and the migrations on a short-lived connection to
+    `database_direct_url`, because the migration lock is a session lock.
+    """
+    if not pooled(settings):
+        return await apply_migrations(pool)
+    if not await pending_migrations(pool):
+        return 0
+    if settings.database_direct_url is None:
+        raise ConfigError(
+            "migrations are pending and RIPPLE_DATABASE_URL goes through a transaction-mode "
+            "pooler (RIPPLE_DATABASE_POOLER=transaction), where the migration lock cannot "
+            "hold: set RIPPLE_DATABASE_DIRECT_URL to a URL that reaches Postgres directly"
+        )
+    direct = await create_pool(
+        settings, dsn=settings.database_direct_url, direct=True, min_size=1, max_size=1
+    )
+    try:
+        return await apply_migrations(direct)
+    finally:
+        await direct.close()

@@ -303,8 +303,12 @@ async def rotate_secret(
 class Deliveries:
     """Operator view of webhook deliveries, bound to a pool and waker (`Client.deliveries`)."""
 
-    def __init__(self, pool: Pool, waker: Waker, settings: Settings) -> None:
+    def __init__(
+        self, pool: Pool, waker: Waker, settings: Settings, *, read_pool: Pool | None = None
+    ) -> None:
         self._pool = pool
+        #: Where the listing reads (a replica's pool with RIPPLE_DATABASE_READ_URL).
+        self._read_pool = read_pool or pool
         self._waker = waker
         self._settings = settings
 
@@ -318,7 +322,7 @@ class Deliveries:
     ) -> DeliveryPage:
         """A page of deliveries, newest first."""
         return await list_deliveries(
-            self._pool,
+            self._read_pool,
             status=status,
             subscription_id=subscription_id,
             limit=limit,

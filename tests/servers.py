@@ -105,7 +105,7 @@ class PostgresCluster:
     """A throwaway Postgres cluster: `initdb`, start, crash (`stop -m immediate`), freeze all
     its processes (SIGSTOP, as a stalled disk or VM pause would), thaw, restart, remove."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, replica_of: PostgresCluster | None = None) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="ripple-pg-"))
         self.data = self.root / "data"
         self.port = free_port()
@@ -113,6 +113,27 @@ class PostgresCluster:
         if os.geteuid() == 0:  # Postgres refuses to run as root
             shutil.chown(self.root, "postgres", "postgres")
             self._as_user = ["runuser", "-u", "postgres", "--"]
+        if replica_of is not None:
+            # A streaming replica: a base backup of the running primary; -R writes
+            # standby.signal and primary_conninfo, so `start()` begins streaming.
+            self._run(
+                [
+                    _pg_bin("pg_basebackup"),
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(replica_of.port),
+                    "-U",
+                    "postgres",
+                    "-D",
+                    str(self.data),
+                    "-R",
+                    "-X",
+                    "stream",
+                    "--no-sync",
+                ]
+            )
+            return
         self._run(
             [
                 _pg_bin("initdb"),
@@ -134,11 +155,12 @@ class PostgresCluster:
     def _run(self, args: list[str]) -> None:
         subprocess.run([*self._as_user, *args], check=True, capture_output=True)
 
-    def start(self) -> None:
+    def start(self, **settings: str) -> None:
+        """Start (again); `settings` are extra or overriding `-c name=value` options."""
         options = (
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c max_connections=200 -c shared_buffers=32MB"
-        )
+            "-c max_connections=200 -c shared_buffers=32MB -c wal_level=replica"
+        ) + "".join(f" -c {name}={value}" for name, value in settings.items())
         self._run(
             [
                 _pg_bin("pg_ctl"),
@@ -190,4 +212,75 @@ class PostgresCluster:
         with contextlib.suppress(Exception):
             self.thaw(self.pids())
         self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class PgBouncer:
+    """Debian's `pgbouncer` in `pool_mode=transaction` on a free loopback port, in front of the
+    Postgres at `host:port` (every database, trust auth). Few server connections per database
+    (`pool_size`), so consecutive transactions of one client land on different server
+    connections, as they do under load in production: session state cannot survive by luck.
+    Runs as the unprivileged `postgres` user when the tests run as root (pgbouncer refuses
+    root)."""
+
+    def __init__(self, host: str, port: int, *, pool_size: int = 3) -> None:
+        binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+        if not Path(binary).exists():
+            raise RuntimeError("pgbouncer is not installed: run `make pgbouncer` (apt-get)")
+        self.binary = binary
+        self.root = Path(tempfile.mkdtemp(prefix="ripple-pgbouncer-"))
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._as_user: list[str] = []
+        (self.root / "userlist.txt").write_text('"postgres" ""\n')
+        (self.root / "pgbouncer.ini").write_text(
+            "[databases]\n"
+            f"* = host={host} port={port}\n"
+            "[pgbouncer]\n"
+            "listen_addr = 127.0.0.1\n"
+            f"listen_port = {self.port}\n"
+            "unix_socket_dir =\n"
+            "auth_type = trust\n"
+            f"auth_file = {self.root / 'userlist.txt'}\n"
+            "pool_mode = transaction\n"
+            f"default_pool_size = {pool_size}\n"
+            "max_client_conn = 1000\n"
+            "max_db_connections = 0\n"
+            f"logfile = {self.root / 'pgbouncer.log'}\n"
+            "admin_users = postgres\n"
+        )
+        if os.geteuid() == 0:
+            for path in (self.root, *self.root.iterdir()):
+                shutil.chown(path, "postgres", "postgres")
+            self._as_user = ["runuser", "-u", "postgres", "--"]
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [*self._as_user, self.binary, str(self.root / "pgbouncer.ini")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        proc = self.proc
+
+        def up() -> bool:
+            if proc.poll() is not None:
+                log = (self.root / "pgbouncer.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"pgbouncer exited: {log}")
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                return True
+
+        _wait(up, "pgbouncer")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
         shutil.rmtree(self.root, ignore_errors=True)

@@ -126,8 +126,12 @@ def _key_path(debounce: Debounce) -> list[str] | None:
 class WorkflowClient:
     """Start, inspect, cancel and signal workflow runs."""
 
-    def __init__(self, pool: Pool, waker: NullWaker, settings: Settings) -> None:
+    def __init__(
+        self, pool: Pool, waker: NullWaker, settings: Settings, *, read_pool: Pool | None = None
+    ) -> None:
         self.pool = pool
+        #: Where run listings read (a replica's pool with RIPPLE_DATABASE_READ_URL).
+        self.read_pool = read_pool or pool
         self.waker = waker
         self.settings = settings
         #: Definitions seen by this process (start by name validates when known).
@@ -429,7 +433,7 @@ class WorkflowClient:
         if not 1 <= limit <= self.settings.max_page_size:
             raise InvalidInput(f"limit must be 1-{self.settings.max_page_size}", field="limit")
         with map_errors():
-            rows = await self.pool.fetch(
+            rows = await self.read_pool.fetch(
                 store.LIST_RUNS, workflow, status, since, until, parent_run_id, cursor, limit + 1
             )
         items = [Run.from_row(row) for row in rows[:limit]]

@@ -390,11 +390,13 @@ class Worker:
         try:
             conn = await self._claimer.get()
             with map_errors():
-                claims = await store.claim_runs(
-                    conn, self.worker_id, self.settings.lease_seconds, limit, self._pairs
-                )
-                resumed = [c.run_id for c in claims if not c.fresh]
-                journals = await store.load_journals(conn, resumed) if resumed else {}
+                # scoped(): behind a transaction pooler, SET LOCAL synchronous_commit instead.
+                async with self._claimer.scoped(conn):
+                    claims = await store.claim_runs(
+                        conn, self.worker_id, self.settings.lease_seconds, limit, self._pairs
+                    )
+                    resumed = [c.run_id for c in claims if not c.fresh]
+                    journals = await store.load_journals(conn, resumed) if resumed else {}
         except RippleError as exc:
             self._claimer.discard()
             log.warning("worker_claim_failed", error=str(exc))

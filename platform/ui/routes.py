@@ -203,14 +203,15 @@ async def logout(request: Request, form: Form) -> Response:
 @router.get("/")
 async def overview(request: Request, nonce: Session, client: ClientDep) -> Response:
     now = datetime.now(UTC)
+    # Aggregates over many rows: the read replica's, when RIPPLE_DATABASE_READ_URL is set.
     runs = await store.recent_runs(
-        client.pool, now - timedelta(days=1), timedelta(hours=1), buckets=30, now=now
+        client.read_pool, now - timedelta(days=1), timedelta(hours=1), buckets=30, now=now
     )
     created, failed = runs.created, runs.failed
-    async with client.pool.acquire() as conn:
+    async with client.read_pool.acquire() as conn:
         webhooks = await select_webhook_gauges(conn)
     live = client.settings.lease_seconds * LIVE_LEASES
-    stranded = await store.stranded_sample(client.pool, live)
+    stranded = await store.stranded_sample(client.read_pool, live)
     failing_ids = {w.subscription_id for w in webhooks if w.failing}
     failing = [s for s in await client.list_subscriptions() if s.id in failing_ids]
     queues = await _queue_rows(client)

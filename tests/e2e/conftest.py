@@ -61,8 +61,14 @@ def module_database_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def ripple_env(module_database_url: str, redis_url: str) -> dict[str, str]:
     """Environment of `ripple` processes of this module: its database, Redis and prefix."""
+    return ripple_environment(module_database_url, redis_url)
+
+
+def ripple_environment(database_url: str, redis_url: str, **extra: str) -> dict[str, str]:
+    """The `ripple_env` of a module whose database is `database_url`, plus `extra`."""
     return base_env(
-        RIPPLE_DATABASE_URL=module_database_url,
+        **extra,
+        RIPPLE_DATABASE_URL=database_url,
         RIPPLE_REDIS_URL=redis_url,
         RIPPLE_REDIS_PREFIX=f"e2e{uuid.uuid4().hex[:10]}:",
         RIPPLE_POLL_INTERVAL="0.25",

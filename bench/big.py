@@ -1,0 +1,210 @@
+"""`make bench-big`: Ripple on big tables, and retention by DELETE against a partition drop.
+
+Seeds (generate_series SQL, on a Postgres cluster of its own so WAL and timings are the
+benchmark's alone) RIPPLE_BIG_EVENTS events spread over 8 days, RIPPLE_BIG_RUNS completed runs
+over 40 days and RIPPLE_BIG_STEPS journal rows among them (defaults 10M / 1M / 10M; seeding
+that much takes long on a small machine: measure smaller first). Then measures, with fsync on:
+claim latency (claims among 2,000 pending runs), publish latency (fan-out to a queue), list
+pages (first and 10th page of runs), and one retention sweep of the sweeper's own statements
+(events older than 7 days; runs past 30 days with their journals): time and WAL bytes
+(`pg_current_wal_lsn()` before and after). The same expired events are then put in a
+partition of a range-partitioned copy with the same indexes, and dropped: time and WAL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from bench.common import bench_database, report, summary
+from ripple.platform import sweeper_store
+from ripple.platform.client import Client
+from ripple.subscribers import QueueTarget
+from ripple.workflows import store
+from tests.servers import PostgresCluster
+
+EVENTS = int(os.environ.get("RIPPLE_BIG_EVENTS", "10000000"))
+RUNS = int(os.environ.get("RIPPLE_BIG_RUNS", "1000000"))
+STEPS = int(os.environ.get("RIPPLE_BIG_STEPS", "10000000"))
+DAY = 86_400.0
+
+# A time-ordered uuid (48-bit millisecond prefix, like uuid7) of timestamp $ts for row $g.
+_UUID = "(lpad(to_hex((extract(epoch FROM {ts}) * 1000)::bigint), 12, '0') || '7' || substr(md5({g}::text), 1, 19))::uuid"  # noqa: E501
+
+SEED_EVENTS = f"""
+INSERT INTO ripple_events (id, topic, payload, created_at, subscriptions_version)
+SELECT {_UUID.format(ts="t", g="g")}, 'big.t' || (g % 50),
+       jsonb_build_object('n', g, 'user', jsonb_build_object('id', g % 100000)), t, 1
+FROM generate_series(1, $1::bigint) AS g,
+     LATERAL (SELECT now() - interval '8 days' + (g::float8 / $1) * interval '8 days') AS x(t)
+"""
+# Run g: created over the last 40 days, completed a second later.
+# $3 is one timestamp for both statements, so a journal row's run id is its run's.
+_RUN_TIME = "$3::timestamptz - interval '40 days' + ({g}::float8 / $1) * interval '40 days'"
+SEED_RUNS = f"""
+INSERT INTO ripple_runs (run_id, workflow, version, status, output, attempt, step_count,
+                         created_at, started_at, completed_at, updated_at)
+SELECT {_UUID.format(ts=_RUN_TIME.format(g="g"), g="g")}::text, 'noop3', 1, 'completed',
+       'null'::jsonb, 1, $2, t, t, t + interval '1 second', t + interval '1 second'
+FROM generate_series(1, $1::bigint) AS g,
+     LATERAL (SELECT {_RUN_TIME.format(g="g")}) AS x(t)
+"""
+SEED_STEPS = f"""
+INSERT INTO ripple_steps (run_id, key, seq, kind, status, attempts, output, started_at,
+                          completed_at)
+SELECT {_UUID.format(ts=_RUN_TIME.format(g="r"), g="r")}::text, 's' || k, k, 'step',
+       'completed', 1, '{{"ok": true}}'::jsonb, now(), now()
+FROM generate_series(1, $1::bigint) AS r, generate_series(1, $2::int) AS k
+"""
+PARTITIONED = """
+CREATE TABLE big_events (LIKE ripple_events INCLUDING DEFAULTS) PARTITION BY RANGE (created_at);
+CREATE INDEX ON big_events (created_at);
+CREATE INDEX ON big_events (topic, created_at);
+CREATE INDEX ON big_events (id);
+CREATE TABLE big_events_old PARTITION OF big_events
+    FOR VALUES FROM (MINVALUE) TO (now() - interval '7 days');
+CREATE TABLE big_events_new PARTITION OF big_events
+    FOR VALUES FROM (now() - interval '7 days') TO (MAXVALUE);
+"""
+
+
+async def _wal(conn: asyncpg.Connection[Any]) -> str:
+    return str(await conn.fetchval("SELECT pg_current_wal_lsn()::text"))
+
+
+async def _measured(
+    conn: asyncpg.Connection[Any], work: Callable[[], Awaitable[int]]
+) -> tuple[int, float, int]:
+    """Rows `work` reports, its seconds, and the WAL bytes written meanwhile (after a
+    checkpoint, so both sides pay the first-touch full-page images)."""
+    await conn.execute("CHECKPOINT")
+    start = await _wal(conn)
+    t0 = time.perf_counter()
+    rows = await work()
+    elapsed = time.perf_counter() - t0
+    wal = await conn.fetchval(
+        "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)", start
+    )
+    return rows, elapsed, int(wal)
+
+
+async def _timed(call: Callable[[], Awaitable[Any]], n: int) -> list[float]:
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        await call()
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+async def seed(conn: asyncpg.Connection[Any]) -> None:
+    per_run = max(1, STEPS // max(RUNS, 1))
+    anchor = datetime.now(UTC)
+    for label, sql, args in (
+        ("events", SEED_EVENTS, (EVENTS,)),
+        ("runs", SEED_RUNS, (RUNS, per_run, anchor)),
+        ("journal rows", SEED_STEPS, (RUNS, per_run, anchor)),
+    ):
+        t0 = time.perf_counter()
+        await conn.execute(sql, *args, timeout=None)
+        report(f"  seeded {label}", f"in {time.perf_counter() - t0:,.0f} s")
+    await conn.execute("VACUUM ANALYZE", timeout=None)
+    size = await conn.fetchval("SELECT pg_size_pretty(pg_database_size(current_database()))")
+    report("  database size", str(size))
+
+
+async def measure(client: Client, conn: asyncpg.Connection[Any]) -> None:
+    await client.subscribe("big.#", QueueTarget("big-audit"))
+    for batch in range(20):
+        await asyncio.gather(*(client.start("noop3", {"b": batch}) for _ in range(100)))
+    pairs = [("noop3", 1)]
+    claims = await _timed(lambda: store.claim_runs(conn, "bench", 30.0, 10, pairs), 150)
+    report("claim latency (10 of 2,000 pending)", summary(claims))
+    n = iter(range(10**9))
+    publishes = await _timed(lambda: client.publish("big.t1", {"n": next(n)}), 200)
+    report("publish latency (fan-out to a queue)", summary(publishes))
+    first = await _timed(lambda: client.list_runs("noop3", limit=50), 30)
+    report("list runs, first page of 50", summary(first))
+    cursor = None
+    for _ in range(9):
+        cursor = (await client.list_runs("noop3", limit=50, cursor=cursor)).next_cursor
+    tenth = await _timed(lambda: client.list_runs("noop3", limit=50, cursor=cursor), 30)
+    report("list runs, 10th page of 50", summary(tenth))
+    failed = await _timed(lambda: client.list_runs(status="failed", limit=50), 10)
+    report("list runs by status with no match", summary(failed))
+
+    # The partitioned copy of the expired events (not timed): what a partition drop retires.
+    await conn.execute(PARTITIONED)
+    await conn.execute(
+        "INSERT INTO big_events SELECT * FROM ripple_events "
+        "WHERE created_at < now() - interval '7 days'",
+        timeout=None,
+    )
+
+    async def sweep_events() -> int:
+        total = 0
+        while deleted := await sweeper_store.delete_old_events(conn, 7 * DAY, 500):
+            total += deleted
+        return total
+
+    rows, took, wal = await _measured(conn, sweep_events)
+    report(
+        "retention sweep: events by DELETE",
+        f"{rows:,} rows in {took:,.1f} s, WAL {wal / 2**20:,.1f} MiB "
+        f"({wal / max(rows, 1):,.0f} B/row), batches of 500",
+    )
+
+    async def drop_partition() -> int:
+        count = int(await conn.fetchval("SELECT count(*) FROM big_events_old"))
+        await conn.execute("DROP TABLE big_events_old")
+        return count
+
+    rows, took, wal = await _measured(conn, drop_partition)
+    report(
+        "retention sweep: same events by partition drop",
+        f"{rows:,} rows in {took:,.2f} s, WAL {wal / 2**10:,.1f} KiB",
+    )
+
+    async def sweep_runs() -> int:
+        total = 0
+        while True:
+            counts, more = await sweeper_store.delete_expired_runs(
+                conn, 90 * DAY, 500, 30 * DAY, 5000
+            )
+            total += counts["runs"] + counts["steps"]
+            if not more:
+                return total
+
+    rows, took, wal = await _measured(conn, sweep_runs)
+    report(
+        "retention sweep: runs + journals by DELETE",
+        f"{rows:,} rows in {took:,.1f} s, WAL {wal / 2**20:,.1f} MiB "
+        f"({wal / max(rows, 1):,.0f} B/row)",
+    )
+
+
+async def run() -> None:
+    cluster = PostgresCluster()
+    cluster.start(shared_buffers="256MB", max_wal_size="8GB", checkpoint_timeout="30min")
+    try:
+        report("bench-big", f"{EVENTS:,} events, {RUNS:,} runs, {STEPS:,} journal rows")
+        async with (
+            bench_database(cluster.url, db_timeout=3600.0) as db,
+            Client(settings=db.settings) as client,
+        ):
+            conn = await asyncpg.connect(db.url)
+            try:
+                await seed(conn)
+                await conn.execute("ALTER SYSTEM SET fsync = on")
+                await conn.execute("SELECT pg_reload_conf()")
+                await measure(client, conn)
+            finally:
+                await conn.close()
+    finally:
+        cluster.remove()
