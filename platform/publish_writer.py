@@ -4,7 +4,7 @@
 batch (one insert for all events, one per batch-capable kind, one wait probe). `GroupCommitter`
 collects concurrent publishes that own no transaction and commits them together (group
 commit), falling back to one transaction per event when a batch fails, so one bad event fails
-alone. Knows no subscriber kind: kinds may offer `fan_out_batch` (see `BatchTargetKind`).
+alone. Knows no subscriber kind: each kind's `fan_out` writes a whole batch at once.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final
 
 import structlog
 
 from ripple.platform import db, event_store, metrics
 from ripple.platform.fanout import EventWaitResolver, PublishedEvent, SubscriptionRow, TargetKind
 
-__all__ = ["BatchTargetKind", "GroupCommitter", "PendingEvent", "WrittenEvent", "write_events"]
+__all__ = ["GroupCommitter", "PendingEvent", "WrittenEvent", "write_events"]
 
 log = structlog.get_logger("ripple.publish")
 
@@ -27,19 +27,6 @@ log = structlog.get_logger("ripple.publish")
 MAX_GROUP: Final = 200
 #: Group commits in flight at once (each holds one pooled connection).
 MAX_FLUSHERS: Final = 3
-
-
-@runtime_checkable
-class BatchTargetKind(Protocol):
-    """A kind that writes the deliveries of many events in one statement."""
-
-    async def fan_out_batch(
-        self,
-        conn: db.Connection,
-        items: Sequence[tuple[PublishedEvent, Sequence[SubscriptionRow]]],
-    ) -> list[int]:
-        """Write deliveries for every (event, subscriptions); per-item counts, in order."""
-        ...
 
 
 @dataclass(slots=True)
@@ -103,10 +90,7 @@ async def write_events(
             for i in items
             if i.event_id in events and i.by_kind.get(kind_name)
         ]
-        if isinstance(kind, BatchTargetKind):
-            written = await kind.fan_out_batch(conn, work)
-        else:
-            written = [await kind.fan_out(conn, event, rows) for event, rows in work]
+        written = await kind.fan_out(conn, work)
         for (event, _), n in zip(work, written, strict=True):
             counts[event.event_id] += n
         metrics.DELIVERIES.labels(kind_name, "created").inc(sum(written))

@@ -8,6 +8,7 @@ a `Connection` so callers compose one transaction; no HTTP and no policy decisio
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,7 +30,6 @@ __all__ = [
     "fail_orphans",
     "finish_attempts",
     "get_delivery",
-    "insert_deliveries",
     "list_attempts",
     "list_deliveries",
     "mark_delivered",
@@ -61,26 +61,19 @@ class DeliveryStatus:
 #: The replay id of live deliveries (replays get a fresh one: see migration 0010).
 LIVE_REPLAY_ID: Final = "00000000-0000-0000-0000-000000000000"
 
-# $1 delivery ids uuid[], $2 subscription ids uuid[], $3 event id, $4 topic, $5 payload,
-# $6 event time, $7 trace context
-INSERT_DELIVERIES: Final = """
-INSERT INTO ripple_webhook_deliveries
-    (id, subscription_id, event_id, topic, payload, event_time, trace)
-SELECT d.id, d.sub, $3, $4, $5, $6, $7
-FROM unnest($1::uuid[], $2::uuid[]) AS d(id, sub)
-ON CONFLICT (event_id, subscription_id, replay_id) DO NOTHING
-"""
-
 # $1 delivery ids uuid[], $2 subscription ids uuid[], $3 event ids uuid[], $4 topics text[],
-# $5 payloads jsonb[], $6 event times timestamptz[], $7 trace contexts jsonb[], $8 replay ids
-# uuid[] (the nil uuid for live deliveries): the deliveries of many events in one statement (a
-# publish group commit, a backfill or replay batch; see ripple.platform.publish_writer)
+# $5 payloads text[] (JSON text), $6 event times timestamptz[], $7 trace contexts jsonb[], $8
+# replay ids uuid[] (the nil uuid for live deliveries): the deliveries of many events in one
+# statement (a publish group commit, a backfill or replay batch; see
+# ripple.platform.publish_writer); returns the event id of each delivery written.
 INSERT_DELIVERIES_BATCH: Final = """
 INSERT INTO ripple_webhook_deliveries
     (id, subscription_id, event_id, topic, payload, event_time, trace, replay_id)
-SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::jsonb[],
-                     $6::timestamptz[], $7::jsonb[], $8::uuid[])
+SELECT i, s, e, t, p::jsonb, w, c, r
+FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[],
+            $6::timestamptz[], $7::jsonb[], $8::uuid[]) AS d(i, s, e, t, p, w, c, r)
 ON CONFLICT (event_id, subscription_id, replay_id) DO NOTHING
+RETURNING event_id
 """
 
 # $1 batch size, $2 subscription ids to skip (saturated endpoints), $3/$4 in-flight counts
@@ -432,45 +425,21 @@ def parse_uuid(value: str) -> uuid.UUID | None:
         return None
 
 
-async def insert_deliveries(
-    conn: Connection,
-    ids: Sequence[str],
-    subscription_ids: Sequence[str],
-    *,
-    event_id: str,
-    topic: str,
-    payload: Any,
-    event_time: datetime,
-    trace: dict[str, str] | None,
-) -> int:
-    """Insert one pending delivery per subscription (skipping existing pairs); return how many."""
-    status = await conn.execute(
-        INSERT_DELIVERIES,
-        list(ids),
-        list(subscription_ids),
-        event_id,
-        topic,
-        payload,
-        event_time,
-        trace,
-    )
-    return int(status.rsplit(" ", 1)[-1])
-
-
 async def insert_deliveries_batch(
     conn: Connection,
     ids: Sequence[str],
     subscription_ids: Sequence[str],
     event_ids: Sequence[str],
     topics: Sequence[str],
-    payloads: Sequence[Any],
+    payloads: Sequence[str],
     event_times: Sequence[datetime],
     traces: Sequence[dict[str, str] | None],
     replay_ids: Sequence[str] | None = None,
-) -> int:
+) -> Counter[str]:
     """Insert pending deliveries of many events (skipping existing (event, subscription,
-    replay) triples); return how many. `replay_ids`: None for live deliveries."""
-    status = await conn.execute(
+    replay) triples); how many were written, by event id. `payloads` are JSON text;
+    `replay_ids`: None for live deliveries."""
+    rows = await conn.fetch(
         INSERT_DELIVERIES_BATCH,
         list(ids),
         list(subscription_ids),
@@ -481,7 +450,7 @@ async def insert_deliveries_batch(
         list(traces),
         list(replay_ids) if replay_ids is not None else [LIVE_REPLAY_ID] * len(ids),
     )
-    return int(status.rsplit(" ", 1)[-1])
+    return Counter(str(row[0]) for row in rows)
 
 
 async def claim_due(

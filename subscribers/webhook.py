@@ -21,7 +21,7 @@ from ripple.platform import subscription_store
 from ripple.platform.config import Settings
 from ripple.platform.db import Connection, Pool, transaction
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
-from ripple.platform.fanout import PublishedEvent, SubscriptionRow
+from ripple.platform.fanout import FanOutItem, PublishedEvent, SubscriptionRow
 from ripple.platform.ids import new_id
 from ripple.platform.wake import DeliveriesReady, SubscriptionsChanged, Waker
 from ripple.subscribers import delivery_store as store
@@ -118,46 +118,24 @@ class WebhookKind:
         out["type"] = self.kind
         return out
 
-    async def fan_out(
-        self, conn: Connection, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]
-    ) -> int:
-        """One pending delivery per subscription, due now; idempotent per (event, sub)."""
-        if not subscriptions:
-            return 0
-        if event.replay_id is not None:
-            return (await self.fan_out_batch(conn, [(event, subscriptions)]))[0]
-        return await store.insert_deliveries(
-            conn,
-            [new_id() for _ in subscriptions],
-            [sub.id for sub in subscriptions],
-            event_id=event.event_id,
-            topic=event.topic,
-            payload=event.payload,
-            event_time=event.created_at,
-            trace=event.trace,
-        )
-
-    async def fan_out_batch(
-        self,
-        conn: Connection,
-        items: Sequence[tuple[PublishedEvent, Sequence[SubscriptionRow]]],
-    ) -> list[int]:
-        """The deliveries of a whole publish group in one statement (added by helper B)."""
+    async def fan_out(self, conn: Connection, items: Sequence[FanOutItem]) -> list[int]:
+        """One pending delivery per (event, subscription), due now, in one statement;
+        idempotent per (event, subscription, replay). A repeat counts zero."""
         pairs = [(event, sub) for event, subscriptions in items for sub in subscriptions]
-        if pairs:
-            await store.insert_deliveries_batch(
-                conn,
-                [new_id() for _ in pairs],
-                [sub.id for _, sub in pairs],
-                [event.event_id for event, _ in pairs],
-                [event.topic for event, _ in pairs],
-                [event.payload for event, _ in pairs],
-                [event.created_at for event, _ in pairs],
-                [event.trace for event, _ in pairs],
-                [event.replay_id or store.LIVE_REPLAY_ID for event, _ in pairs],
-            )
-        # New events only reach here, so every pair is a new delivery.
-        return [len(subscriptions) for _, subscriptions in items]
+        if not pairs:
+            return [0] * len(items)
+        written = await store.insert_deliveries_batch(
+            conn,
+            [new_id() for _ in pairs],
+            [sub.id for _, sub in pairs],
+            [event.event_id for event, _ in pairs],
+            [event.topic for event, _ in pairs],
+            [event.payload_text() for event, _ in pairs],
+            [event.created_at for event, _ in pairs],
+            [event.trace for event, _ in pairs],
+            [event.replay_id or store.LIVE_REPLAY_ID for event, _ in pairs],
+        )
+        return [written[event.event_id] for event, _ in items]
 
     def after_commit(self, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]) -> None:
         """Wake dispatchers. Never raises."""

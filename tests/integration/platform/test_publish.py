@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 from ripple.platform.config import Settings
 from ripple.platform.db import Connection, Pool, create_pool
 from ripple.platform.errors import InvalidInput, NotFound
-from ripple.platform.fanout import PublishedEvent, SubscriptionRow
+from ripple.platform.fanout import FanOutItem, PublishedEvent, SubscriptionRow
 from ripple.platform.publish import Publisher
 from ripple.platform.queues import Queues
 from ripple.platform.subscriptions import Subscriptions
@@ -233,12 +233,11 @@ class ExplodingKind:
     async def validate(self, target: dict[str, object]) -> dict[str, object]:
         return await self._inner.validate(target)
 
-    async def fan_out(
-        self, conn: Connection, event: PublishedEvent, subs: Sequence[SubscriptionRow]
-    ) -> int:
-        if isinstance(event.payload, dict) and event.payload.get("boom"):
-            raise InvalidInput("boom")
-        return await self._inner.fan_out(conn, event, subs)
+    async def fan_out(self, conn: Connection, items: Sequence[FanOutItem]) -> list[int]:
+        for event, _ in items:
+            if isinstance(event.payload, dict) and event.payload.get("boom"):
+                raise InvalidInput("boom")
+        return await self._inner.fan_out(conn, items)
 
     def after_commit(self, event: PublishedEvent, subs: Sequence[SubscriptionRow]) -> None:
         self._inner.after_commit(event, subs)

@@ -58,7 +58,7 @@ class Hooks:
             created_at=datetime.now(UTC),
         )
         async with transaction(self.pool) as conn:
-            await self.kind.fan_out(conn, event, subs)
+            await self.kind.fan_out(conn, [(event, subs)])
         return event
 
     async def deliveries(self, sub: SubscriptionRow) -> list[dict[str, Any]]:

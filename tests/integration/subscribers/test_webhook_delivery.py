@@ -229,7 +229,7 @@ async def test_webhook_kind__fan_out_is_idempotent_per_event_and_subscription(
     from ripple.platform.db import transaction
 
     async with transaction(pool) as conn:
-        assert await hooks.kind.fan_out(conn, event, [sub]) == 0
+        assert await hooks.kind.fan_out(conn, [(event, [sub])]) == [0]
     assert len(await hooks.deliveries(sub)) == 1
 
 
