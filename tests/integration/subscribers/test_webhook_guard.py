@@ -223,6 +223,44 @@ async def test_webhook_dispatcher__slow_endpoint_does_not_block_others(
     assert [r["attempts"] for r in slow_rows].count(1) == len(slow.received)
 
 
+async def test_webhook_dispatcher__slow_endpoints_holding_most_slots_do_not_starve_others(
+    pool: Pool, hook_settings: Settings, hooks: Hooks
+) -> None:
+    # 20 slots, 4 per endpoint: four hung endpoints hold 16, leaving fewer free slots than a
+    # refill batch (a quarter of 20); the fast endpoint must still be claimed and delivered.
+    settings = hook_settings.model_copy(
+        update={
+            "webhook_concurrency": 20,
+            "webhook_endpoint_concurrency": 4,
+            "webhook_origin_concurrency": 20,
+        }
+    )
+    slow = Sink()
+    slow.responder = lambda _r, _n: slow.hang()
+    async with slow, Sink() as fast:
+        slow_subs = [await hooks.subscribe(slow.url(f"/s{i}"), timeout=120) for i in range(4)]
+        fast_sub = await hooks.subscribe(fast.url())
+        for sub in slow_subs:
+            for _ in range(4):
+                await hooks.publish([sub])
+        d = WebhookDispatcher(pool, NullWaker(), settings)
+        task = asyncio.create_task(d.run())
+        try:
+            await assert_eventually(lambda: len(slow.received) == 16, timeout=20)
+            for _ in range(10):
+                await hooks.publish([fast_sub])
+
+            async def fast_done() -> bool:
+                rows = await hooks.deliveries(fast_sub)
+                return all(r["status"] == "delivered" for r in rows)
+
+            await assert_eventually(fast_done, timeout=20)
+            assert len(fast.received) == 10
+        finally:
+            d.stop()
+            await asyncio.wait_for(task, 15)
+
+
 async def test_webhook_dispatcher__lost_lease_is_retried_and_stale_claim_fenced(
     pool: Pool, hook_settings: Settings, hooks: Hooks
 ) -> None:
