@@ -32,12 +32,6 @@ __all__ = [
     "get_delivery",
     "list_attempts",
     "list_deliveries",
-    "mark_delivered",
-    "mark_failed",
-    "mark_retry",
-    "record_attempt",
-    "record_failure",
-    "record_success",
     "redrive",
     "redrive_failed",
     "release_claims",
@@ -124,32 +118,6 @@ FROM unnest($1::uuid[], $2::uuid[]) AS c(id, token)
 WHERE d.id = c.id AND d.claim_token = c.token AND d.status = 'pending'
 """
 
-# $1 id, $2 claim token, $3 status code
-MARK_DELIVERED: Final = """
-UPDATE ripple_webhook_deliveries
-SET status = 'delivered', claim_token = NULL, last_status_code = $3, last_error = NULL,
-    delivered_at = now(), updated_at = now()
-WHERE id = $1 AND claim_token = $2 AND status = 'pending'
-RETURNING id
-"""
-
-# $1 id, $2 claim token, $3 delay seconds, $4 status code, $5 error
-MARK_RETRY: Final = """
-UPDATE ripple_webhook_deliveries
-SET claim_token = NULL, next_attempt_at = now() + make_interval(secs => $3),
-    last_status_code = $4, last_error = $5, updated_at = now()
-WHERE id = $1 AND claim_token = $2 AND status = 'pending'
-RETURNING id
-"""
-
-# $1 id, $2 claim token, $3 status code, $4 error
-MARK_FAILED: Final = """
-UPDATE ripple_webhook_deliveries
-SET status = 'failed', claim_token = NULL, last_status_code = $3, last_error = $4,
-    updated_at = now()
-WHERE id = $1 AND claim_token = $2 AND status = 'pending'
-RETURNING id
-"""
 # $1 delivery ids uuid[], $2 claim tokens uuid[], $3 statuses text[], $4 retry delays
 # float8[], $5 status codes int[], $6 last errors text[], $7 attempts int[], $8 started at
 # timestamptz[], $9 latencies float8[], $10 outcomes text[], $11 errors text[], $12 response
@@ -213,32 +181,6 @@ WITH i AS (
 SELECT i.id, d.id IS NOT NULL AS owned,
        COALESCE(NOT i.healthy AND h.exhausted, false) AS exhausted
 FROM i LEFT JOIN d ON d.id = i.id LEFT JOIN h ON h.subscription_id = d.subscription_id
-"""
-
-# $1 delivery id, $2 attempt, $3 started at, $4 latency ms, $5 outcome, $6 status code,
-# $7 error, $8 response body head
-INSERT_ATTEMPT: Final = """
-INSERT INTO ripple_webhook_attempts
-    (delivery_id, attempt, started_at, latency_ms, outcome, status_code, error, response_body)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-"""
-
-# $1 subscription id
-HEALTH_SUCCESS: Final = """
-INSERT INTO ripple_webhook_health (subscription_id, failing_since, last_success_at)
-VALUES ($1, NULL, now())
-ON CONFLICT (subscription_id)
-DO UPDATE SET failing_since = NULL, last_success_at = now()
-"""
-
-# $1 subscription id, $2 disable-after seconds
-# Returns whether the subscription has now been failing continuously for that long.
-HEALTH_FAILURE: Final = """
-INSERT INTO ripple_webhook_health AS h (subscription_id, failing_since, last_failure_at)
-VALUES ($1, now(), now())
-ON CONFLICT (subscription_id)
-DO UPDATE SET failing_since = COALESCE(h.failing_since, now()), last_failure_at = now()
-RETURNING h.failing_since, now() - h.failing_since >= make_interval(secs => $2) AS exhausted
 """
 
 # $1 subscription id, $2 reason
@@ -542,71 +484,6 @@ async def release_claims(conn: Connection, claims: Sequence[ClaimedDelivery]) ->
         RELEASE_CLAIMS, [uuid.UUID(c.id) for c in claims], [c.claim_token for c in claims]
     )
     return int(status.rsplit(" ", 1)[-1])
-
-
-async def record_attempt(
-    conn: Connection,
-    delivery_id: str,
-    attempt: int,
-    *,
-    started_at: datetime,
-    latency_ms: float,
-    outcome: str,
-    status_code: int | None,
-    error: str | None,
-    response_body: str | None,
-) -> None:
-    """Record one attempt."""
-    await conn.execute(
-        INSERT_ATTEMPT,
-        delivery_id,
-        attempt,
-        started_at,
-        latency_ms,
-        outcome,
-        status_code,
-        error,
-        response_body,
-    )
-
-
-async def mark_delivered(
-    conn: Connection, delivery_id: str, token: uuid.UUID, status_code: int
-) -> bool:
-    """Delivered; False if the claim was lost (another dispatcher owns the delivery now)."""
-    return await conn.fetchval(MARK_DELIVERED, delivery_id, token, status_code) is not None
-
-
-async def mark_retry(
-    conn: Connection,
-    delivery_id: str,
-    token: uuid.UUID,
-    *,
-    delay: float,
-    status_code: int | None,
-    error: str,
-) -> bool:
-    """Due again after `delay` seconds; False if the claim was lost."""
-    row = await conn.fetchval(MARK_RETRY, delivery_id, token, delay, status_code, error)
-    return row is not None
-
-
-async def mark_failed(
-    conn: Connection, delivery_id: str, token: uuid.UUID, *, status_code: int | None, error: str
-) -> bool:
-    """Dead letter; False if the claim was lost."""
-    return await conn.fetchval(MARK_FAILED, delivery_id, token, status_code, error) is not None
-
-
-async def record_success(conn: Connection, subscription_id: str) -> None:
-    """The subscription's endpoint is healthy again."""
-    await conn.execute(HEALTH_SUCCESS, subscription_id)
-
-
-async def record_failure(conn: Connection, subscription_id: str, disable_after: float) -> bool:
-    """Note a failure; True once the endpoint has failed continuously for `disable_after` s."""
-    row = await conn.fetchrow(HEALTH_FAILURE, subscription_id, disable_after)
-    return bool(row is not None and row["exhausted"])
 
 
 async def disable_subscription(conn: Connection, subscription_id: str, reason: str) -> bool:

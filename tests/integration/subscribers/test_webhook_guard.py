@@ -284,10 +284,21 @@ async def test_webhook_dispatcher__lost_lease_is_retried_and_stale_claim_fenced(
         (row,) = await hooks.deliveries(sub)
         assert (row["status"], row["attempts"]) == ("delivered", 2)
         # the dead dispatcher's late write is refused
+        late = store.FinishedAttempt(
+            delivery=dead,
+            status="failed",
+            delay=0.0,
+            status_code=None,
+            last_error="late",
+            started_at=datetime.now(UTC),
+            latency_ms=1.0,
+            outcome="failed",
+            error="late",
+            response_body=None,
+            healthy=False,
+        )
         async with transaction(pool) as conn:
-            assert not await store.mark_failed(
-                conn, dead.id, dead.claim_token, status_code=None, error="late"
-            )
+            assert await store.finish_attempts(conn, [late], 60.0) == [(False, False)]
     (row,) = await hooks.deliveries(sub)
     assert row["status"] == "delivered"
     assert len(sink.received) == 1
