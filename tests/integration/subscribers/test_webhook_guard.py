@@ -12,8 +12,8 @@ from ripple.platform.config import Settings
 from ripple.platform.db import Pool, transaction
 from ripple.platform.wake import NullWaker
 from ripple.subscribers import delivery_store as store
-from ripple.subscribers import webhook
 from ripple.subscribers.dispatcher import WebhookDispatcher
+from ripple.subscribers.webhook import Deliveries
 from tests.helpers import assert_eventually
 from tests.integration.subscribers.conftest import Hooks
 from tests.integration.subscribers.webhook_sink import Received, Reply, Sink
@@ -62,7 +62,7 @@ async def test_webhook_dispatcher__refuses_private_address_at_delivery(
 
 
 async def test_webhook_dispatcher__each_connection_uses_the_resolution_it_checked(
-    pool: Pool, hook_settings: Settings, hooks: Hooks
+    ops: Deliveries, pool: Pool, hook_settings: Settings, hooks: Hooks
 ) -> None:
     # DNS rebinding: the host first answers loopback (allowed here), then cloud metadata. Each
     # new connection resolves once, checks that answer and connects to it, so the second
@@ -87,7 +87,7 @@ async def test_webhook_dispatcher__each_connection_uses_the_resolution_it_checke
     assert sorted(r["status"] for r in rows) == ["delivered", "pending"]
     (blocked,) = [r for r in rows if r["status"] == "pending"]
     assert "cloud metadata" in blocked["last_error"]
-    attempts = await webhook.list_attempts(pool, str(blocked["id"]))
+    attempts = await ops.attempts(str(blocked["id"]))
     assert attempts[0].error is not None
     assert attempts[0].error.startswith("BlockedAddress")
 
@@ -108,7 +108,7 @@ async def test_webhook_dispatcher__one_refused_answer_refuses_the_host(
 
 
 async def test_webhook_dispatcher__endless_response_body_is_not_buffered(
-    pool: Pool, hook_settings: Settings, hooks: Hooks
+    ops: Deliveries, pool: Pool, hook_settings: Settings, hooks: Hooks
 ) -> None:
     # The endpoint answers 200 and then streams body bytes forever: the attempt reads its
     # capped excerpt, counts as delivered and drops the connection instead of reading on.
@@ -132,7 +132,7 @@ async def test_webhook_dispatcher__endless_response_body_is_not_buffered(
         server.close()
     (row,) = await hooks.deliveries(sub)
     assert (row["status"], row["last_status_code"]) == ("delivered", 200)
-    (attempt,) = await webhook.list_attempts(pool, str(row["id"]))
+    (attempt,) = await ops.attempts(str(row["id"]))
     assert attempt.response_body == "x" * 2048
 
 
