@@ -30,7 +30,7 @@ from ripple.platform import subscription_store
 from ripple.platform.config import Settings
 from ripple.platform.db import Connection, Pool, map_errors, transaction
 from ripple.platform.errors import RippleError
-from ripple.platform.metrics import DELIVERIES, WEBHOOK_ENDPOINT_FAILING
+from ripple.platform.metrics import DELIVERIES
 from ripple.platform.tracing import recording, span
 from ripple.platform.wake import CH_DELIVERIES, SubscriptionsChanged, Waker
 from ripple.subscribers import delivery_store as store
@@ -523,11 +523,10 @@ class WebhookDispatcher:
         latency_ms: float,
         disabled_reason: str | None,
     ) -> None:
-        sub = delivery.subscription_id
         DELIVERIES.labels(kind="webhook", outcome=decision.action).inc()
-        WEBHOOK_ENDPOINT_FAILING.labels(subscription=sub).set(
-            0 if decision.action == "delivered" else 1
-        )
+        # `webhook_endpoint_failing` is not set here: the gauge collector recomputes it from
+        # Postgres before each scrape and removes deleted subscriptions' series; set per
+        # attempt, a worker kept one series per subscription it ever saw, deleted or not.
         fields = {"status_code": status_code, "latency_ms": round(latency_ms, 1)}
         if decision.action == "delivered":
             log.info("webhook_delivered", **fields)

@@ -294,3 +294,27 @@ async def test_webhook_list_deliveries__filters_and_pages(
     with pytest.raises(InvalidInput):
         await ops.list(status="nope")
     _ = datetime.now(UTC)
+
+
+async def test_webhook_endpoint_failing__no_series_outlives_its_subscription(
+    pool: Pool, hook_settings: Settings, hooks: Hooks
+) -> None:
+    from prometheus_client import REGISTRY
+
+    from ripple.platform.observability import GaugeCollector
+
+    def gauge(sub: str) -> float | None:
+        return REGISTRY.get_sample_value("webhook_endpoint_failing", {"subscription": sub})
+
+    async with Sink(lambda _r, _n: Reply(500)) as sink:
+        kept = await hooks.subscribe(sink.url("/kept"))
+        deleted = await hooks.subscribe(sink.url("/deleted"))
+        await hooks.publish([kept, deleted])
+        await dispatcher(pool, hook_settings).run_until_idle()
+    await pool.execute("DELETE FROM ripple_subscriptions WHERE id = $1", uuid.UUID(deleted.id))
+    # A worker that delivered to it keeps no series for the deleted subscription ...
+    assert gauge(deleted.id) is None
+    # ... and the collector (the gauge's one source) reports the endpoints that still exist.
+    await GaugeCollector(pool, hook_settings).refresh()
+    assert gauge(kept.id) == 1
+    assert gauge(deleted.id) is None
