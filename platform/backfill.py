@@ -29,7 +29,6 @@ from ripple.platform.config import Settings
 from ripple.platform.errors import InvalidInput, NotFound
 from ripple.platform.fanout import PublishedEvent, SubscriptionRow, TargetKind
 from ripple.platform.ids import new_id
-from ripple.platform.publish_writer import BatchTargetKind
 from ripple.platform.topics import compile_pattern
 
 __all__ = ["Backfills", "check_retained"]
@@ -89,11 +88,7 @@ class Backfills:
         work: list[tuple[PublishedEvent, Sequence[SubscriptionRow]]] = [
             (event, [row]) for event in events
         ]
-        if isinstance(kind, BatchTargetKind):
-            await kind.fan_out_batch(conn, work)
-        else:
-            for event, rows in work:
-                await kind.fan_out(conn, event, rows)
+        await kind.fan_out(conn, work)
 
     def _after_commit(self, kind: TargetKind, row: SubscriptionRow, event: PublishedEvent) -> None:
         try:

@@ -12,44 +12,36 @@ from ripple.platform.db import Connection
 
 __all__ = [
     "EventRecord",
-    "find_event_by_key",
     "find_events_by_keys",
     "get_event",
-    "insert_event",
     "insert_events",
     "matching_wait_runs",
-    "topics_with_waits",
 ]
 
-# $1 id, $2 topic, $3 payload, $4 idempotency key (NULL: none), $5 trace context
-# A repeated idempotency key inserts nothing and returns no row.
-INSERT_EVENT: Final = """
-INSERT INTO ripple_events (id, topic, payload, idempotency_key, trace)
-VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING created_at
-"""
-# $1 ids uuid[], $2 topics text[], $3 payloads jsonb[], $4 idempotency keys text[] (NULL
-# elements: none), $5 traces jsonb[], $6 subscription-set versions bigint[] (what each event
-# was matched against). Events whose key exists already (or repeats earlier in the batch) are
-# skipped and not returned.
+# $1 ids uuid[], $2 topics text[], $3 payloads text[] (JSON text, encoded once by publish),
+# $4 idempotency keys text[] (NULL elements: none), $5 traces jsonb[], $6 subscription-set
+# versions bigint[] (what each event was matched against). Events whose key exists already (or
+# repeats earlier in the batch) are skipped and not returned. `waited`: whether some workflow
+# wait listens to the event's topic (a probe that spares the wait resolver's statements for
+# topics nobody waits on, in the same round trip).
 INSERT_EVENTS: Final = """
-INSERT INTO ripple_events (id, topic, payload, idempotency_key, trace, subscriptions_version)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[], $5::jsonb[], $6::bigint[])
-ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING id, created_at
+WITH inserted AS (
+    INSERT INTO ripple_events
+        (id, topic, payload, idempotency_key, trace, subscriptions_version)
+    SELECT i, t, p::jsonb, k, c, v
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bigint[])
+        AS e(i, t, p, k, c, v)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id, topic, created_at
+)
+SELECT id, created_at, EXISTS (SELECT 1 FROM ripple_waits w WHERE w.event = inserted.topic)
+    AS waited
+FROM inserted
 """
 # $1 idempotency keys text[]
 SELECT_EVENTS_BY_KEYS: Final = """
 SELECT id, idempotency_key FROM ripple_events WHERE idempotency_key = ANY($1::text[])
 """
-# $1 topics text[]: which of them some workflow wait listens to (read-only probe that spares
-# the wait resolver's statements for topics nobody waits on)
-SELECT_TOPICS_WITH_WAITS: Final = """
-SELECT DISTINCT event FROM ripple_waits WHERE event = ANY($1::text[])
-"""
-# $1 idempotency key
-SELECT_EVENT_BY_KEY: Final = "SELECT id FROM ripple_events WHERE idempotency_key = $1"
 # $1 id
 SELECT_EVENT: Final = """
 SELECT id, topic, payload, idempotency_key, trace, created_at FROM ripple_events WHERE id = $1
@@ -87,27 +79,6 @@ class EventRecord:
         )
 
 
-async def insert_event(
-    conn: Connection,
-    event_id: str,
-    topic: str,
-    payload: Any,
-    idempotency_key: str | None,
-    trace: dict[str, str] | None,
-) -> datetime | None:
-    """Insert the event; its creation time, or None when the idempotency key already exists."""
-    created: datetime | None = await conn.fetchval(
-        INSERT_EVENT, event_id, topic, payload, idempotency_key, trace
-    )
-    return created
-
-
-async def find_event_by_key(conn: Connection, idempotency_key: str) -> str | None:
-    """The id of the event published with `idempotency_key`, if any."""
-    found = await conn.fetchval(SELECT_EVENT_BY_KEY, idempotency_key)
-    return None if found is None else str(found)
-
-
 async def get_event(conn: Connection, event_id: str) -> EventRecord | None:
     row = await conn.fetchrow(SELECT_EVENT, event_id)
     return None if row is None else EventRecord.from_row(row)
@@ -124,24 +95,18 @@ async def insert_events(
     conn: Connection,
     ids: list[str],
     topics: list[str],
-    payloads: list[Any],
+    payloads: list[str],
     keys: list[str | None],
     traces: list[dict[str, str] | None],
-    versions: list[int | None] | None = None,
-) -> dict[str, datetime]:
-    """Insert events; creation time by id of those inserted (repeated keys are left out)."""
-    if versions is None:
-        versions = [None] * len(ids)
+    versions: list[int | None],
+) -> dict[str, tuple[datetime, bool]]:
+    """Insert events (`payloads` as JSON text); for those inserted (repeated keys are left
+    out), by id: the creation time and whether a workflow wait listens to the topic."""
     rows = await conn.fetch(INSERT_EVENTS, ids, topics, payloads, keys, traces, versions)
-    return {str(row["id"]): row["created_at"] for row in rows}
+    return {str(row[0]): (row[1], row[2]) for row in rows}
 
 
 async def find_events_by_keys(conn: Connection, keys: list[str]) -> dict[str, str]:
     """Event id by idempotency key, for the keys that exist."""
     rows = await conn.fetch(SELECT_EVENTS_BY_KEYS, keys)
     return {row["idempotency_key"]: str(row["id"]) for row in rows}
-
-
-async def topics_with_waits(conn: Connection, topics: list[str]) -> set[str]:
-    """The subset of `topics` that some workflow wait listens to."""
-    return {row["event"] for row in await conn.fetch(SELECT_TOPICS_WITH_WAITS, topics)}

@@ -10,9 +10,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from ripple.platform.db import Connection
+from ripple.platform.db import Connection, dumps
 
-__all__ = ["EventWaitResolver", "PublishedEvent", "SubscriptionRow", "TargetKind"]
+__all__ = [
+    "EventWaitResolver",
+    "FanOutItem",
+    "PublishedEvent",
+    "SubscriptionRow",
+    "TargetKind",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +34,13 @@ class PublishedEvent:
     #: Set when an operator replays the event: kinds then write new deliveries (new ids and
     #: deduplication keys) instead of deduplicating against the live ones.
     replay_id: str | None = None
+    #: `payload` as compact JSON text when the publisher has encoded it already (see
+    #: `payload_text`), so fan-out writes the same bytes without encoding them again.
+    payload_json: str | None = None
+
+    def payload_text(self) -> str:
+        """The payload as compact JSON text (encoded once by publish; else encoded here)."""
+        return self.payload_json if self.payload_json is not None else dumps(self.payload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +51,10 @@ class SubscriptionRow:
     pattern: str
     kind: str
     target: dict[str, Any]
+
+
+#: One event and the subscriptions of one kind it goes to.
+FanOutItem = tuple[PublishedEvent, Sequence[SubscriptionRow]]
 
 
 class TargetKind(Protocol):
@@ -53,13 +70,12 @@ class TargetKind(Protocol):
         """
         ...
 
-    async def fan_out(
-        self, conn: Connection, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]
-    ) -> int:
-        """Write this kind's delivery rows for `event` in the caller's transaction.
+    async def fan_out(self, conn: Connection, items: Sequence[FanOutItem]) -> list[int]:
+        """Write this kind's delivery rows for every (event, subscriptions) in `items`, in the
+        caller's transaction, with as few statements as the kind can (one per call is the aim).
 
-        Returns how many deliveries were written. Must be idempotent per (event, subscription,
-        `event.replay_id`).
+        Returns how many deliveries each item wrote, in order. Must be idempotent per (event,
+        subscription, `event.replay_id`).
         """
         ...
 

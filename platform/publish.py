@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import structlog
 
-from ripple.platform import db, event_store, metrics, tracing, wake
+from ripple.platform import db, event_store, tracing, wake
 from ripple.platform.config import Settings
 from ripple.platform.errors import InvalidInput
 from ripple.platform.fanout import EventWaitResolver, PublishedEvent, SubscriptionRow, TargetKind
@@ -25,10 +25,11 @@ from ripple.platform.publish_writer import (
     GroupCommitter,
     PendingEvent,
     WrittenEvent,
+    count_written,
     write_events,
 )
 from ripple.platform.subscriptions import CompiledSubscription, Subscriptions
-from ripple.platform.topics import check_json, contains, first_mismatch, validate_topic
+from ripple.platform.topics import contains, encode_json, first_mismatch, validate_topic
 from ripple.platform.wake import NullWaker, RunReady
 
 __all__ = ["Explanation", "PublishResult", "Publisher", "SubscriptionVerdict"]
@@ -111,13 +112,15 @@ class Publisher:
         self._resolver = wait_resolver
         self._committer = GroupCommitter(pool, kinds, wait_resolver, self._after_commit)
 
-    def _validate(self, topic: str, payload: Any, idempotency_key: str | None) -> None:
+    def _validate(self, topic: str, payload: Any, idempotency_key: str | None) -> str:
+        """Check the publish's arguments; the payload as compact JSON text (encoded once, and
+        that text is what every row of the publish stores)."""
         validate_topic(topic)
         if payload is None:
             raise InvalidInput(
                 "payload must be JSON, not None; publish {} for no data", field="payload"
             )
-        check_json(
+        text = encode_json(
             payload,
             field="payload",
             max_depth=self._settings.max_json_depth,
@@ -131,6 +134,7 @@ class Publisher:
                 f"idempotency_key must be a string of 1-{MAX_IDEMPOTENCY_KEY} characters",
                 field="idempotency_key",
             )
+        return text
 
     async def publish(
         self,
@@ -144,29 +148,41 @@ class Publisher:
 
         A repeated `idempotency_key` returns the first event's id and writes nothing.
         """
-        self._validate(topic, payload, idempotency_key)
+        text = self._validate(topic, payload, idempotency_key)
         matching, version = await self._subscriptions.matching_at(topic)
-        targets = _deliverable(matching, payload)
-        event_id = new_id()
-        with tracing.span("event.publish", topic=topic, event_id=event_id):
-            # Captured inside the span: what targets store is this publish's own context, so
-            # their spans (workflow.run, webhook.deliver) join the publisher's trace under it.
-            trace = tracing.current_context()
-            item = PendingEvent(
-                event_id, topic, payload, idempotency_key, trace, _group(targets), version
-            )
-            if conn is None:
-                written = await self._committer.submit(item)
-            else:
-                async with db.transaction(self._pool, conn) as tx:
-                    (written,) = await write_events(tx, [item], self._kinds, self._resolver)
-                # The caller commits later: hint now and again shortly.
-                wake.hint_around_caller_commit(lambda: self._after_commit([written]))
+        item = PendingEvent(
+            new_id(),
+            topic,
+            payload,
+            text,
+            idempotency_key,
+            None,
+            _group(_deliverable(matching, payload)),
+            version,
+        )
+        if not tracing.recording():  # no tracer provider: no span, no context to store
+            written = await self._write(item, conn)
+        else:
+            with tracing.span("event.publish", topic=topic, event_id=item.event_id):
+                # Captured inside the span: what targets store is this publish's own context,
+                # so their spans (workflow.run, webhook.deliver) join the publisher's trace.
+                item.trace = tracing.current_context()
+                written = await self._write(item, conn)
         if written.duplicate:
             log.info("event_duplicate", event_id=written.event_id, idempotency_key=idempotency_key)
-        else:
-            metrics.EVENTS_PUBLISHED.labels(metrics.topic_prefix(topic)).inc()
         return PublishResult(written.event_id, written.deliveries, written.duplicate, written.waits)
+
+    async def _write(self, item: PendingEvent, conn: db.Connection | None) -> WrittenEvent:
+        if conn is None:
+            # Counted and hinted by the group commit, once the group committed.
+            return await self._committer.submit(item)
+        async with db.transaction(self._pool, conn) as tx:
+            (written,) = await write_events(tx, [item], self._kinds, self._resolver)
+        # The caller commits later: hint now and again shortly. Counted now, as the write is
+        # handed back: a commit we cannot see is the caller's.
+        count_written([written])
+        wake.hint_around_caller_commit(lambda: self._after_commit([written]))
+        return written
 
     def _after_commit(self, written: Sequence[WrittenEvent]) -> None:
         """Hints for committed events: each kind once per group, RunReady if waits resolved."""

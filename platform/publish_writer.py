@@ -4,22 +4,29 @@
 batch (one insert for all events, one per batch-capable kind, one wait probe). `GroupCommitter`
 collects concurrent publishes that own no transaction and commits them together (group
 commit), falling back to one transaction per event when a batch fails, so one bad event fails
-alone. Knows no subscriber kind: kinds may offer `fan_out_batch` (see `BatchTargetKind`).
+alone. Knows no subscriber kind: each kind's `fan_out` writes a whole batch at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final
 
 import structlog
 
 from ripple.platform import db, event_store, metrics
 from ripple.platform.fanout import EventWaitResolver, PublishedEvent, SubscriptionRow, TargetKind
 
-__all__ = ["BatchTargetKind", "GroupCommitter", "PendingEvent", "WrittenEvent", "write_events"]
+__all__ = [
+    "GroupCommitter",
+    "PendingEvent",
+    "WrittenEvent",
+    "count_written",
+    "write_events",
+]
 
 log = structlog.get_logger("ripple.publish")
 
@@ -29,19 +36,6 @@ MAX_GROUP: Final = 200
 MAX_FLUSHERS: Final = 3
 
 
-@runtime_checkable
-class BatchTargetKind(Protocol):
-    """A kind that writes the deliveries of many events in one statement."""
-
-    async def fan_out_batch(
-        self,
-        conn: db.Connection,
-        items: Sequence[tuple[PublishedEvent, Sequence[SubscriptionRow]]],
-    ) -> list[int]:
-        """Write deliveries for every (event, subscriptions); per-item counts, in order."""
-        ...
-
-
 @dataclass(slots=True)
 class PendingEvent:
     """A validated event waiting to be written."""
@@ -49,6 +43,8 @@ class PendingEvent:
     event_id: str
     topic: str
     payload: Any
+    #: `payload` as compact JSON text, encoded once when it was validated.
+    payload_json: str
     idempotency_key: str | None
     trace: dict[str, str] | None
     #: Matching active subscriptions whose filter the payload satisfies, by kind.
@@ -68,6 +64,8 @@ class WrittenEvent:
     waits: int
     event: PublishedEvent | None
     by_kind: dict[str, list[SubscriptionRow]] = field(default_factory=dict)
+    #: Deliveries written, by kind (for the metrics counted once the commit is known).
+    created: dict[str, int] = field(default_factory=dict)
 
 
 async def write_events(
@@ -76,52 +74,59 @@ async def write_events(
     kinds: Mapping[str, TargetKind],
     resolver: EventWaitResolver | None,
 ) -> list[WrittenEvent]:
-    """Write `items` in the caller's transaction; outcomes in order."""
-    created = await event_store.insert_events(
+    """Write `items` in the caller's transaction; outcomes in order. Counts no metric: the
+    caller does (`count_written`) once the transaction is known to commit."""
+    inserted = await event_store.insert_events(
         conn,
         [i.event_id for i in items],
         [i.topic for i in items],
-        [i.payload for i in items],
+        [i.payload_json for i in items],
         [i.idempotency_key for i in items],
         [i.trace for i in items],
         [i.subscriptions_version for i in items],
     )
     firsts: dict[str, str] = {}
-    dup_keys = [i.idempotency_key for i in items if i.event_id not in created and i.idempotency_key]
+    dup_keys = [k for i in items if i.event_id not in inserted and (k := i.idempotency_key)]
     if dup_keys:
         firsts = await event_store.find_events_by_keys(conn, dup_keys)
+    new = [i for i in items if i.event_id in inserted]
     events = {
-        i.event_id: PublishedEvent(i.event_id, i.topic, i.payload, created[i.event_id], i.trace)
-        for i in items
-        if i.event_id in created
+        i.event_id: PublishedEvent(
+            i.event_id,
+            i.topic,
+            i.payload,
+            inserted[i.event_id][0],
+            i.trace,
+            payload_json=i.payload_json,
+        )
+        for i in new
     }
-    counts = {event_id: 0 for event_id in events}
-    for kind_name in sorted({k for i in items if i.event_id in events for k in i.by_kind}):
-        kind = kinds[kind_name]
-        work = [
-            (events[i.event_id], i.by_kind[kind_name])
-            for i in items
-            if i.event_id in events and i.by_kind.get(kind_name)
-        ]
-        if isinstance(kind, BatchTargetKind):
-            written = await kind.fan_out_batch(conn, work)
-        else:
-            written = [await kind.fan_out(conn, event, rows) for event, rows in work]
+    counts: dict[str, dict[str, int]] = {i.event_id: {} for i in new}
+    for kind_name in sorted({k for i in new for k, rows in i.by_kind.items() if rows}):
+        work = [(events[i.event_id], i.by_kind[kind_name]) for i in new if i.by_kind.get(kind_name)]
+        written = await kinds[kind_name].fan_out(conn, work)
         for (event, _), n in zip(work, written, strict=True):
-            counts[event.event_id] += n
-        metrics.DELIVERIES.labels(kind_name, "created").inc(sum(written))
-    waits = await _resolve_waits(conn, [i for i in items if i.event_id in events], resolver)
+            counts[event.event_id][kind_name] = n
+    waits: dict[str, int] = {}
+    if resolver is not None:
+        for item in new:
+            if inserted[item.event_id][1]:  # some wait listens to this topic
+                waits[item.event_id] = await resolver.resolve_event_waits(
+                    conn, item.topic, item.payload
+                )
     out = []
     for item in items:
         if item.event_id in events:
+            created = counts[item.event_id]
             out.append(
                 WrittenEvent(
                     item.event_id,
-                    counts[item.event_id],
+                    sum(created.values()),
                     False,
                     waits.get(item.event_id, 0),
                     events[item.event_id],
                     item.by_kind,
+                    created,
                 )
             )
         else:
@@ -130,20 +135,21 @@ async def write_events(
     return out
 
 
-async def _resolve_waits(
-    conn: db.Connection, items: Sequence[PendingEvent], resolver: EventWaitResolver | None
-) -> dict[str, int]:
-    if resolver is None or not items:
-        return {}
-    # One probe per batch: only topics some wait listens to need the resolver's statements.
-    waited = await event_store.topics_with_waits(conn, sorted({i.topic for i in items}))
-    resolved: dict[str, int] = {}
-    for item in items:
-        if item.topic in waited:
-            resolved[item.event_id] = await resolver.resolve_event_waits(
-                conn, item.topic, item.payload
-            )
-    return resolved
+def count_written(written: Sequence[WrittenEvent]) -> None:
+    """Metrics for written events: call once their transaction committed (or, in a caller's
+    transaction, once it is handed back), so a rolled-back or retried group counts nothing."""
+    published: Counter[str] = Counter()
+    created: Counter[str] = Counter()
+    for outcome in written:
+        if outcome.event is None:
+            continue
+        published[metrics.topic_prefix(outcome.event.topic)] += 1
+        created.update(outcome.created)
+    for prefix, n in published.items():
+        metrics.EVENTS_PUBLISHED.labels(prefix).inc(n)
+    for kind_name, n in created.items():
+        if n:
+            metrics.DELIVERIES.labels(kind_name, "created").inc(n)
 
 
 class GroupCommitter:
@@ -201,6 +207,7 @@ class GroupCommitter:
         for item, outcome in zip(group, written, strict=True):
             _settle(item, outcome)
         try:
+            count_written(written)
             self._after_commit(written)
         except Exception:  # hints never fail a committed publish
             log.exception("after_commit_failed")

@@ -37,11 +37,12 @@ FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::float8[])
 ON CONFLICT (queue, deduplication_id) WHERE deduplication_id IS NOT NULL DO NOTHING
 RETURNING id, deduplication_id
 """
-# $1 queues text[], $2 bodies jsonb[], $3 headers jsonb[], $4 dedup ids text[]: fan-out of
-# many events to many queues in one statement (ungrouped, visible now)
+# $1 queues text[], $2 bodies text[] (JSON text), $3 headers jsonb[], $4 dedup ids text[]:
+# fan-out of many events to many queues in one statement (ungrouped, visible now)
 INSERT_FANOUT: Final = """
 INSERT INTO ripple_queue_messages (queue, body, headers, deduplication_id)
-SELECT * FROM unnest($1::text[], $2::jsonb[], $3::jsonb[], $4::text[])
+SELECT q, b::jsonb, h, d
+FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::text[]) AS t(q, b, h, d)
 ON CONFLICT (queue, deduplication_id) WHERE deduplication_id IS NOT NULL DO NOTHING
 """
 # $1 queue, $2 dedup ids text[]: ids of existing messages with these deduplication ids
@@ -245,11 +246,12 @@ async def insert_messages(
 async def insert_fanout(
     conn: Connection,
     queues: list[str],
-    bodies: list[Any],
+    bodies: list[str],
     headers: list[dict[str, Any]],
     dedup_ids: list[str],
 ) -> int:
-    """Insert fan-out messages across queues; how many were new."""
+    """Insert fan-out messages across queues; how many were new. `bodies` are JSON text
+    (publish encoded each payload once; it is not decoded and encoded again here)."""
     status = await conn.execute(INSERT_FANOUT, queues, bodies, headers, dedup_ids)
     return int(status.rsplit(" ", 1)[-1])
 

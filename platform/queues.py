@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import structlog
 
-from ripple.platform import db, queue_store
+from ripple.platform import db, queue_store, wake
 from ripple.platform.config import Settings
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
 from ripple.platform.queue_store import DeadLetter, QueueStats
@@ -209,7 +209,9 @@ class Queues:
             ids = await insert_batch(
                 tx, queue, batch.bodies, batch.headers, batch.groups, batch.dedups, batch.delays
             )
-        self._waker.notify(QueueReady(queue=queue))
+        # The caller commits later: a hint now alone could wake receivers that see nothing yet;
+        # as publish does, hint now and again shortly after.
+        wake.hint_around_caller_commit(lambda: self._waker.notify(QueueReady(queue=queue)))
         return ids
 
     # -- receiving -------------------------------------------------------------------------

@@ -8,6 +8,7 @@ a `Connection` so callers compose one transaction; no HTTP and no policy decisio
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,15 +30,8 @@ __all__ = [
     "fail_orphans",
     "finish_attempts",
     "get_delivery",
-    "insert_deliveries",
     "list_attempts",
     "list_deliveries",
-    "mark_delivered",
-    "mark_failed",
-    "mark_retry",
-    "record_attempt",
-    "record_failure",
-    "record_success",
     "redrive",
     "redrive_failed",
     "release_claims",
@@ -61,26 +55,19 @@ class DeliveryStatus:
 #: The replay id of live deliveries (replays get a fresh one: see migration 0010).
 LIVE_REPLAY_ID: Final = "00000000-0000-0000-0000-000000000000"
 
-# $1 delivery ids uuid[], $2 subscription ids uuid[], $3 event id, $4 topic, $5 payload,
-# $6 event time, $7 trace context
-INSERT_DELIVERIES: Final = """
-INSERT INTO ripple_webhook_deliveries
-    (id, subscription_id, event_id, topic, payload, event_time, trace)
-SELECT d.id, d.sub, $3, $4, $5, $6, $7
-FROM unnest($1::uuid[], $2::uuid[]) AS d(id, sub)
-ON CONFLICT (event_id, subscription_id, replay_id) DO NOTHING
-"""
-
 # $1 delivery ids uuid[], $2 subscription ids uuid[], $3 event ids uuid[], $4 topics text[],
-# $5 payloads jsonb[], $6 event times timestamptz[], $7 trace contexts jsonb[], $8 replay ids
-# uuid[] (the nil uuid for live deliveries): the deliveries of many events in one statement (a
-# publish group commit, a backfill or replay batch; see ripple.platform.publish_writer)
+# $5 payloads text[] (JSON text), $6 event times timestamptz[], $7 trace contexts jsonb[], $8
+# replay ids uuid[] (the nil uuid for live deliveries): the deliveries of many events in one
+# statement (a publish group commit, a backfill or replay batch; see
+# ripple.platform.publish_writer); returns the event id of each delivery written.
 INSERT_DELIVERIES_BATCH: Final = """
 INSERT INTO ripple_webhook_deliveries
     (id, subscription_id, event_id, topic, payload, event_time, trace, replay_id)
-SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::jsonb[],
-                     $6::timestamptz[], $7::jsonb[], $8::uuid[])
+SELECT i, s, e, t, p::jsonb, w, c, r
+FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[],
+            $6::timestamptz[], $7::jsonb[], $8::uuid[]) AS d(i, s, e, t, p, w, c, r)
 ON CONFLICT (event_id, subscription_id, replay_id) DO NOTHING
+RETURNING event_id
 """
 
 # $1 batch size, $2 subscription ids to skip (saturated endpoints), $3/$4 in-flight counts
@@ -131,32 +118,6 @@ FROM unnest($1::uuid[], $2::uuid[]) AS c(id, token)
 WHERE d.id = c.id AND d.claim_token = c.token AND d.status = 'pending'
 """
 
-# $1 id, $2 claim token, $3 status code
-MARK_DELIVERED: Final = """
-UPDATE ripple_webhook_deliveries
-SET status = 'delivered', claim_token = NULL, last_status_code = $3, last_error = NULL,
-    delivered_at = now(), updated_at = now()
-WHERE id = $1 AND claim_token = $2 AND status = 'pending'
-RETURNING id
-"""
-
-# $1 id, $2 claim token, $3 delay seconds, $4 status code, $5 error
-MARK_RETRY: Final = """
-UPDATE ripple_webhook_deliveries
-SET claim_token = NULL, next_attempt_at = now() + make_interval(secs => $3),
-    last_status_code = $4, last_error = $5, updated_at = now()
-WHERE id = $1 AND claim_token = $2 AND status = 'pending'
-RETURNING id
-"""
-
-# $1 id, $2 claim token, $3 status code, $4 error
-MARK_FAILED: Final = """
-UPDATE ripple_webhook_deliveries
-SET status = 'failed', claim_token = NULL, last_status_code = $3, last_error = $4,
-    updated_at = now()
-WHERE id = $1 AND claim_token = $2 AND status = 'pending'
-RETURNING id
-"""
 # $1 delivery ids uuid[], $2 claim tokens uuid[], $3 statuses text[], $4 retry delays
 # float8[], $5 status codes int[], $6 last errors text[], $7 attempts int[], $8 started at
 # timestamptz[], $9 latencies float8[], $10 outcomes text[], $11 errors text[], $12 response
@@ -220,32 +181,6 @@ WITH i AS (
 SELECT i.id, d.id IS NOT NULL AS owned,
        COALESCE(NOT i.healthy AND h.exhausted, false) AS exhausted
 FROM i LEFT JOIN d ON d.id = i.id LEFT JOIN h ON h.subscription_id = d.subscription_id
-"""
-
-# $1 delivery id, $2 attempt, $3 started at, $4 latency ms, $5 outcome, $6 status code,
-# $7 error, $8 response body head
-INSERT_ATTEMPT: Final = """
-INSERT INTO ripple_webhook_attempts
-    (delivery_id, attempt, started_at, latency_ms, outcome, status_code, error, response_body)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-"""
-
-# $1 subscription id
-HEALTH_SUCCESS: Final = """
-INSERT INTO ripple_webhook_health (subscription_id, failing_since, last_success_at)
-VALUES ($1, NULL, now())
-ON CONFLICT (subscription_id)
-DO UPDATE SET failing_since = NULL, last_success_at = now()
-"""
-
-# $1 subscription id, $2 disable-after seconds
-# Returns whether the subscription has now been failing continuously for that long.
-HEALTH_FAILURE: Final = """
-INSERT INTO ripple_webhook_health AS h (subscription_id, failing_since, last_failure_at)
-VALUES ($1, now(), now())
-ON CONFLICT (subscription_id)
-DO UPDATE SET failing_since = COALESCE(h.failing_since, now()), last_failure_at = now()
-RETURNING h.failing_since, now() - h.failing_since >= make_interval(secs => $2) AS exhausted
 """
 
 # $1 subscription id, $2 reason
@@ -432,45 +367,21 @@ def parse_uuid(value: str) -> uuid.UUID | None:
         return None
 
 
-async def insert_deliveries(
-    conn: Connection,
-    ids: Sequence[str],
-    subscription_ids: Sequence[str],
-    *,
-    event_id: str,
-    topic: str,
-    payload: Any,
-    event_time: datetime,
-    trace: dict[str, str] | None,
-) -> int:
-    """Insert one pending delivery per subscription (skipping existing pairs); return how many."""
-    status = await conn.execute(
-        INSERT_DELIVERIES,
-        list(ids),
-        list(subscription_ids),
-        event_id,
-        topic,
-        payload,
-        event_time,
-        trace,
-    )
-    return int(status.rsplit(" ", 1)[-1])
-
-
 async def insert_deliveries_batch(
     conn: Connection,
     ids: Sequence[str],
     subscription_ids: Sequence[str],
     event_ids: Sequence[str],
     topics: Sequence[str],
-    payloads: Sequence[Any],
+    payloads: Sequence[str],
     event_times: Sequence[datetime],
     traces: Sequence[dict[str, str] | None],
     replay_ids: Sequence[str] | None = None,
-) -> int:
+) -> Counter[str]:
     """Insert pending deliveries of many events (skipping existing (event, subscription,
-    replay) triples); return how many. `replay_ids`: None for live deliveries."""
-    status = await conn.execute(
+    replay) triples); how many were written, by event id. `payloads` are JSON text;
+    `replay_ids`: None for live deliveries."""
+    rows = await conn.fetch(
         INSERT_DELIVERIES_BATCH,
         list(ids),
         list(subscription_ids),
@@ -481,7 +392,7 @@ async def insert_deliveries_batch(
         list(traces),
         list(replay_ids) if replay_ids is not None else [LIVE_REPLAY_ID] * len(ids),
     )
-    return int(status.rsplit(" ", 1)[-1])
+    return Counter(str(row[0]) for row in rows)
 
 
 async def claim_due(
@@ -573,71 +484,6 @@ async def release_claims(conn: Connection, claims: Sequence[ClaimedDelivery]) ->
         RELEASE_CLAIMS, [uuid.UUID(c.id) for c in claims], [c.claim_token for c in claims]
     )
     return int(status.rsplit(" ", 1)[-1])
-
-
-async def record_attempt(
-    conn: Connection,
-    delivery_id: str,
-    attempt: int,
-    *,
-    started_at: datetime,
-    latency_ms: float,
-    outcome: str,
-    status_code: int | None,
-    error: str | None,
-    response_body: str | None,
-) -> None:
-    """Record one attempt."""
-    await conn.execute(
-        INSERT_ATTEMPT,
-        delivery_id,
-        attempt,
-        started_at,
-        latency_ms,
-        outcome,
-        status_code,
-        error,
-        response_body,
-    )
-
-
-async def mark_delivered(
-    conn: Connection, delivery_id: str, token: uuid.UUID, status_code: int
-) -> bool:
-    """Delivered; False if the claim was lost (another dispatcher owns the delivery now)."""
-    return await conn.fetchval(MARK_DELIVERED, delivery_id, token, status_code) is not None
-
-
-async def mark_retry(
-    conn: Connection,
-    delivery_id: str,
-    token: uuid.UUID,
-    *,
-    delay: float,
-    status_code: int | None,
-    error: str,
-) -> bool:
-    """Due again after `delay` seconds; False if the claim was lost."""
-    row = await conn.fetchval(MARK_RETRY, delivery_id, token, delay, status_code, error)
-    return row is not None
-
-
-async def mark_failed(
-    conn: Connection, delivery_id: str, token: uuid.UUID, *, status_code: int | None, error: str
-) -> bool:
-    """Dead letter; False if the claim was lost."""
-    return await conn.fetchval(MARK_FAILED, delivery_id, token, status_code, error) is not None
-
-
-async def record_success(conn: Connection, subscription_id: str) -> None:
-    """The subscription's endpoint is healthy again."""
-    await conn.execute(HEALTH_SUCCESS, subscription_id)
-
-
-async def record_failure(conn: Connection, subscription_id: str, disable_after: float) -> bool:
-    """Note a failure; True once the endpoint has failed continuously for `disable_after` s."""
-    row = await conn.fetchrow(HEALTH_FAILURE, subscription_id, disable_after)
-    return bool(row is not None and row["exhausted"])
 
 
 async def disable_subscription(conn: Connection, subscription_id: str, reason: str) -> bool:

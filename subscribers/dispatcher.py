@@ -30,7 +30,7 @@ from ripple.platform import subscription_store
 from ripple.platform.config import Settings
 from ripple.platform.db import Connection, Pool, map_errors, transaction
 from ripple.platform.errors import RippleError
-from ripple.platform.metrics import DELIVERIES, WEBHOOK_ENDPOINT_FAILING
+from ripple.platform.metrics import DELIVERIES
 from ripple.platform.tracing import recording, span
 from ripple.platform.wake import CH_DELIVERIES, SubscriptionsChanged, Waker
 from ripple.subscribers import delivery_store as store
@@ -54,6 +54,14 @@ ORPHAN_SWEEP_EVERY: Final = 60.0
 USER_AGENT: Final = "Ripple-Webhooks/0.1"
 #: Batched writes of finished attempts in flight at once (each holds one pooled connection).
 MAX_RECORDERS: Final = 3
+#: While attempts are in flight, claim once this share of `webhook_concurrency` is free or
+#: REFILL_WAIT seconds passed since the last claim, whichever comes first: refilling every
+#: freed slot at once cost one claim statement per delivery under load, and the wait bounds
+#: the delay when slow endpoints hold most slots (so they never starve the others).
+REFILL_SHARE: Final = 0.25
+REFILL_WAIT: Final = 0.01
+#: Most URLs whose literal-address check passed are remembered (the policy never changes).
+CHECKED_URLS: Final = 4096
 
 
 def message_body(topic: str, event_time: datetime, payload: Any) -> bytes:
@@ -132,6 +140,9 @@ class WebhookDispatcher:
         self._unrecorded: list[tuple[store.FinishedAttempt, asyncio.Future[tuple[bool, bool]]]]
         self._unrecorded = []
         self._recorders: set[asyncio.Task[None]] = set()
+        self._refill_at = max(1, int(settings.webhook_concurrency * REFILL_SHARE))
+        self._claimed_at = float("-inf")
+        self._checked_urls: set[str] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -151,7 +162,7 @@ class WebhookDispatcher:
                     await self._maybe_sweep_orphans()
                     if claimed:
                         continue
-                    await self._idle(listener.wait())
+                    await self._idle(listener.wait(), REFILL_WAIT if self._deferring() else None)
         finally:
             await self._drain()
             log.info("webhook_dispatcher_stopped")
@@ -172,7 +183,11 @@ class WebhookDispatcher:
                 if claimed:
                     continue
                 if self._tasks:
-                    await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait(
+                        set(self._tasks),
+                        timeout=REFILL_WAIT if self._deferring() else None,
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
                 elif not busy:
                     return made
         finally:
@@ -192,7 +207,7 @@ class WebhookDispatcher:
         while self._recorders:
             await asyncio.gather(*self._recorders, return_exceptions=True)
 
-    async def _idle(self, hint: Any) -> None:
+    async def _idle(self, hint: Any, timeout: float | None = None) -> None:
         """Wait for a hint, a freed slot, stop, or the poll interval, whichever comes first."""
         waiters = {
             asyncio.ensure_future(hint),
@@ -201,7 +216,9 @@ class WebhookDispatcher:
         }
         try:
             await asyncio.wait(
-                waiters, timeout=self._settings.poll_interval, return_when=asyncio.FIRST_COMPLETED
+                waiters,
+                timeout=self._settings.poll_interval if timeout is None else timeout,
+                return_when=asyncio.FIRST_COMPLETED,
             )
         finally:
             for waiter in waiters:
@@ -250,10 +267,20 @@ class WebhookDispatcher:
             )
         return self._http
 
+    def _deferring(self) -> bool:
+        """Free slots wait for a batch (see REFILL_SHARE) and the wait has not run out."""
+        free = self._settings.webhook_concurrency - len(self._tasks)
+        return (
+            bool(self._tasks)
+            and 0 < free < self._refill_at
+            and time.monotonic() - self._claimed_at < REFILL_WAIT
+        )
+
     async def _claim_round(self, *, raise_errors: bool = False) -> int:
         free = self._settings.webhook_concurrency - len(self._tasks)
-        if free <= 0:
+        if free <= 0 or self._deferring():
             return 0
+        self._claimed_at = time.monotonic()
         try:
             with map_errors():
                 async with self._pool.acquire() as conn:
@@ -344,7 +371,7 @@ class WebhookDispatcher:
             async with asyncio.timeout(timeout):
                 url = str(target["url"])
                 # Host names are resolved and checked once, when a connection is opened.
-                check_literal_url(url, self._policy)
+                self._check_literal(url)
                 body = message_body(delivery.topic, delivery.event_time, delivery.payload)
                 stamp = int(time.time())
                 msg_id = "msg_" + delivery.id.replace("-", "")
@@ -377,6 +404,15 @@ class WebhookDispatcher:
             rng=self._rng,
         )
         await self._record(delivery, decision, started_at, latency_ms, status_code, error, head)
+
+    def _check_literal(self, url: str) -> None:
+        """`check_literal_url`, remembered for URLs that passed (same URL, same verdict)."""
+        if url in self._checked_urls:
+            return
+        check_literal_url(url, self._policy)
+        if len(self._checked_urls) >= CHECKED_URLS:
+            self._checked_urls.clear()
+        self._checked_urls.add(url)
 
     async def _record(
         self,
@@ -487,11 +523,10 @@ class WebhookDispatcher:
         latency_ms: float,
         disabled_reason: str | None,
     ) -> None:
-        sub = delivery.subscription_id
         DELIVERIES.labels(kind="webhook", outcome=decision.action).inc()
-        WEBHOOK_ENDPOINT_FAILING.labels(subscription=sub).set(
-            0 if decision.action == "delivered" else 1
-        )
+        # `webhook_endpoint_failing` is not set here: the gauge collector recomputes it from
+        # Postgres before each scrape and removes deleted subscriptions' series; set per
+        # attempt, a worker kept one series per subscription it ever saw, deleted or not.
         fields = {"status_code": status_code, "latency_ms": round(latency_ms, 1)}
         if decision.action == "delivered":
             log.info("webhook_delivered", **fields)

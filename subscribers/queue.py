@@ -12,7 +12,7 @@ from typing import Any
 from ripple.platform import queue_store
 from ripple.platform.db import Connection
 from ripple.platform.errors import InvalidInput
-from ripple.platform.fanout import PublishedEvent, SubscriptionRow
+from ripple.platform.fanout import FanOutItem, PublishedEvent, SubscriptionRow
 from ripple.platform.queues import validate_queue_name
 from ripple.platform.wake import NullWaker, QueueReady
 from ripple.subscribers.targets import QueueTarget
@@ -36,26 +36,18 @@ class QueueKind:
         validate_queue_name(parsed.queue)
         return parsed.to_row()
 
-    async def fan_out(
-        self, conn: Connection, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]
-    ) -> int:
-        return (await self.fan_out_batch(conn, [(event, subscriptions)]))[0]
-
-    async def fan_out_batch(
-        self,
-        conn: Connection,
-        items: Sequence[tuple[PublishedEvent, Sequence[SubscriptionRow]]],
-    ) -> list[int]:
-        """One statement for every (event, subscription) message of a publish group."""
+    async def fan_out(self, conn: Connection, items: Sequence[FanOutItem]) -> list[int]:
+        """One statement for every (event, subscription) message of the items."""
         queues: list[str] = []
-        bodies: list[Any] = []
+        bodies: list[str] = []
         headers: list[dict[str, Any]] = []
         dedups: list[str] = []
         for event, subscriptions in items:
+            body = event.payload_text()
             header = {"topic": event.topic, "eventId": event.event_id}
             for sub in subscriptions:
                 queues.append(str(sub.target["queue"]))
-                bodies.append(event.payload)
+                bodies.append(body)
                 headers.append(header)
                 dedup = f"{event.event_id}:{sub.id}"
                 dedups.append(dedup if event.replay_id is None else f"{dedup}:{event.replay_id}")

@@ -21,7 +21,7 @@ from ripple.platform import subscription_store
 from ripple.platform.config import Settings
 from ripple.platform.db import Connection, Pool, transaction
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
-from ripple.platform.fanout import PublishedEvent, SubscriptionRow
+from ripple.platform.fanout import FanOutItem, PublishedEvent, SubscriptionRow
 from ripple.platform.ids import new_id
 from ripple.platform.wake import DeliveriesReady, SubscriptionsChanged, Waker
 from ripple.subscribers import delivery_store as store
@@ -45,12 +45,6 @@ __all__ = [
     "DeliveryStatus",
     "WebhookDispatcher",
     "WebhookKind",
-    "get_delivery",
-    "list_attempts",
-    "list_deliveries",
-    "redrive",
-    "redrive_failed",
-    "rotate_secret",
 ]
 
 log = structlog.get_logger("ripple.webhooks")
@@ -118,46 +112,24 @@ class WebhookKind:
         out["type"] = self.kind
         return out
 
-    async def fan_out(
-        self, conn: Connection, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]
-    ) -> int:
-        """One pending delivery per subscription, due now; idempotent per (event, sub)."""
-        if not subscriptions:
-            return 0
-        if event.replay_id is not None:
-            return (await self.fan_out_batch(conn, [(event, subscriptions)]))[0]
-        return await store.insert_deliveries(
-            conn,
-            [new_id() for _ in subscriptions],
-            [sub.id for sub in subscriptions],
-            event_id=event.event_id,
-            topic=event.topic,
-            payload=event.payload,
-            event_time=event.created_at,
-            trace=event.trace,
-        )
-
-    async def fan_out_batch(
-        self,
-        conn: Connection,
-        items: Sequence[tuple[PublishedEvent, Sequence[SubscriptionRow]]],
-    ) -> list[int]:
-        """The deliveries of a whole publish group in one statement (added by helper B)."""
+    async def fan_out(self, conn: Connection, items: Sequence[FanOutItem]) -> list[int]:
+        """One pending delivery per (event, subscription), due now, in one statement;
+        idempotent per (event, subscription, replay). A repeat counts zero."""
         pairs = [(event, sub) for event, subscriptions in items for sub in subscriptions]
-        if pairs:
-            await store.insert_deliveries_batch(
-                conn,
-                [new_id() for _ in pairs],
-                [sub.id for _, sub in pairs],
-                [event.event_id for event, _ in pairs],
-                [event.topic for event, _ in pairs],
-                [event.payload for event, _ in pairs],
-                [event.created_at for event, _ in pairs],
-                [event.trace for event, _ in pairs],
-                [event.replay_id or store.LIVE_REPLAY_ID for event, _ in pairs],
-            )
-        # New events only reach here, so every pair is a new delivery.
-        return [len(subscriptions) for _, subscriptions in items]
+        if not pairs:
+            return [0] * len(items)
+        written = await store.insert_deliveries_batch(
+            conn,
+            [new_id() for _ in pairs],
+            [sub.id for _, sub in pairs],
+            [event.event_id for event, _ in pairs],
+            [event.topic for event, _ in pairs],
+            [event.payload_text() for event, _ in pairs],
+            [event.created_at for event, _ in pairs],
+            [event.trace for event, _ in pairs],
+            [event.replay_id or store.LIVE_REPLAY_ID for event, _ in pairs],
+        )
+        return [written[event.event_id] for event, _ in items]
 
     def after_commit(self, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]) -> None:
         """Wake dispatchers. Never raises."""
@@ -174,143 +146,22 @@ def _uuid(value: str | uuid.UUID, what: str) -> uuid.UUID:
     return parsed
 
 
-async def list_deliveries(
-    pool: Pool,
-    *,
-    status: str | None = None,
-    subscription_id: str | None = None,
-    limit: int = 50,
-    cursor: str | None = None,
-    max_limit: int = 500,
-) -> DeliveryPage:
-    """A page of webhook deliveries, newest first, optionally by status and subscription."""
-    if status is not None and status not in DeliveryStatus.ALL:
-        raise InvalidInput(
-            f"status must be one of {', '.join(DeliveryStatus.ALL)} (got {status!r})",
-            field="status",
-        )
-    if not 1 <= limit <= max_limit:
-        raise InvalidInput(f"limit must be between 1 and {max_limit}", field="limit")
-    sub = None
-    if subscription_id is not None:
-        sub = store.parse_uuid(subscription_id)
-        if sub is None:
-            raise InvalidInput(
-                "subscription must be a subscription id (UUID)", field="subscription"
-            )
-    after = None
-    if cursor is not None:
-        after = store.parse_uuid(cursor)
-        if after is None:
-            raise InvalidInput("cursor is not one this API returned", field="cursor")
-    async with transaction(pool) as conn:
-        return await store.list_deliveries(
-            conn, status=status, subscription_id=sub, cursor=after, limit=limit
-        )
-
-
-async def get_delivery(pool: Pool, delivery_id: str) -> Delivery | None:
-    """One delivery, or None."""
-    parsed = store.parse_uuid(delivery_id)
-    if parsed is None:
-        return None
-    async with transaction(pool) as conn:
-        return await store.get_delivery(conn, parsed)
-
-
-async def list_attempts(pool: Pool, delivery_id: str) -> list[Attempt]:
-    """Every attempt of a delivery, oldest first (NotFound if there is no such delivery)."""
-    parsed = _uuid(delivery_id, "delivery")
-    async with transaction(pool) as conn:
-        if await store.get_delivery(conn, parsed) is None:
-            raise NotFound(f"no delivery {delivery_id}")
-        return await store.list_attempts(conn, parsed)
-
-
-async def redrive(pool: Pool, delivery_id: str, *, waker: Waker | None = None) -> Delivery:
-    """Send a failed (dead-lettered) delivery again, with a fresh attempt budget.
-
-    Raises `NotFound` if there is no such delivery, `Conflict` if it is not failed.
-    """
-    parsed = _uuid(delivery_id, "delivery")
-    async with transaction(pool) as conn:
-        if not await store.redrive(conn, parsed):
-            current = await store.get_delivery(conn, parsed)
-            if current is None:
-                raise NotFound(f"no delivery {delivery_id}")
-            raise Conflict(
-                f"delivery {delivery_id} is {current.status}; only failed deliveries can be "
-                "redriven"
-            )
-        delivery = await store.get_delivery(conn, parsed)
-    if waker is not None:
-        waker.notify(DeliveriesReady())
-    assert delivery is not None
-    return delivery
-
-
-async def redrive_failed(
-    pool: Pool,
-    *,
-    subscription_id: str | None = None,
-    since: datetime | None = None,
-    waker: Waker | None = None,
-) -> int:
-    """Redrive every failed delivery (of one subscription, failed since `since`); how many."""
-    sub = None if subscription_id is None else _uuid(subscription_id, "subscription")
-    async with transaction(pool) as conn:
-        count = await store.redrive_failed(conn, subscription_id=sub, since=since)
-    if count and waker is not None:
-        waker.notify(DeliveriesReady())
-    return count
-
-
-async def rotate_secret(
-    pool: Pool,
-    subscription_id: str,
-    new_secret: str | None = None,
-    *,
-    overlap: timedelta | float = timedelta(hours=24),
-    waker: Waker | None = None,
-) -> str:
-    """Replace a webhook subscription's secret; the old one keeps signing for `overlap`.
-
-    During the overlap every message carries two signatures (new and old), so receivers can
-    switch secrets at their own pace. Returns the new secret (generated when not given).
-    """
-    secret = new_secret or generate_secret()
-    try:
-        decode_secret(secret)
-    except ValueError as exc:
-        raise InvalidInput(str(exc), field="secret") from exc
-    sub = _uuid(subscription_id, "subscription")
-    async with transaction(pool) as conn:
-        target = await store.webhook_target_for_update(conn, sub)
-        if target is None:
-            raise NotFound(f"no webhook subscription {subscription_id}")
-        until = datetime.now(UTC) + timedelta(seconds=seconds(overlap))
-        rotated = dict(target)
-        rotated["previousSecret"] = target.get("secret")
-        rotated["previousSecretExpiresAt"] = until.isoformat()
-        rotated["secret"] = secret
-        await store.update_target(conn, sub, rotated)
-        await subscription_store.bump_version(conn)
-    if waker is not None:
-        waker.notify(SubscriptionsChanged())
-    return secret
-
-
 class Deliveries:
-    """Operator view of webhook deliveries, bound to a pool and waker (`Client.deliveries`)."""
+    """Operator view of webhook deliveries, bound to a pool and waker (`Client.deliveries`):
+    list, inspect, redrive, rotate secrets. The one way the API, CLI and UI reach them."""
 
     def __init__(
-        self, pool: Pool, waker: Waker, settings: Settings, *, read_pool: Pool | None = None
+        self, pool: Pool, waker: Waker | None, settings: Settings, *, read_pool: Pool | None = None
     ) -> None:
         self._pool = pool
         #: Where the listing reads (a replica's pool with RIPPLE_DATABASE_READ_URL).
         self._read_pool = read_pool or pool
         self._waker = waker
         self._settings = settings
+
+    def _hint(self) -> None:
+        if self._waker is not None:
+            self._waker.notify(DeliveriesReady())
 
     async def list(
         self,
@@ -320,36 +171,77 @@ class Deliveries:
         limit: int = 50,
         cursor: str | None = None,
     ) -> DeliveryPage:
-        """A page of deliveries, newest first."""
-        return await list_deliveries(
-            self._read_pool,
-            status=status,
-            subscription_id=subscription_id,
-            limit=limit,
-            cursor=cursor,
-            max_limit=self._settings.max_page_size,
-        )
+        """A page of deliveries, newest first, optionally by status and subscription."""
+        if status is not None and status not in DeliveryStatus.ALL:
+            raise InvalidInput(
+                f"status must be one of {', '.join(DeliveryStatus.ALL)} (got {status!r})",
+                field="status",
+            )
+        max_limit = self._settings.max_page_size
+        if not 1 <= limit <= max_limit:
+            raise InvalidInput(f"limit must be between 1 and {max_limit}", field="limit")
+        sub = None
+        if subscription_id is not None:
+            sub = store.parse_uuid(subscription_id)
+            if sub is None:
+                raise InvalidInput(
+                    "subscription must be a subscription id (UUID)", field="subscription"
+                )
+        after = None
+        if cursor is not None:
+            after = store.parse_uuid(cursor)
+            if after is None:
+                raise InvalidInput("cursor is not one this API returned", field="cursor")
+        async with transaction(self._read_pool) as conn:
+            return await store.list_deliveries(
+                conn, status=status, subscription_id=sub, cursor=after, limit=limit
+            )
 
     async def get(self, delivery_id: str) -> Delivery | None:
         """One delivery, or None."""
-        return await get_delivery(self._pool, delivery_id)
+        parsed = store.parse_uuid(delivery_id)
+        if parsed is None:
+            return None
+        async with transaction(self._pool) as conn:
+            return await store.get_delivery(conn, parsed)
 
     async def attempts(self, delivery_id: str) -> builtins.list[Attempt]:
-        """A delivery's attempts, oldest first."""
-        return await list_attempts(self._pool, delivery_id)
+        """Every attempt of a delivery, oldest first (NotFound if there is no such delivery)."""
+        parsed = _uuid(delivery_id, "delivery")
+        async with transaction(self._pool) as conn:
+            if await store.get_delivery(conn, parsed) is None:
+                raise NotFound(f"no delivery {delivery_id}")
+            return await store.list_attempts(conn, parsed)
 
-    async def redrive(self, delivery_id: str) -> bool:
-        """Send a failed delivery again (True; NotFound / Conflict otherwise)."""
-        await redrive(self._pool, delivery_id, waker=self._waker)
-        return True
+    async def redrive(self, delivery_id: str) -> Delivery:
+        """Send a failed (dead-lettered) delivery again, with a fresh attempt budget; the
+        delivery as it is now. Raises `NotFound` if there is no such delivery, `Conflict` if
+        it is not failed."""
+        parsed = _uuid(delivery_id, "delivery")
+        async with transaction(self._pool) as conn:
+            if not await store.redrive(conn, parsed):
+                current = await store.get_delivery(conn, parsed)
+                if current is None:
+                    raise NotFound(f"no delivery {delivery_id}")
+                raise Conflict(
+                    f"delivery {delivery_id} is {current.status}; only failed deliveries can be "
+                    "redriven"
+                )
+            delivery = await store.get_delivery(conn, parsed)
+        self._hint()
+        assert delivery is not None
+        return delivery
 
     async def redrive_failed(
         self, *, subscription_id: str | None = None, since: datetime | None = None
     ) -> int:
-        """Redrive failed deliveries in bulk; return how many."""
-        return await redrive_failed(
-            self._pool, subscription_id=subscription_id, since=since, waker=self._waker
-        )
+        """Redrive every failed delivery (of one subscription, failed since `since`); how many."""
+        sub = None if subscription_id is None else _uuid(subscription_id, "subscription")
+        async with transaction(self._pool) as conn:
+            count = await store.redrive_failed(conn, subscription_id=sub, since=since)
+        if count:
+            self._hint()
+        return count
 
     async def rotate_secret(
         self,
@@ -358,7 +250,28 @@ class Deliveries:
         *,
         overlap: timedelta | float = timedelta(hours=24),
     ) -> str:
-        """Rotate a webhook subscription's secret (old one valid for `overlap`)."""
-        return await rotate_secret(
-            self._pool, subscription_id, new_secret, overlap=overlap, waker=self._waker
-        )
+        """Replace a webhook subscription's secret; the old one keeps signing for `overlap`.
+
+        During the overlap every message carries two signatures (new and old), so receivers
+        can switch secrets at their own pace. Returns the new secret (generated when not given).
+        """
+        secret = new_secret or generate_secret()
+        try:
+            decode_secret(secret)
+        except ValueError as exc:
+            raise InvalidInput(str(exc), field="secret") from exc
+        sub = _uuid(subscription_id, "subscription")
+        async with transaction(self._pool) as conn:
+            target = await store.webhook_target_for_update(conn, sub)
+            if target is None:
+                raise NotFound(f"no webhook subscription {subscription_id}")
+            until = datetime.now(UTC) + timedelta(seconds=seconds(overlap))
+            rotated = dict(target)
+            rotated["previousSecret"] = target.get("secret")
+            rotated["previousSecretExpiresAt"] = until.isoformat()
+            rotated["secret"] = secret
+            await store.update_target(conn, sub, rotated)
+            await subscription_store.bump_version(conn)
+        if self._waker is not None:
+            self._waker.notify(SubscriptionsChanged())
+        return secret

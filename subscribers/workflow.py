@@ -12,7 +12,7 @@ from typing import Any
 
 from ripple.platform.db import Connection
 from ripple.platform.errors import InvalidInput
-from ripple.platform.fanout import PublishedEvent, SubscriptionRow
+from ripple.platform.fanout import FanOutItem, PublishedEvent, SubscriptionRow
 from ripple.subscribers.targets import WorkflowTarget
 from ripple.workflows.client import RunRequest, WorkflowClient
 from ripple.workflows.definition import check_workflow_name
@@ -39,16 +39,7 @@ class WorkflowKind:
             raise InvalidInput(str(exc), field="target.workflow") from None
         return parsed.to_row()
 
-    async def fan_out(
-        self, conn: Connection, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]
-    ) -> int:
-        return (await self.fan_out_batch(conn, [(event, subscriptions)]))[0]
-
-    async def fan_out_batch(
-        self,
-        conn: Connection,
-        items: Sequence[tuple[PublishedEvent, Sequence[SubscriptionRow]]],
-    ) -> list[int]:
+    async def fan_out(self, conn: Connection, items: Sequence[FanOutItem]) -> list[int]:
         """One `create_runs` call for every (event, subscription) run of a publish group."""
         requests = [
             RunRequest(

@@ -8,12 +8,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pytest
+from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 from ripple.platform.config import Settings
 from ripple.platform.db import Connection, Pool, create_pool
 from ripple.platform.errors import InvalidInput, NotFound
-from ripple.platform.fanout import PublishedEvent, SubscriptionRow
+from ripple.platform.fanout import FanOutItem, PublishedEvent, SubscriptionRow
 from ripple.platform.publish import Publisher
 from ripple.platform.queues import Queues
 from ripple.platform.subscriptions import Subscriptions
@@ -233,12 +234,11 @@ class ExplodingKind:
     async def validate(self, target: dict[str, object]) -> dict[str, object]:
         return await self._inner.validate(target)
 
-    async def fan_out(
-        self, conn: Connection, event: PublishedEvent, subs: Sequence[SubscriptionRow]
-    ) -> int:
-        if isinstance(event.payload, dict) and event.payload.get("boom"):
-            raise InvalidInput("boom")
-        return await self._inner.fan_out(conn, event, subs)
+    async def fan_out(self, conn: Connection, items: Sequence[FanOutItem]) -> list[int]:
+        for event, _ in items:
+            if isinstance(event.payload, dict) and event.payload.get("boom"):
+                raise InvalidInput("boom")
+        return await self._inner.fan_out(conn, items)
 
     def after_commit(self, event: PublishedEvent, subs: Sequence[SubscriptionRow]) -> None:
         self._inner.after_commit(event, subs)
@@ -264,6 +264,53 @@ async def test_publish__group_commit_isolates_a_failing_event(
     assert failed == [7]
     assert await pool.fetchval("SELECT count(*) FROM ripple_events") == 39
     assert await pool.fetchval("SELECT count(*) FROM ripple_queue_messages") == 39
+
+
+class LateExplodingKind:
+    """A `workflow` kind (written after `queue`: kinds go in name order) that refuses `boom`
+    payloads, so a group fails after its queue messages were written."""
+
+    kind = "workflow"
+
+    async def validate(self, target: dict[str, object]) -> dict[str, object]:
+        return target
+
+    async def fan_out(self, conn: Connection, items: Sequence[FanOutItem]) -> list[int]:
+        if any(isinstance(e.payload, dict) and e.payload.get("boom") for e, _ in items):
+            raise InvalidInput("boom")
+        return [0 for _ in items]
+
+    def after_commit(self, event: PublishedEvent, subs: Sequence[SubscriptionRow]) -> None:
+        return None
+
+
+async def test_publish__metrics_count_committed_events_once(pool: Pool, settings: Settings) -> None:
+    waker = NullWaker(settings.poll_interval)
+    kinds = {"queue": QueueKind(waker), "workflow": LateExplodingKind()}
+    subscriptions = Subscriptions(pool, waker, settings, kinds)
+    publisher = Publisher(pool, waker, settings, subscriptions, kinds, None)  # type: ignore[arg-type]
+    await subscriptions.subscribe("#", QueueTarget("q").to_row())
+    await subscriptions.subscribe("#", {"type": "workflow", "workflow": "w"})
+    published, created = _published("m"), _created("queue")
+
+    payloads = [{"n": i, "boom": i == 7} for i in range(40)]
+    with capture_logs() as logs:
+        await asyncio.gather(*(publisher.publish("m", p) for p in payloads), return_exceptions=True)
+    assert max(e["size"] for e in logs if e["event"] == "publish_group_failed") > 1
+    # The failed group wrote (then rolled back) queue messages before failing; only what
+    # committed counts, once: 39 events, 39 messages.
+    assert await pool.fetchval("SELECT count(*) FROM ripple_queue_messages") == 39
+    assert _published("m") - published == 39
+    assert _created("queue") - created == 39
+
+
+def _published(prefix: str) -> float:
+    return REGISTRY.get_sample_value("events_published_total", {"topic_prefix": prefix}) or 0.0
+
+
+def _created(kind: str) -> float:
+    labels = {"kind": kind, "outcome": "created"}
+    return REGISTRY.get_sample_value("deliveries_total", labels) or 0.0
 
 
 async def test_publish__concurrent_same_key_writes_one_event(parts: Parts, pool: Pool) -> None:

@@ -15,12 +15,38 @@ from ripple.platform.config import Settings
 from ripple.platform.db import Pool
 from ripple.platform.errors import InvalidInput
 from ripple.platform.queues import MessageGone, OutgoingMessage, Queues, StaleReceipt
-from ripple.platform.wake import NullWaker, RedisWaker
+from ripple.platform.wake import AnyHint, NullWaker, RedisWaker
+from tests.helpers import assert_eventually
 
 
 @pytest.fixture
 def queues(pool: Pool, settings: Settings) -> Queues:
     return Queues(pool, NullWaker(settings.poll_interval), settings)
+
+
+class CommitAwareWaker(NullWaker):
+    """Records, for every hint sent, whether the sender's transaction had committed yet."""
+
+    def __init__(self) -> None:
+        super().__init__(30.0)
+        self.committed = False
+        self.hints: list[bool] = []
+
+    def notify(self, *hints: AnyHint) -> None:
+        self.hints.extend(self.committed for _ in hints)
+        super().notify(*hints)
+
+
+async def test_queue__send_batch_in_a_callers_transaction_hints_after_its_commit(
+    pool: Pool, settings: Settings
+) -> None:
+    waker = CommitAwareWaker()
+    queues = Queues(pool, waker, settings)
+    async with pool.acquire() as conn, conn.transaction():
+        await queues.send_batch("q", [{"n": 1}], conn=conn)
+    waker.committed = True
+    # Receivers woken before the commit found nothing; a hint follows the commit.
+    await assert_eventually(lambda: True in waker.hints)
 
 
 async def expire_all(pool: Pool, queue: str) -> None:

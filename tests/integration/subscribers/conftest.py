@@ -15,7 +15,7 @@ from ripple.platform.fanout import PublishedEvent, SubscriptionRow
 from ripple.platform.ids import new_id
 from ripple.platform.wake import NullWaker
 from ripple.subscribers.signing import generate_secret
-from ripple.subscribers.webhook import WebhookKind
+from ripple.subscribers.webhook import Deliveries, WebhookKind
 
 INSERT_SUBSCRIPTION = """
 INSERT INTO ripple_subscriptions (id, pattern, kind, target, status)
@@ -33,6 +33,12 @@ def hook_settings(settings: Settings) -> Settings:
             "webhook_endpoint_concurrency": 2,
         }
     )
+
+
+@pytest.fixture
+def ops(pool: Pool, hook_settings: Settings) -> Deliveries:
+    """The operator view of deliveries (`Client.deliveries`)."""
+    return Deliveries(pool, NullWaker(), hook_settings)
 
 
 class Hooks:
@@ -58,7 +64,7 @@ class Hooks:
             created_at=datetime.now(UTC),
         )
         async with transaction(self.pool) as conn:
-            await self.kind.fan_out(conn, event, subs)
+            await self.kind.fan_out(conn, [(event, subs)])
         return event
 
     async def deliveries(self, sub: SubscriptionRow) -> list[dict[str, Any]]:

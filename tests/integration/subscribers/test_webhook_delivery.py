@@ -12,9 +12,8 @@ from ripple.platform.config import Settings
 from ripple.platform.db import Pool
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
 from ripple.platform.wake import NullWaker
-from ripple.subscribers import webhook
 from ripple.subscribers.dispatcher import WebhookDispatcher
-from ripple.subscribers.webhook import WebhookKind
+from ripple.subscribers.webhook import Deliveries, WebhookKind
 from ripple.workflows.retry import RetryPolicy
 from tests.integration.subscribers.conftest import Hooks
 from tests.integration.subscribers.webhook_sink import Received, Reply, Sink
@@ -25,7 +24,7 @@ def dispatcher(pool: Pool, settings: Settings) -> WebhookDispatcher:
 
 
 async def test_webhook_dispatcher__posts_signed_standard_webhook(
-    pool: Pool, hook_settings: Settings, hooks: Hooks
+    ops: Deliveries, pool: Pool, hook_settings: Settings, hooks: Hooks
 ) -> None:
     async with Sink() as sink:
         sub = await hooks.subscribe(sink.url())
@@ -46,14 +45,14 @@ async def test_webhook_dispatcher__posts_signed_standard_webhook(
     assert delivery["status"] == "delivered"
     assert delivery["attempts"] == 1
     assert str(delivery["event_id"]) == event.event_id
-    (attempt,) = await webhook.list_attempts(pool, str(delivery["id"]))
+    (attempt,) = await ops.attempts(str(delivery["id"]))
     assert attempt.outcome == "delivered"
     assert attempt.status_code == 204
     assert attempt.latency_ms >= 0
 
 
 async def test_webhook_dispatcher__retries_until_sink_recovers(
-    pool: Pool, hook_settings: Settings, hooks: Hooks
+    ops: Deliveries, pool: Pool, hook_settings: Settings, hooks: Hooks
 ) -> None:
     def flaky(_req: Received, n: int) -> Reply:
         return Reply(500, body=b"boom " * 1000) if n <= 3 else Reply(200, body=b"ok")
@@ -79,7 +78,7 @@ async def test_webhook_dispatcher__retries_until_sink_recovers(
     ids = {r.headers["webhook-id"] for r in sink.received}
     assert len(sink.received) == 4
     assert len(ids) == 1  # webhook-id is stable across retries
-    attempts = await webhook.list_attempts(pool, str(row["id"]))
+    attempts = await ops.attempts(str(row["id"]))
     assert [a.outcome for a in attempts] == ["retry", "retry", "retry", "delivered"]
     assert len(attempts[0].response_body or "") == 2048  # first 2 KiB of the response
     assert attempts[3].response_body == "ok"
@@ -147,7 +146,7 @@ async def test_webhook_dispatcher__honours_retry_after(
 
 
 async def test_webhook_dispatcher__exhausted_then_redriven(
-    pool: Pool, hook_settings: Settings, hooks: Hooks
+    ops: Deliveries, pool: Pool, hook_settings: Settings, hooks: Hooks
 ) -> None:
     healthy = False
 
@@ -164,21 +163,21 @@ async def test_webhook_dispatcher__exhausted_then_redriven(
         assert [(r["status"], r["attempts"]) for r in rows] == [("failed", 2)] * 3
         assert "gave up after 2 attempts" in rows[0]["last_error"]
 
-        page = await webhook.list_deliveries(pool, status="failed", subscription_id=sub.id)
+        page = await ops.list(status="failed", subscription_id=sub.id)
         assert len(page.items) == 3
 
         healthy = True
         first = str(rows[0]["id"])
-        redriven = await webhook.redrive(pool, first)
+        redriven = await ops.redrive(first)
         assert (redriven.status, redriven.attempts) == ("pending", 0)
         with pytest.raises(Conflict, match="only failed"):
-            await webhook.redrive(pool, first)
+            await ops.redrive(first)
         with pytest.raises(NotFound):
-            await webhook.redrive(pool, str(uuid.uuid4()))
+            await ops.redrive(str(uuid.uuid4()))
         await dispatcher(pool, hook_settings).run_until_idle()
-        assert (await webhook.get_delivery(pool, first)).status == "delivered"  # type: ignore[union-attr]
+        assert (await ops.get(first)).status == "delivered"  # type: ignore[union-attr]
 
-        assert await webhook.redrive_failed(pool, subscription_id=sub.id) == 2
+        assert await ops.redrive_failed(subscription_id=sub.id) == 2
         await dispatcher(pool, hook_settings).run_until_idle()
     rows = await hooks.deliveries(sub)
     assert {r["status"] for r in rows} == {"delivered"}
@@ -208,11 +207,11 @@ async def test_webhook_dispatcher__continuous_failure_disables_subscription(
 
 
 async def test_webhook_rotate_secret__signs_with_both_secrets_during_overlap(
-    pool: Pool, hook_settings: Settings, hooks: Hooks
+    ops: Deliveries, pool: Pool, hook_settings: Settings, hooks: Hooks
 ) -> None:
     async with Sink() as sink:
         sub = await hooks.subscribe(sink.url())
-        new = await webhook.rotate_secret(pool, sub.id, overlap=3600)
+        new = await ops.rotate_secret(sub.id, overlap=3600)
         await hooks.publish([sub])
         await dispatcher(pool, hook_settings).run_until_idle()
     req = sink.received[0]
@@ -229,7 +228,7 @@ async def test_webhook_kind__fan_out_is_idempotent_per_event_and_subscription(
     from ripple.platform.db import transaction
 
     async with transaction(pool) as conn:
-        assert await hooks.kind.fan_out(conn, event, [sub]) == 0
+        assert await hooks.kind.fan_out(conn, [(event, [sub])]) == [0]
     assert len(await hooks.deliveries(sub)) == 1
 
 
@@ -275,23 +274,47 @@ async def test_webhook_kind__validate_resolves_names(settings: Settings) -> None
     assert ok["url"] == "https://not-yet.example/h"
 
 
-async def test_webhook_list_deliveries__filters_and_pages(pool: Pool, hooks: Hooks) -> None:
+async def test_webhook_list_deliveries__filters_and_pages(
+    ops: Deliveries, pool: Pool, hooks: Hooks
+) -> None:
     a = await hooks.subscribe("http://127.0.0.1:9/a")
     b = await hooks.subscribe("http://127.0.0.1:9/b")
     for _ in range(3):
         await hooks.publish([a, b])
-    page = await webhook.list_deliveries(pool, subscription_id=a.id, limit=2)
+    page = await ops.list(subscription_id=a.id, limit=2)
     assert len(page.items) == 2
     assert page.next_cursor is not None
-    rest = await webhook.list_deliveries(
-        pool, subscription_id=a.id, limit=2, cursor=page.next_cursor
-    )
+    rest = await ops.list(subscription_id=a.id, limit=2, cursor=page.next_cursor)
     assert len(rest.items) == 1
     assert rest.next_cursor is None
     ids = [d.id for d in page.items + rest.items]
     assert ids == sorted(ids, reverse=True)
     assert {d.subscription_id for d in page.items + rest.items} == {a.id}
-    assert len((await webhook.list_deliveries(pool, status="pending")).items) == 6
+    assert len((await ops.list(status="pending")).items) == 6
     with pytest.raises(InvalidInput):
-        await webhook.list_deliveries(pool, status="nope")
+        await ops.list(status="nope")
     _ = datetime.now(UTC)
+
+
+async def test_webhook_endpoint_failing__no_series_outlives_its_subscription(
+    pool: Pool, hook_settings: Settings, hooks: Hooks
+) -> None:
+    from prometheus_client import REGISTRY
+
+    from ripple.platform.observability import GaugeCollector
+
+    def gauge(sub: str) -> float | None:
+        return REGISTRY.get_sample_value("webhook_endpoint_failing", {"subscription": sub})
+
+    async with Sink(lambda _r, _n: Reply(500)) as sink:
+        kept = await hooks.subscribe(sink.url("/kept"))
+        deleted = await hooks.subscribe(sink.url("/deleted"))
+        await hooks.publish([kept, deleted])
+        await dispatcher(pool, hook_settings).run_until_idle()
+    await pool.execute("DELETE FROM ripple_subscriptions WHERE id = $1", uuid.UUID(deleted.id))
+    # A worker that delivered to it keeps no series for the deleted subscription ...
+    assert gauge(deleted.id) is None
+    # ... and the collector (the gauge's one source) reports the endpoints that still exist.
+    await GaugeCollector(pool, hook_settings).refresh()
+    assert gauge(kept.id) == 1
+    assert gauge(deleted.id) is None

@@ -12,8 +12,8 @@ from ripple.platform.config import Settings
 from ripple.platform.db import Pool, transaction
 from ripple.platform.wake import NullWaker
 from ripple.subscribers import delivery_store as store
-from ripple.subscribers import webhook
 from ripple.subscribers.dispatcher import WebhookDispatcher
+from ripple.subscribers.webhook import Deliveries
 from tests.helpers import assert_eventually
 from tests.integration.subscribers.conftest import Hooks
 from tests.integration.subscribers.webhook_sink import Received, Reply, Sink
@@ -62,7 +62,7 @@ async def test_webhook_dispatcher__refuses_private_address_at_delivery(
 
 
 async def test_webhook_dispatcher__each_connection_uses_the_resolution_it_checked(
-    pool: Pool, hook_settings: Settings, hooks: Hooks
+    ops: Deliveries, pool: Pool, hook_settings: Settings, hooks: Hooks
 ) -> None:
     # DNS rebinding: the host first answers loopback (allowed here), then cloud metadata. Each
     # new connection resolves once, checks that answer and connects to it, so the second
@@ -87,7 +87,7 @@ async def test_webhook_dispatcher__each_connection_uses_the_resolution_it_checke
     assert sorted(r["status"] for r in rows) == ["delivered", "pending"]
     (blocked,) = [r for r in rows if r["status"] == "pending"]
     assert "cloud metadata" in blocked["last_error"]
-    attempts = await webhook.list_attempts(pool, str(blocked["id"]))
+    attempts = await ops.attempts(str(blocked["id"]))
     assert attempts[0].error is not None
     assert attempts[0].error.startswith("BlockedAddress")
 
@@ -108,7 +108,7 @@ async def test_webhook_dispatcher__one_refused_answer_refuses_the_host(
 
 
 async def test_webhook_dispatcher__endless_response_body_is_not_buffered(
-    pool: Pool, hook_settings: Settings, hooks: Hooks
+    ops: Deliveries, pool: Pool, hook_settings: Settings, hooks: Hooks
 ) -> None:
     # The endpoint answers 200 and then streams body bytes forever: the attempt reads its
     # capped excerpt, counts as delivered and drops the connection instead of reading on.
@@ -132,7 +132,7 @@ async def test_webhook_dispatcher__endless_response_body_is_not_buffered(
         server.close()
     (row,) = await hooks.deliveries(sub)
     assert (row["status"], row["last_status_code"]) == ("delivered", 200)
-    (attempt,) = await webhook.list_attempts(pool, str(row["id"]))
+    (attempt,) = await ops.attempts(str(row["id"]))
     assert attempt.response_body == "x" * 2048
 
 
@@ -223,6 +223,44 @@ async def test_webhook_dispatcher__slow_endpoint_does_not_block_others(
     assert [r["attempts"] for r in slow_rows].count(1) == len(slow.received)
 
 
+async def test_webhook_dispatcher__slow_endpoints_holding_most_slots_do_not_starve_others(
+    pool: Pool, hook_settings: Settings, hooks: Hooks
+) -> None:
+    # 20 slots, 4 per endpoint: four hung endpoints hold 16, leaving fewer free slots than a
+    # refill batch (a quarter of 20); the fast endpoint must still be claimed and delivered.
+    settings = hook_settings.model_copy(
+        update={
+            "webhook_concurrency": 20,
+            "webhook_endpoint_concurrency": 4,
+            "webhook_origin_concurrency": 20,
+        }
+    )
+    slow = Sink()
+    slow.responder = lambda _r, _n: slow.hang()
+    async with slow, Sink() as fast:
+        slow_subs = [await hooks.subscribe(slow.url(f"/s{i}"), timeout=120) for i in range(4)]
+        fast_sub = await hooks.subscribe(fast.url())
+        for sub in slow_subs:
+            for _ in range(4):
+                await hooks.publish([sub])
+        d = WebhookDispatcher(pool, NullWaker(), settings)
+        task = asyncio.create_task(d.run())
+        try:
+            await assert_eventually(lambda: len(slow.received) == 16, timeout=20)
+            for _ in range(10):
+                await hooks.publish([fast_sub])
+
+            async def fast_done() -> bool:
+                rows = await hooks.deliveries(fast_sub)
+                return all(r["status"] == "delivered" for r in rows)
+
+            await assert_eventually(fast_done, timeout=20)
+            assert len(fast.received) == 10
+        finally:
+            d.stop()
+            await asyncio.wait_for(task, 15)
+
+
 async def test_webhook_dispatcher__lost_lease_is_retried_and_stale_claim_fenced(
     pool: Pool, hook_settings: Settings, hooks: Hooks
 ) -> None:
@@ -246,10 +284,21 @@ async def test_webhook_dispatcher__lost_lease_is_retried_and_stale_claim_fenced(
         (row,) = await hooks.deliveries(sub)
         assert (row["status"], row["attempts"]) == ("delivered", 2)
         # the dead dispatcher's late write is refused
+        late = store.FinishedAttempt(
+            delivery=dead,
+            status="failed",
+            delay=0.0,
+            status_code=None,
+            last_error="late",
+            started_at=datetime.now(UTC),
+            latency_ms=1.0,
+            outcome="failed",
+            error="late",
+            response_body=None,
+            healthy=False,
+        )
         async with transaction(pool) as conn:
-            assert not await store.mark_failed(
-                conn, dead.id, dead.claim_token, status_code=None, error="late"
-            )
+            assert await store.finish_attempts(conn, [late], 60.0) == [(False, False)]
     (row,) = await hooks.deliveries(sub)
     assert row["status"] == "delivered"
     assert len(sink.received) == 1

@@ -39,3 +39,25 @@ def test_uuid7__counter_overflow_borrows_the_next_millisecond(
         value = ids.uuid7()
     assert value.int >> 80 == 5_001
     assert value.version == 7
+
+
+def test_new_id__is_the_canonical_text_of_a_version_7_uuid() -> None:
+    made = [ids.new_id() for _ in range(3 * ids._BATCH)]  # spans refills of the random pool
+    assert all(str(uuid.UUID(m)) == m and uuid.UUID(m).version == 7 for m in made)
+    assert len(set(made)) == len(made)
+
+
+def test_uuid7__a_forked_child_draws_fresh_random_bits() -> None:
+    import os
+
+    ids.new_id()  # the pool now holds unread bytes
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: its next id must not come from the parent's pool
+        os.close(read)
+        os.write(write, b"1" if ids._offset == 0 and ids._pool == b"" else b"0")
+        os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.waitpid(pid, 0)
+    os.close(read)
