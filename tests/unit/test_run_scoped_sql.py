@@ -53,8 +53,9 @@ CROSS_RUN: Final = {
     "ripple.platform.ui.store.SELECT_STRANDED_SAMPLE": "dashboard: runs no worker serves",
     "ripple.platform.ui.store.SELECT_RUN_ID": "dashboard: run of an event delivery, by key",
     "ripple.platform.observability_store.SELECT_STRANDED_RUNS": "gauge over all runs",
-    # Publish: which topics have event waits at all (a small set, cached per process).
-    "ripple.platform.event_store.SELECT_TOPICS_WITH_WAITS": "publish: topics with waits",
+    # Publish: whether each inserted event's topic has event waits at all (the probe that
+    # decides whether wait resolution runs), in the event insert.
+    "ripple.platform.event_store.INSERT_EVENTS": "publish: topics with waits",
     # Retention sweeps delete expired runs of every shard in bounded batches.
     "ripple.platform.sweeper_store.DELETE_EXPIRED_RUNS": "sweep",
     "ripple.platform.sweeper_store.SET_HOLD": "sweep",
