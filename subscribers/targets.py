@@ -75,7 +75,10 @@ class QueueTarget(_Target):
     """Deliver each event as a message on the durable queue `queue` (body = payload)."""
 
     type: Literal["queue"] = "queue"
-    queue: str = Field(min_length=1)
+    # The pattern documents `validate_queue_name`, which enforces it when subscribing.
+    queue: str = Field(
+        min_length=1, json_schema_extra={"pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"}
+    )
 
     def __init__(self, queue: str | None = None, /, **data: Any) -> None:
         if queue is not None:
@@ -87,7 +90,8 @@ class WorkflowTarget(_Target):
     """Start one run of `workflow` per event (input = payload), idempotent per event."""
 
     type: Literal["workflow"] = "workflow"
-    workflow: str = Field(min_length=1)
+    # The pattern documents the workflow name rule, which subscribing enforces.
+    workflow: str = Field(min_length=1, json_schema_extra={"pattern": r"^[a-z0-9_-]{1,64}$"})
 
     def __init__(self, workflow: Any = None, /, **data: Any) -> None:
         if workflow is not None:

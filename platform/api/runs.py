@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Path, Query
@@ -11,6 +10,7 @@ from pydantic import Field
 from ripple.platform.api.deps import ClientDep, Limit
 from ripple.platform.api.models import (
     ApiModel,
+    DateTimeIn,
     OutModel,
     RunOut,
     RunPage,
@@ -50,7 +50,7 @@ class StartRun(ApiModel):
     idempotency_key: str | None = Field(
         default=None, min_length=1, max_length=255, examples=["signup-42"]
     )
-    deadline: datetime | Annotated[float, Field(gt=0, le=MAX_DEADLINE_SECONDS)] | None = Field(
+    deadline: DateTimeIn | Annotated[float, Field(gt=0, le=MAX_DEADLINE_SECONDS)] | None = Field(
         default=None,
         description="When the run fails if not finished: ISO-8601 time or seconds from now "
         "(at most ten years).",
@@ -126,8 +126,8 @@ async def _waited(client: ClientDep, name: str | None, run_id: str, wait: float 
 
 
 StatusQuery = Annotated[str | None, Query(pattern="^(" + "|".join(RUN_STATUSES) + ")$")]
-SinceQuery = Annotated[datetime | None, Query(description="Created at or after (ISO-8601).")]
-UntilQuery = Annotated[datetime | None, Query(description="Created before (ISO-8601).")]
+SinceQuery = Annotated[DateTimeIn | None, Query(description="Created at or after (ISO-8601).")]
+UntilQuery = Annotated[DateTimeIn | None, Query(description="Created before (ISO-8601).")]
 CursorQuery = Annotated[str | None, Query(max_length=512)]
 SignalPath = Annotated[str, Path(min_length=1, max_length=255, examples=["approved"])]
 PayloadBody = Annotated[Any, Body(examples=[{"by": "ann"}])]
@@ -156,10 +156,9 @@ def idempotency_key(header: str | None, other: str | None) -> str | None:
     """The key from the `Idempotency-Key` header or the request's own field (422 if both
     are given and differ)."""
     if header is not None and other is not None and header != other:
-        raise ProblemError(
-            422,
+        raise InvalidInput(
             "Idempotency-Key header and idempotencyKey differ; send one of them",
-            slug="invalid-input",
+            field="idempotencyKey",
         )
     return header if header is not None else other
 
