@@ -7,8 +7,6 @@ Targets only describe; each kind's `validate()` (in its module) decides what is 
 
 from __future__ import annotations
 
-import base64
-import os
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -21,6 +19,7 @@ from pydantic import (
     field_validator,
 )
 
+from ripple.subscribers.signing import decode_secret, generate_secret
 from ripple.workflows.retry import RetryPolicy
 
 __all__ = ["QueueTarget", "Target", "WebhookTarget", "WorkflowTarget", "new_webhook_secret"]
@@ -28,7 +27,7 @@ __all__ = ["QueueTarget", "Target", "WebhookTarget", "WorkflowTarget", "new_webh
 
 def new_webhook_secret() -> str:
     """A fresh Standard Webhooks secret: `whsec_` + base64 of 24 random bytes."""
-    return "whsec_" + base64.b64encode(os.urandom(24)).decode()
+    return generate_secret()
 
 
 def _to_policy(value: Any) -> RetryPolicy | None:
@@ -117,8 +116,7 @@ class WebhookTarget(_Target):
     @field_validator("secret")
     @classmethod
     def _secret(cls, value: str) -> str:
-        if not value.startswith("whsec_") or len(value) < 6 + 16:
-            raise ValueError("secret must look like 'whsec_' + base64 of at least 12 bytes")
+        decode_secret(value)  # the one secret rule (signing.py); raises ValueError saying why
         return value
 
 
