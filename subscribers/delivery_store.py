@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import asyncpg
 
+from ripple.platform import subscription_store
 from ripple.platform.db import Connection
 
 __all__ = [
@@ -246,14 +247,6 @@ VALUES ($1, now(), now())
 ON CONFLICT (subscription_id)
 DO UPDATE SET failing_since = COALESCE(h.failing_since, now()), last_failure_at = now()
 RETURNING h.failing_since, now() - h.failing_since >= make_interval(secs => $2) AS exhausted
-"""
-
-# $1 subscription id, $2 reason
-DISABLE_SUBSCRIPTION: Final = """
-UPDATE ripple_subscriptions
-SET status = 'disabled', status_reason = $2, updated_at = now()
-WHERE id = $1 AND status <> 'disabled'
-RETURNING id
 """
 
 # $1 batch size. Dead-letters pending deliveries whose subscription no longer exists.
@@ -641,8 +634,10 @@ async def record_failure(conn: Connection, subscription_id: str, disable_after: 
 
 
 async def disable_subscription(conn: Connection, subscription_id: str, reason: str) -> bool:
-    """Disable a webhook subscription; False if it was already disabled or is gone."""
-    return await conn.fetchval(DISABLE_SUBSCRIPTION, subscription_id, reason) is not None
+    """Disable a webhook subscription; False if it was already disabled or is gone.
+
+    The subscriptions table is written by its owner, `ripple.platform.subscription_store`."""
+    return await subscription_store.disable(conn, subscription_id, reason)
 
 
 async def fail_orphans(conn: Connection, limit: int = 1000) -> int:
