@@ -3,9 +3,9 @@
 The allowed methods of a request path are those of the documented path template that matches
 it most specifically (most literal segments: `/v1/runs/cancel` before `/v1/runs/{run_id}`), plus
 HEAD where GET is documented, plus OPTIONS. `OPTIONS` is answered 204 with `Allow`; any other
-undocumented method is answered 405 with `Allow` before routing (left to itself, routing would
-hand `GET /v1/runs/cancel` to the run route as a run named "cancel"). Paths the OpenAPI does not
-document (the dashboard, /docs) pass through untouched.
+undocumented method is answered 405 with `Allow` (left to itself, routing would hand
+`GET /v1/runs/cancel` to the run route as a run named "cancel" and answer 404). Paths the
+OpenAPI does not document (the dashboard, /docs) pass through untouched.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ripple.platform.api.problems import problem_response
 
@@ -62,39 +62,66 @@ class PathMethods:
 
 
 class AllowedMethods:
-    """ASGI middleware: 204 + `Allow` for `OPTIONS`, 405 + `Allow` for undocumented methods."""
+    """ASGI middleware: 204 + `Allow` for `OPTIONS`, 405 + `Allow` for undocumented methods.
+
+    Requests pass through first, and only an error answer (or `OPTIONS`) is looked at: a
+    request with a documented method never pays for the lookup (nor for building the OpenAPI
+    document it needs, which the CLI's in-process app would otherwise build on every command).
+    An undocumented method reaches at most a less specific route, whose error answer (a run
+    named "cancel" is not found) is then replaced by the 405.
+    """
 
     def __init__(self, app: ASGIApp, paths: Callable[[], dict[str, dict[str, Any]]]) -> None:
         self.app = app
         self._paths = paths
         self._methods: PathMethods | None = None
 
+    def _allowed(self, path: str) -> list[str]:
+        if self._methods is None:
+            self._methods = PathMethods(self._paths())
+        return self._methods.allowed(path)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self._methods is None:
-            self._methods = PathMethods(self._paths())
-        allowed = self._methods.allowed(scope["path"])
         method = scope["method"]
-        if not allowed or (method in allowed and method != "OPTIONS"):
-            await self.app(scope, receive, send)
-            return
-        allow = {"Allow": ", ".join(allowed)}
+        replaced = False
+
+        async def answer(message: Message) -> None:
+            nonlocal replaced
+            if replaced:
+                return  # the app's body of the answer that was replaced
+            if message["type"] == "http.response.start" and (
+                method == "OPTIONS" or message["status"] >= 400
+            ):
+                allowed = self._allowed(scope["path"])
+                if allowed and (method == "OPTIONS" or method not in allowed):
+                    replaced = True
+                    await self._refuse(scope, receive, send, method, allowed)
+                    return
+            await send(message)
+
+        await self.app(scope, receive, answer)
+
+    @staticmethod
+    async def _refuse(
+        scope: Scope, receive: Receive, send: Send, method: str, allowed: list[str]
+    ) -> None:
+        allow = ", ".join(allowed)
         if method == "OPTIONS":
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 204,
-                    "headers": [(b"allow", allow["Allow"].encode())],
-                }
-            )
+            start = {
+                "type": "http.response.start",
+                "status": 204,
+                "headers": [(b"allow", allow.encode())],
+            }
+            await send(start)
             await send({"type": "http.response.body", "body": b""})
             return
         response = problem_response(
             405,
-            f"{method} is not allowed on {scope['path']}; allowed: {allow['Allow']}",
+            f"{method} is not allowed on {scope['path']}; allowed: {allow}",
             instance=scope["path"],
-            headers=allow,
+            headers={"Allow": allow},
         )
         await response(scope, receive, send)
