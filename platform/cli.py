@@ -1,8 +1,10 @@
 """The `ripple` command: processes (`dev`, `serve`, `worker`, `migrate`) and operator commands.
 
-Operator commands talk to the database through a `Client` by default, or to an API with
-`--api URL --token T`; both print the REST API's JSON shapes with `--json`. Rendering lives here;
-the actions live in `ripple.platform.api.operator`, processes in `ripple.platform.api.server`.
+Operator commands always go through the REST API: a remote one with `--api URL --token T`, or by
+default the same app served inside this process on the database (`httpx.ASGITransport`), so
+each operator action has one implementation, the route. They print the REST API's JSON shapes
+with `--json`. Rendering lives here; the HTTP calls in `ripple.platform.api.operator`,
+processes in `ripple.platform.api.server`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ripple.platform.api.operator import Operator
+    from ripple.platform.api.operator import ApiOperator
     from ripple.platform.config import Settings
 
 __all__ = ["app", "main"]
@@ -137,26 +139,36 @@ def _json_arg(text: str | None, what: str) -> Any:
         ) from None
 
 
-def _operate(api: str | None, token: str | None, action: Callable[[Operator], Awaitable[T]]) -> T:
-    """Run `action` against the API (with --api) or the database, mapping failures to exit 1."""
+def _operate(
+    api: str | None, token: str | None, action: Callable[[ApiOperator], Awaitable[T]]
+) -> T:
+    """Run `action` over HTTP: against the API given with --api, or against the app served in
+    this process on the database (`httpx.ASGITransport`); failures exit 1 with the message."""
     import asyncio
 
-    from ripple.platform.api.operator import LocalOperator, OperatorError, RemoteOperator
+    from ripple.platform.api.operator import ApiOperator, OperatorError
     from ripple.platform.errors import RippleError
     from ripple.platform.logs import configure_logging
 
     configure_logging(level="warning")
 
     async def go() -> T:
-        operator: Operator
         if api:
-            operator = RemoteOperator(api, token)
-        else:
-            from ripple.platform.client import Client
+            async with ApiOperator(api, token) as remote:
+                return await action(remote)
+        import httpx
 
-            operator = LocalOperator(Client(settings=_settings()))
-        async with operator:
-            return await action(operator)
+        from ripple.platform.api.app import create_app
+        from ripple.platform.client import Client
+
+        async with Client(settings=_settings()) as client:
+            tokens = client.settings.api_tokens
+            transport = httpx.ASGITransport(app=create_app(client))
+            local = ApiOperator(
+                "http://ripple.local", tokens[0] if tokens else None, transport=transport
+            )
+            async with local:
+                return await action(local)
 
     try:
         return asyncio.run(go())
@@ -798,7 +810,7 @@ def runs_show(
 ) -> None:
     """Show a run and its step timeline (durations, attempts, errors)."""
 
-    async def both(op: Operator) -> tuple[Any, Any]:
+    async def both(op: ApiOperator) -> tuple[Any, Any]:
         return await op.get_run(run_id), await op.steps(run_id)
 
     run, steps = _operate(api, token, both)

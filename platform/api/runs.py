@@ -163,6 +163,35 @@ def idempotency_key(header: str | None, other: str | None) -> str | None:
     return header if header is not None else other
 
 
+# The routes by workflow name and the routes by run id alone share these bodies (`name` None:
+# any workflow).
+
+
+async def _signal(
+    client: ClientDep,
+    name: str | None,
+    run_id: str,
+    signal: str,
+    payload: Any,
+    key_header: str | None,
+    key_query: str | None,
+) -> SignalOut:
+    key = idempotency_key(key_header, key_query)
+    await _run_of(client, name, run_id)
+    result = await client.signal(run_id, signal, payload, idempotency_key=key)
+    return SignalOut(delivered=result.delivered, buffered=result.buffered)
+
+
+async def _steps(client: ClientDep, name: str | None, run_id: str) -> list[StepOut]:
+    await _run_of(client, name, run_id)
+    return [step_out(step) for step in await client.list_steps(run_id)]
+
+
+async def _cancel(client: ClientDep, name: str | None, run_id: str) -> Canceled:
+    await _run_of(client, name, run_id)
+    return Canceled(run_id=run_id, canceled=await client.cancel(run_id))
+
+
 async def _page(client: ClientDep, **query: Any) -> RunPage:
     try:
         page = await client.list_runs(**query)
@@ -246,8 +275,7 @@ async def get_run(
 )
 async def cancel_run(name: WorkflowName, run_id: RunIdPath, client: ClientDep) -> Canceled:
     """Cancel a run (and its active children). `canceled` is false if it had already ended."""
-    await _run_of(client, name, run_id)
-    return Canceled(run_id=run_id, canceled=await client.cancel(run_id))
+    return await _cancel(client, name, run_id)
 
 
 @router.post(
@@ -271,10 +299,7 @@ async def signal_run(
     With an `Idempotency-Key` header (or `?idempotencyKey=`), a repeat returns the first
     answer and is observed once.
     """
-    key = idempotency_key(key_header, key_query)
-    await _run_of(client, name, run_id)
-    result = await client.signal(run_id, signal, payload, idempotency_key=key)
-    return SignalOut(delivered=result.delivered, buffered=result.buffered)
+    return await _signal(client, name, run_id, signal, payload, key_header, key_query)
 
 
 @router.get(
@@ -284,8 +309,7 @@ async def signal_run(
 )
 async def list_steps(name: WorkflowName, run_id: RunIdPath, client: ClientDep) -> list[StepOut]:
     """The run's journal in execution order, with timings."""
-    await _run_of(client, name, run_id)
-    return [step_out(step) for step in await client.list_steps(run_id)]
+    return await _steps(client, name, run_id)
 
 
 # -- the same, addressed by run id alone (what the CLI uses with --api) ----------------------
@@ -324,15 +348,13 @@ async def get_run_by_id(run_id: RunIdPath, client: ClientDep, wait: WaitQuery = 
 @router.get("/runs/{run_id}/steps", response_model=list[StepOut], responses=problem_responses(404))
 async def list_steps_by_id(run_id: RunIdPath, client: ClientDep) -> list[StepOut]:
     """A run's journal, by run id."""
-    await _run_of(client, None, run_id)
-    return [step_out(step) for step in await client.list_steps(run_id)]
+    return await _steps(client, None, run_id)
 
 
 @router.delete("/runs/{run_id}", response_model=Canceled, responses=problem_responses(404))
 async def cancel_run_by_id(run_id: RunIdPath, client: ClientDep) -> Canceled:
     """Cancel a run, by id."""
-    await _run_of(client, None, run_id)
-    return Canceled(run_id=run_id, canceled=await client.cancel(run_id))
+    return await _cancel(client, None, run_id)
 
 
 @router.post(
@@ -350,7 +372,4 @@ async def signal_run_by_id(
     key_query: KeyQuery = None,
 ) -> SignalOut:
     """Signal a run, by id; the body is the payload (idempotency key as for the route above)."""
-    key = idempotency_key(key_header, key_query)
-    await _run_of(client, None, run_id)
-    result = await client.signal(run_id, signal, payload, idempotency_key=key)
-    return SignalOut(delivered=result.delivered, buffered=result.buffered)
+    return await _signal(client, None, run_id, signal, payload, key_header, key_query)
