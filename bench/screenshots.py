@@ -2,7 +2,8 @@
 
 Creates a throwaway database (like the benchmarks), runs the onboarding example's worker and
 the API in this process, publishes a few signups (one verified, some waiting), a queue message
-that dies and a webhook to a closed port, then captures each page with Debian's Chromium.
+that dies and a webhook to a closed port, two schedules (one triggered, one paused), then
+captures each page with Debian's Chromium.
 """
 
 from __future__ import annotations
@@ -35,7 +36,14 @@ async def _populate(client: Client) -> str:
         signup = {"userId": user, "email": f"user{user}@example.com"}
         event_id = (await client.publish("user.signup", signup)).event_id
     await client.queues.set_max_receives("audit", 1)
-    await client.queues.receive("audit", visibility_timeout=0.01)
+    await client.queues.receive("audit", max_messages=2, visibility_timeout=0.01)
+
+    async def dead_lettered() -> bool:
+        # the next receive past the limit moves the two received messages to dead letters
+        await client.queues.receive("audit", max_messages=1, visibility_timeout=600)
+        return (await client.queues.stats("audit")).dead_letters > 0
+
+    await _until(dead_lettered)
     return event_id
 
 
@@ -63,6 +71,15 @@ async def main() -> None:
 
         await _until(waiting)
         await client.publish("user.verified", {"userId": 1})
+        await client.schedules.create(
+            "daily-digest", topic="digest.daily", cron="0 8 * * *", timezone="Europe/Berlin"
+        )
+        reminder = {"userId": 99, "email": "ops@example.com"}
+        await client.schedules.create(
+            "weekly-check", workflow="onboard-user", every=7 * 86400, input=reminder
+        )
+        await client.schedules.trigger("weekly-check")
+        await client.schedules.pause("daily-digest")
         runs = (await client.list_runs("onboard-user")).items
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
@@ -79,6 +96,7 @@ async def main() -> None:
             "topics": "/ui/topics?topic=user.signup&payload=%7B%22userId%22%3A+7%7D",
             "queues": "/ui/queues?peek=audit",
             "deliveries": "/ui/deliveries?status=pending",
+            "schedules": "/ui/schedules",
         }
         async with async_playwright() as pw:
             browser = await pw.chromium.launch(

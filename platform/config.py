@@ -39,6 +39,10 @@ class Settings(BaseSettings):
     #: Seconds a database connect or statement may take before the call fails with
     #: `Unavailable` (the API answers 503 with `Retry-After`) instead of hanging in an outage.
     db_timeout: Annotated[float, Field(gt=0, le=3600)] = 5.0
+    #: Seconds a worker's own database statement (journal commit, heartbeat, release) may take.
+    #: None: the lease (`lease_seconds`); a write slower than that is fenced out anyway, and a
+    #: healthy commit slower than `db_timeout` must not be cancelled (its step would run again).
+    worker_db_timeout: Annotated[float | None, Field(gt=0, le=3600)] = None
     #: Seconds a claimed run or delivery stays leased without a heartbeat.
     lease_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
     #: Fallback poll interval in seconds: the longest a lost wake-up hint delays work.

@@ -83,10 +83,12 @@ async def create_pool(settings: Settings, *, dsn: str | None = None, **kwargs: A
     """Open a pool to `dsn` (default `settings.database_url`) with Ripple's codecs.
 
     Connects and statements time out after `settings.db_timeout` (RIPPLE_DB_TIMEOUT) seconds:
-    in a database outage a call fails with `Unavailable` instead of hanging.
+    in a database outage a call fails with `Unavailable` instead of hanging. `command_timeout`
+    (a keyword argument) overrides the statement bound (workers: `worker_db_timeout`).
     """
     url = _database_url(settings, dsn)
     quiet_driver_noise()
+    command_timeout = kwargs.pop("command_timeout", settings.db_timeout)
     with map_errors():
         pool: Pool = await asyncpg.create_pool(
             url,
@@ -96,10 +98,22 @@ async def create_pool(settings: Settings, *, dsn: str | None = None, **kwargs: A
             # Statement cache stays on: the hot statements are few and fixed.
             server_settings={"application_name": "ripple"},
             timeout=settings.db_timeout,
-            command_timeout=settings.db_timeout,
+            command_timeout=command_timeout,
             **{"reset": _release_reset, **kwargs},
         )
     return pool
+
+
+def worker_db_timeout(settings: Settings) -> float:
+    """Seconds a worker's statements may take: RIPPLE_WORKER_DB_TIMEOUT, else the lease.
+
+    Not RIPPLE_DB_TIMEOUT: that bounds API calls (fail fast, answer 503). A worker's journal
+    commit or heartbeat that waits longer but within the lease is healthy; cancelling it would
+    lose a recorded step (executed again) or the lease itself.
+    """
+    if settings.worker_db_timeout is not None:
+        return settings.worker_db_timeout
+    return settings.lease_seconds
 
 
 # -- driver noise during outages -----------------------------------------------------------

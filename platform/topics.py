@@ -18,12 +18,14 @@ from ripple.platform.errors import InvalidInput
 
 __all__ = [
     "MAX_NAME_LENGTH",
+    "NUL_ESCAPE",
     "Pattern",
     "check_json",
     "compile_pattern",
     "contains",
     "encode_json",
     "first_mismatch",
+    "nul_error",
     "validate_pattern",
     "validate_topic",
 ]
@@ -142,7 +144,8 @@ def compile_pattern(pattern: str) -> Pattern:
 def check_json(value: Any, *, field: str, max_depth: int, max_bytes: int | None = None) -> int:
     """Check that `value` is JSON within the depth (and size) limits; return its encoded size.
 
-    Raises `InvalidInput` naming the limit, so callers can reject before writing anything.
+    Raises `InvalidInput` naming the limit (or NaN/±Infinity, or a NUL character, which
+    Postgres cannot store), so callers can reject before writing anything.
     """
     _check_depth(value, field, max_depth, 1)
     if max_bytes is None:
@@ -168,7 +171,8 @@ def encode_json(value: Any, *, field: str, max_depth: int, max_bytes: int) -> st
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"{field} is not JSON: {exc}", field=field) from None
-    if text.count("{") + text.count("[") > max_depth:
+    # json.dumps escapes U+0000 as `\u0000`; only then (or for deep values) is the value walked.
+    if text.count("{") + text.count("[") > max_depth or NUL_ESCAPE in text:
         _check_depth(value, field, max_depth, 1)
     elif isinstance(value, dict | list):
         _check_keys(value, field)
@@ -178,6 +182,19 @@ def encode_json(value: Any, *, field: str, max_depth: int, max_bytes: int) -> st
             f"{field} is {size} bytes of JSON; the limit is {max_bytes} bytes", field=field
         )
     return text
+
+
+#: How JSON encoders spell U+0000 (json.dumps and pydantic-core alike).
+NUL_ESCAPE: Final = "\\u0000"
+
+
+def nul_error(field: str) -> InvalidInput:
+    """The error for U+0000 in a value: neither Postgres `jsonb` nor `text` can store it."""
+    return InvalidInput(
+        f"{field} contains the NUL character (U+0000), which Postgres cannot store; remove it "
+        "or encode the data (for example as base64)",
+        field=field,
+    )
 
 
 def _check_keys(value: Any, field: str) -> None:
@@ -201,6 +218,8 @@ def _check_depth(value: Any, field: str, max_depth: int, depth: int) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidInput(f"{field} has a non-string object key {key!r}", field=field)
+            if "\x00" in key:
+                raise nul_error(field)
             _check_depth(item, field, max_depth, depth + 1)
     elif isinstance(value, list | tuple):
         if depth > max_depth:
@@ -209,7 +228,15 @@ def _check_depth(value: Any, field: str, max_depth: int, depth: int) -> None:
             )
         for item in value:
             _check_depth(item, field, max_depth, depth + 1)
-    elif value is None or isinstance(value, str | bool | int):
+    else:
+        _check_scalar(value, field)
+
+
+def _check_scalar(value: Any, field: str) -> None:
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise nul_error(field)
+    elif value is None or isinstance(value, bool | int):
         return
     elif isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):

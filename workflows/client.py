@@ -17,6 +17,7 @@ from ripple.platform import metrics, tracing
 from ripple.platform.config import Settings
 from ripple.platform.db import Connection, Pool, map_errors, transaction
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
+from ripple.platform.group_commit import GroupCommit
 from ripple.platform.ids import new_id
 from ripple.platform.wake import (
     NullWaker,
@@ -133,6 +134,10 @@ class WorkflowClient:
         self.definitions: dict[str, WorkflowDefinition[Any, Any]] = {}
         #: Definitions whose flow-control options are not yet stored (`sync_definitions`).
         self._unsynced: dict[str, WorkflowDefinition[Any, Any]] = {}
+        #: Concurrent starts of this process, written together (see `start`).
+        self._starts: GroupCommit[dict[str, Any], str | None] = GroupCommit(
+            self._write_starts, name="ripple-start-commit"
+        )
 
     def register(self, *definitions: WorkflowDefinition[Any, Any]) -> None:
         """Make definitions known, so starts by name validate their input (their flow-control
@@ -245,14 +250,29 @@ class WorkflowClient:
         )
         debounce = definition.debounce if definition is not None else None
         with map_errors():
-            # One statement: without a caller's transaction it commits on its own.
+            # One statement: without a caller's transaction it commits on its own, together
+            # with the other starts of this process in flight at that moment (group commit).
             target = conn if conn is not None else self.pool
             if debounce is not None:
                 created, run_id = await self._debounce(target, debounce, args)
+            elif conn is None:
+                created = await self._starts.submit(
+                    {
+                        "run_id": run_id,
+                        "workflow": name,
+                        "version": version,
+                        "input": value,
+                        "idempotency_key": idempotency_key,
+                        "deadline": None if deadline_at is None else deadline_at.isoformat(),
+                        "retention_seconds": retention_s,
+                        "trace": args[7],
+                        "priority": priority,
+                    }
+                )
             else:
-                created = await target.fetchval(store.INSERT_RUN_PRIORITIZED, *args)
-                if created is None:
-                    run_id = await target.fetchval(store.SELECT_RUN_BY_KEY, name, idempotency_key)
+                created = await conn.fetchval(store.INSERT_RUN_PRIORITIZED, *args)
+            if created is None and debounce is None:
+                run_id = await target.fetchval(store.SELECT_RUN_BY_KEY, name, idempotency_key)
         if created is not None:
             metrics.RUNS_STARTED.labels(name).inc()
             hint = RunReady(workflow=name)
@@ -265,6 +285,14 @@ class WorkflowClient:
                 hint_around_caller_commit(lambda: self.waker.notify(hint))
         output_type = definition.output_type if definition is not None else serde.NO_TYPE
         return RunHandle(self, run_id, output_type)
+
+    async def _write_starts(self, batch: list[dict[str, Any]]) -> list[str | None]:
+        """One statement for many starts: each one's run id if it created the run, else None
+        (its idempotency key names an existing run)."""
+        with map_errors():
+            rows = await self.pool.fetch(store.START_RUNS, batch)
+        created = {row["run_id"] for row in rows}
+        return [start["run_id"] if start["run_id"] in created else None for start in batch]
 
     async def _debounce(
         self, target: Connection | Pool, debounce: Debounce, args: tuple[Any, ...]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ripple.platform.errors import InvalidInput
 from ripple.workflows import serde
 from ripple.workflows.errors import JoinError, NonDeterminismError, WorkflowFailed
-from ripple.workflows.journal import Entry, Journal, current_scope
+from ripple.workflows.journal import Entry, Journal, StepStatus, current_scope
 
 if TYPE_CHECKING:
     from ripple.workflows.context import WorkflowContext
@@ -99,13 +99,13 @@ async def race(engine: RunExecution, name: str, branches: Mapping[str, Branch]) 
     """The first branch to finish wins; the others are canceled (see `Steps.race`)."""
     fns = _check_branches("race", branches)
     key, seq, entry = engine.allocate(_check_name("race", name), "race")
-    if entry is not None and entry.status == "completed":
+    if entry is not None and entry.status == StepStatus.COMPLETED:
         return entry.output["winner"], entry.output["value"]
-    if entry is not None and entry.status == "failed":
+    if entry is not None and entry.status == StepStatus.FAILED:
         raise engine.recorded_failure(key, entry.error or {})
     started = engine.clock()
     if entry is None:
-        engine.record(Entry(key, seq, "race", "pending", 1, None, None, None, started))
+        engine.record(Entry.begun(key, seq, "race", started))
     tasks = {branch: _spawn(f"{key}/{branch}/", fn) for branch, fn in fns.items()}
     try:
         done, _ = await asyncio.wait(tasks.values(), return_when=asyncio.FIRST_COMPLETED)
@@ -118,33 +118,12 @@ async def race(engine: RunExecution, name: str, branches: Mapping[str, Branch]) 
     await _stop_all([tasks[branch] for branch in losers])
     engine.raise_if_fatal()
     error = tasks[winner].exception()
+    begun = Entry.begun(key, seq, "race", started)
     if error is None:
         value = serde.dump(tasks[winner].result())
-        final = Entry(
-            key,
-            seq,
-            "race",
-            "completed",
-            1,
-            {"winner": winner, "value": value},
-            None,
-            None,
-            started,
-            engine.clock(),
-        )
+        final = begun.completed({"winner": winner, "value": value}, engine.clock())
     else:
-        final = Entry(
-            key,
-            seq,
-            "race",
-            "failed",
-            1,
-            {"winner": winner},
-            serde.error_json(error),
-            None,
-            started,
-            engine.clock(),
-        )
+        final = begun.failed(serde.error_json(error), engine.clock(), output={"winner": winner})
     engine.record(final)
     await engine.settle_race([f"{key}/{branch}/" for branch in losers])
     if error is not None:
@@ -156,14 +135,14 @@ async def join(engine: RunExecution, name: str, branches: Mapping[str, Branch]) 
     """Run every branch; if any fails, the others finish first, then `JoinError`."""
     fns = _check_branches("join", branches)
     key, seq, entry = engine.allocate(_check_name("join", name), "join")
-    if entry is not None and entry.status == "completed":
+    if entry is not None and entry.status == StepStatus.COMPLETED:
         recorded: dict[str, Any] = entry.output
         return recorded
-    if entry is not None and entry.status == "failed":
+    if entry is not None and entry.status == StepStatus.FAILED:
         raise JoinError(name, (entry.error or {}).get("failures", {}))
     started = engine.clock()
     if entry is None:
-        engine.record(Entry(key, seq, "join", "pending", 1, None, None, None, started))
+        engine.record(Entry.begun(key, seq, "join", started))
     tasks = {branch: _spawn(f"{key}/{branch}/", fn) for branch, fn in fns.items()}
     try:
         await asyncio.wait(tasks.values())
@@ -179,24 +158,13 @@ async def join(engine: RunExecution, name: str, branches: Mapping[str, Branch]) 
     if failures:
         error = JoinError(name, failures)
         engine.record(
-            Entry(
-                key,
-                seq,
-                "join",
-                "failed",
-                1,
-                None,
-                {**serde.error_json(error), "failures": failures},
-                None,
-                started,
-                engine.clock(),
+            Entry.begun(key, seq, "join", started).failed(
+                {**serde.error_json(error), "failures": failures}, engine.clock()
             )
         )
         raise error
     results = {branch: serde.dump(task.result()) for branch, task in tasks.items()}
-    engine.record(
-        Entry(key, seq, "join", "completed", 1, results, None, None, started, engine.clock())
-    )
+    engine.record(Entry.begun(key, seq, "join", started).completed(results, engine.clock()))
     return results
 
 
@@ -214,9 +182,9 @@ async def loop(
     if not callable(body):
         raise InvalidInput("loop body must be an async function (ctx, state) -> Continue | Break")
     key, seq, entry = engine.allocate(_check_name("loop", name), "loop")
-    if entry is not None and entry.status == "completed":
+    if entry is not None and entry.status == StepStatus.COMPLETED:
         return entry.output["value"]
-    if entry is not None and entry.status == "failed":
+    if entry is not None and entry.status == StepStatus.FAILED:
         raise engine.recorded_failure(key, entry.error or {})
     started = engine.clock()
     if entry is None:
@@ -234,9 +202,7 @@ async def loop(
         if isinstance(outcome, Break):
             value = serde.dump(outcome.value)
             done = {"i": i, "value": value}
-            engine.record(
-                Entry(key, seq, "loop", "completed", 1, done, None, None, started, engine.clock())
-            )
+            engine.record(Entry.begun(key, seq, "loop", started).completed(done, engine.clock()))
             return value
         if not isinstance(outcome, Continue):
             raise InvalidInput(
@@ -249,7 +215,7 @@ async def loop(
         # journal is bounded by `keep`, not by the loop's length.
         engine.step_count = executions
         state_entry = {"i": i, "state": current}
-        engine.record(Entry(key, seq, "loop", "pending", 1, state_entry, None, None, started))
+        engine.record(Entry.begun(key, seq, "loop", started, output=state_entry))
         if i - keep - 1 >= 0:
             engine.trim(f"{key}/~{i - keep - 1}/")
 
@@ -277,5 +243,5 @@ def patched(engine: RunExecution, change_id: str) -> bool:
         raise engine.fail_fatal(exc) from None
     if entry is None:
         now = engine.clock()
-        engine.record(Entry(key, seq, "patch", "completed", 1, True, None, None, now, now))
+        engine.record(Entry.recorded(key, seq, "patch", True, now))
     return True

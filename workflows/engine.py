@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -29,6 +28,7 @@ from ripple.platform import metrics, tracing
 from ripple.platform.errors import InvalidInput, RippleError
 from ripple.platform.ids import new_id
 from ripple.workflows import composition, serde
+from ripple.workflows.bodies import call_body, observe_step
 from ripple.workflows.context import WorkflowContext
 from ripple.workflows.definition import WorkflowDefinition, check_workflow_name
 from ripple.workflows.errors import (
@@ -42,8 +42,10 @@ from ripple.workflows.errors import (
     WorkflowError,
     WorkflowFailed,
 )
-from ripple.workflows.journal import Entry, Journal, current_scope
+from ripple.workflows.journal import Entry, Journal, StepStatus, current_scope
+from ripple.workflows.records import RunStatus
 from ripple.workflows.retry import RetryPolicy, seconds
+from ripple.workflows.stall import Block, StallDetector
 
 __all__ = [
     "DEFAULT_STEP_RETRY",
@@ -52,7 +54,6 @@ __all__ = [
     "RunExecution",
     "RunWriter",
     "WaitSpec",
-    "sync_bodies_running",
 ]
 
 log = structlog.get_logger("ripple.workflows")
@@ -61,29 +62,6 @@ DEFAULT_STEP_RETRY = RetryPolicy()
 #: Timers due sooner than this are waited for in memory instead of suspending the run.
 INLINE_WAIT = 0.05
 INFINITY = datetime.max.replace(tzinfo=UTC)
-#: Labelled step histograms, cached (label lookups are hot: one per step).
-_STEP_HISTOGRAMS: dict[tuple[str, str], Any] = {}
-#: Sync step bodies running in threads right now, in this process (a canceled step's thread
-#: keeps running until its function returns: a thread cannot be stopped from outside).
-_sync_running = 0
-_sync_lock = threading.Lock()
-
-
-def sync_bodies_running() -> int:
-    """How many sync step bodies are running in threads in this process, including those of
-    steps already canceled or released (their threads run on until the function returns)."""
-    return _sync_running
-
-
-def _call_in_thread(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    global _sync_running
-    with _sync_lock:
-        _sync_running += 1
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        with _sync_lock:
-            _sync_running -= 1
 
 
 class RunFacts(Protocol):
@@ -151,8 +129,16 @@ class RunWriter(Protocol):
     """Durable, fenced writes of one claimed run; each call is one transaction that first
     commits `entries` (batched journal writes). Raise `LeaseLost` when fenced out."""
 
-    async def flush(self, entries: list[Entry], step_count: int, trim: Sequence[str] = ()) -> None:
-        """Commit `entries`, and delete the journal entries under the `trim` key prefixes."""
+    async def flush(
+        self,
+        entries: list[Entry],
+        step_count: int,
+        trim: Sequence[str] = (),
+        *,
+        renew: bool = False,
+    ) -> None:
+        """Commit `entries`, and delete the journal entries under the `trim` key prefixes.
+        With `renew`, also extend the run's lease (else the heartbeat does)."""
         ...
 
     async def settle_race(
@@ -198,13 +184,6 @@ class RunWriter(Protocol):
     async def retry_run(
         self, entries: list[Entry], step_count: int, delay: float, error: dict[str, Any]
     ) -> None: ...
-
-
-@dataclass(slots=True)
-class _Block:
-    kind: str
-    key: str
-    wake_at: datetime | None
 
 
 def _as_utc(when: datetime) -> datetime:
@@ -258,11 +237,16 @@ class RunExecution:
         self._pending: dict[str, Entry] = {}
         self._trims: list[str] = []
         self._flush_lock = asyncio.Lock()
-        self._active = 0
-        self._blocked: dict[int, _Block] = {}
-        self._progress = 0
+        self._stall = StallDetector(
+            clock=self.clock,
+            is_stopping=is_stopping,
+            stopped=lambda: self._stop_reason is not None,
+            on_stall=lambda: self._stop("suspend"),
+            on_timers_beside_work=self._commit_beside_timers,
+            inline_wait=INLINE_WAIT,
+        )
         self._stop_reason: str | None = None
-        self._stalled: list[_Block] = []
+        self._stalled: list[Block] = []
         self._task: asyncio.Task[Any] | None = None
         self._fatal: WorkflowFailed | None = None
         self._compensations: list[tuple[int, str, Callable[..., Any], Any]] = []
@@ -285,22 +269,24 @@ class RunExecution:
         self._pending.clear()
         return entries
 
-    async def flush(self, *, force: bool = False) -> None:
-        """Commit the journal entries not yet written now (and extend the lease)."""
+    async def flush(self, *, renew: bool = False) -> None:
+        """Commit the journal entries not yet written now; with `renew`, also (even with
+        nothing to write) extend the lease, which the heartbeat otherwise does."""
         async with self._flush_lock:
             entries = self._take()
             trims, self._trims = self._trims, []
-            if entries or trims or force:
+            if entries or trims or renew:
                 sent = asyncio.get_running_loop().time()
                 try:
-                    await self.writer.flush(entries, self.step_count, trims)
+                    await self.writer.flush(entries, self.step_count, trims, renew=renew)
                 except BaseException:
                     # Not written: keep them for the next write (unless superseded since).
                     for entry in entries:
                         self._pending.setdefault(entry.key, entry)
                     self._trims[:0] = trims
                     raise
-                self.renew_lease(sent)
+                if renew:
+                    self.renew_lease(sent)
 
     # -- what composition (race, join, loop, patches) uses -------------------------------------
 
@@ -351,7 +337,7 @@ class RunExecution:
         return composition.patched(self, change_id)
 
     def _unflushed_results(self) -> bool:
-        return any(e.status in ("completed", "failed") for e in self._pending.values())
+        return any(e.finished for e in self._pending.values())
 
     async def _commit_earlier(self) -> None:
         """The invariant, before a step body or an in-memory timer begins: every result this
@@ -360,7 +346,7 @@ class RunExecution:
         this fenced write before it starts anything on a lease that may be gone."""
         stale = asyncio.get_running_loop().time() > self._lease_until - self.lease / 2
         if stale or self._flush_lock.locked() or self._unflushed_results():
-            await self.flush(force=stale)
+            await self.flush(renew=stale)
 
     def _flush_soon(self) -> None:
         """Commit finished results while other steps of this run keep running (a timer began
@@ -419,69 +405,24 @@ class RunExecution:
             },
         )
 
-    # -- suspension detection ----------------------------------------------------------------
+    # -- suspension detection (see `StallDetector`) -------------------------------------------
 
     def _enter(self) -> None:
-        self._active += 1
-        self._progress += 1
+        self._stall.enter()
 
     def _exit(self) -> None:
-        self._active -= 1
-        self._progress += 1
-        if self._blocked:  # a stall needs a blocked call: nothing to check otherwise
-            self._schedule_check()
-
-    def _schedule_check(self) -> None:
-        asyncio.get_running_loop().call_soon(self._check, self._progress, 3)
-
-    def _check(self, seen: int, hops: int) -> None:
-        # A few loop iterations without progress: tasks started by the same gather had their
-        # chance to enter their steps, so "every active step is blocked" is a real stall.
-        if seen != self._progress or self._stop_reason is not None:
-            return
-        if hops > 0:
-            asyncio.get_running_loop().call_soon(self._check, seen, hops - 1)
-            return
-        if self._active == 0 or len(self._blocked) != self._active:
-            self._commit_beside_timers()
-            return
-        if not self.is_stopping():
-            wakes = [b.wake_at for b in self._blocked.values()]
-            soonest = min((w for w in wakes if w is not None), default=None)
-            if soonest is not None and (soonest - self.clock()).total_seconds() <= INLINE_WAIT:
-                self._commit_beside_timers()
-                return
-        self._stop("suspend")
+        self._stall.exit()
 
     def _commit_beside_timers(self) -> None:
         # The run does not suspend (other steps are running, or the timer is short), so the
         # suspension will not commit what finished before its timers began: commit it now.
-        if self._unflushed_results() and any(
-            b.kind in ("sleep", "retry") for b in self._blocked.values()
-        ):
+        if self._unflushed_results():
             self._flush_soon()
 
     async def _block(self, kind: str, key: str, wake_at: datetime | None) -> None:
-        if (
-            kind in ("sleep", "retry")
-            and wake_at is not None
-            and (wake_at - self.clock()).total_seconds() <= INLINE_WAIT
-        ):
+        if self._stall.is_inline(kind, wake_at):
             await self._commit_earlier()  # a timer waited in memory never suspends the run
-        token = object()
-        self._blocked[id(token)] = _Block(kind, key, wake_at)
-        self._progress += 1
-        self._schedule_check()
-        try:
-            if wake_at is None:
-                await asyncio.get_running_loop().create_future()
-            else:
-                delay = (wake_at - self.clock()).total_seconds()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-        finally:
-            del self._blocked[id(token)]
-            self._progress += 1
+        await self._stall.block(kind, key, wake_at)
 
     async def _gate(self) -> None:
         """Before a new step execution: a stopping worker parks the run instead."""
@@ -506,14 +447,14 @@ class RunExecution:
         annotation = serde.return_annotation(fn)
         self._enter()
         try:
-            if entry is not None and entry.status == "completed":
+            if entry is not None and entry.status == StepStatus.COMPLETED:
                 try:
                     value = serde.load(entry.output, annotation)
                 except ValidationError:
                     value = entry.output
                 self._register_compensation(seq, key, compensate, value)
                 return value
-            if entry is not None and entry.status == "failed":
+            if entry is not None and entry.status == StepStatus.FAILED:
                 raise self._recorded_failure(key, entry.error or {})
             value = await self._execute(key, seq, kind, entry, fn, args, kwargs, retry, timeout)
             self._register_compensation(seq, key, compensate, value)
@@ -542,11 +483,11 @@ class RunExecution:
     ) -> Any:
         policy = retry or DEFAULT_STEP_RETRY
         attempts = entry.attempts if entry is not None else 0
-        if entry is not None and entry.status == "running":
+        if entry is not None and entry.status == StepStatus.RUNNING:
             attempts -= 1  # that attempt's worker was lost: a crash is not the step's error
         last_error = entry.error if entry is not None else None
         started_at = self.clock()
-        if entry is not None and entry.status == "retrying" and entry.due_at is not None:
+        if entry is not None and entry.status == StepStatus.RETRYING and entry.due_at is not None:
             await self._block("retry", key, entry.due_at)
         while True:
             attempt = attempts + 1
@@ -556,25 +497,14 @@ class RunExecution:
                     "message": f"step {key!r} started {attempts} time(s) without recording a "
                     "result (its worker died or lost its lease); attempt budget exhausted",
                 }
-                self._record(
-                    Entry(
-                        key,
-                        seq,
-                        kind,
-                        "failed",
-                        attempts,
-                        None,
-                        error,
-                        None,
-                        started_at,
-                        self.clock(),
-                    )
-                )
+                lost = Entry.attempt(key, seq, kind, attempts, started_at)
+                self._record(lost.failed(error, self.clock(), attempts=attempts))
                 raise StepFailedError(key, error)
             await self._gate()
             self._count_execution()
             started_at = self.clock()
-            self._record(Entry(key, seq, kind, "running", attempt, started_at=started_at))
+            running = Entry.attempt(key, seq, kind, attempt, started_at)
+            self._record(running)
             if self.careful:
                 await self.flush()
             else:
@@ -584,14 +514,14 @@ class RunExecution:
             try:
                 if tracing.recording():
                     with tracing.span("workflow.step", parent=self.facts.trace, step=key):
-                        result = await self._body(fn, args, kwargs, timeout)
+                        result = await call_body(fn, args, kwargs, timeout)
                 else:
-                    result = await self._body(fn, args, kwargs, timeout)
+                    result = await call_body(fn, args, kwargs, timeout)
                 output = serde.dump(result, serde.return_annotation(fn))
             except (asyncio.CancelledError, LeaseLost):
                 raise
             except Exception as exc:
-                self._observe(key, t0)
+                observe_step(self.facts.workflow, key, asyncio.get_running_loop().time() - t0)
                 error = serde.error_json(exc)
                 retryable = (
                     not isinstance(exc, NonRetriableError | RollbackError | WorkflowError)
@@ -599,24 +529,11 @@ class RunExecution:
                     and policy.allows(attempt + 1)
                 )
                 if not retryable:
-                    self._record(
-                        Entry(
-                            key,
-                            seq,
-                            kind,
-                            "failed",
-                            attempt,
-                            None,
-                            error,
-                            None,
-                            started_at,
-                            self.clock(),
-                        )
-                    )
+                    self._record(running.failed(error, self.clock(), attempts=attempt))
                     raise
                 delay = exc.delay if isinstance(exc, RetryAfterError) else policy.delay(attempt)
                 due = self.clock() + timedelta(seconds=delay)
-                self._record(Entry(key, seq, kind, "retrying", attempt, None, error, due))
+                self._record(running.retrying(attempt, error, due))
                 metrics.STEP_RETRIES.labels(self.facts.workflow).inc()
                 log.info("step_retry_scheduled", step=key, attempt=attempt, delay=delay)
                 await self._block("retry", key, due)
@@ -624,47 +541,9 @@ class RunExecution:
                 continue
             finally:
                 structlog.contextvars.reset_contextvars(**tokens)
-            self._observe(key, t0)
-            self._record(
-                Entry(
-                    key,
-                    seq,
-                    kind,
-                    "completed",
-                    attempt,
-                    output,
-                    None,
-                    None,
-                    started_at,
-                    self.clock(),
-                )
-            )
+            observe_step(self.facts.workflow, key, asyncio.get_running_loop().time() - t0)
+            self._record(running.completed(output, self.clock(), attempts=attempt))
             return result
-
-    def _observe(self, key: str, t0: float) -> None:
-        elapsed = asyncio.get_running_loop().time() - t0
-        label = (self.facts.workflow, metrics.step_label(key))
-        histogram = _STEP_HISTOGRAMS.get(label)
-        if histogram is None:
-            histogram = _STEP_HISTOGRAMS[label] = metrics.STEP_DURATION.labels(*label)
-        histogram.observe(elapsed)
-
-    async def _body(
-        self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        timeout: timedelta | float | None,
-    ) -> Any:
-        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-            getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
-        ):
-            coro = fn(*args, **kwargs)
-        else:
-            coro = asyncio.to_thread(_call_in_thread, fn, args, kwargs)
-        if timeout is not None:
-            coro = asyncio.wait_for(coro, seconds(timeout))
-        return await coro
 
     def _register_compensation(
         self, seq: int, key: str, compensate: Callable[..., Any] | None, value: Any
@@ -678,7 +557,7 @@ class RunExecution:
         key, seq, entry = self._allocate(name, "sleep")
         self._enter()
         try:
-            if entry is not None and entry.status == "completed":
+            if entry is not None and entry.status == StepStatus.COMPLETED:
                 return
             if entry is None or entry.due_at is None:
                 self._count_execution()
@@ -688,25 +567,12 @@ class RunExecution:
                     if until is not None
                     else now + timedelta(seconds=seconds(duration or 0))
                 )
-                entry = Entry(key, seq, "sleep", "pending", 1, None, None, due, now)
+                entry = Entry.begun(key, seq, "sleep", now, due_at=due)
                 self._record(entry)
             assert entry.due_at is not None
             if entry.due_at > self.clock():
                 await self._block("sleep", key, entry.due_at)
-            self._record(
-                Entry(
-                    key,
-                    seq,
-                    "sleep",
-                    "completed",
-                    1,
-                    None,
-                    None,
-                    entry.due_at,
-                    entry.started_at,
-                    self.clock(),
-                )
-            )
+            self._record(entry.completed(None, self.clock()))
         finally:
             self._exit()
 
@@ -730,16 +596,14 @@ class RunExecution:
                 self._count_execution()
                 now = self.clock()
                 expires = None if timeout is None else now + timedelta(seconds=seconds(timeout))
-                entry = Entry(key, seq, "wait", "pending", 1, None, None, expires, now)
+                entry = Entry.begun(key, seq, "wait", now, due_at=expires)
                 self.journal.put(entry)
                 async with self._flush_lock:
                     found, payload = await self.writer.register_wait(
                         self._take(), self.step_count, WaitSpec(entry, name, event, match)
                     )
                 if found:
-                    self.journal.put(
-                        Entry(key, seq, "wait", "completed", 1, payload, None, None, now, now)
-                    )
+                    self.journal.put(Entry.begun(key, seq, "wait", now).completed(payload, now))
                     resolved: dict[str, Any] | None = payload
                     return resolved
             await self._block("wait", key, entry.due_at)
@@ -773,10 +637,10 @@ class RunExecution:
         try:
             if entry is None:
                 entry = await self._start_child(key, seq, wf_name, definition, input, timeout)
-            if entry.status == "pending":
+            if entry.status == StepStatus.PENDING:
                 await self._block("child", key, entry.due_at)
                 entry = await self._time_out(entry, is_wait=False)
-            if entry.status == "failed":
+            if entry.status == StepStatus.FAILED:
                 raise self._child_error(entry)
             try:
                 return serde.load(entry.output, output_type)
@@ -805,7 +669,7 @@ class RunExecution:
         now = self.clock()
         expires = None if timeout is None else now + timedelta(seconds=seconds(timeout))
         child_id = new_id()
-        entry = Entry(key, seq, "child", "pending", 1, {"runId": child_id}, None, expires, now)
+        entry = Entry.begun(key, seq, "child", now, output={"runId": child_id}, due_at=expires)
         self.journal.put(entry)
         version = definition.version if definition is not None else None
         idempotency = f"{self.run_id}:{key}"
@@ -832,11 +696,11 @@ class RunExecution:
             key, seq, entry = self.journal.allocate("$" + kind, kind, current_scope.get())
         except NonDeterminismError as exc:
             raise self._fail_fatal(exc) from None
-        if entry is not None and entry.status == "completed":
+        if entry is not None and entry.status == StepStatus.COMPLETED:
             return entry.output
         value = make()
         now = self.clock()
-        self._record(Entry(key, seq, kind, "completed", 1, value, None, None, now, now))
+        self._record(Entry.recorded(key, seq, kind, value, now))
         return value
 
     # -- the run -----------------------------------------------------------------------------
@@ -927,7 +791,7 @@ class RunExecution:
         return await self._conclude(result, failure)
 
     def _worker_lost_error(self) -> dict[str, Any]:
-        running = [e.key for e in self.journal.by_key.values() if e.status == "running"]
+        running = [e.key for e in self.journal.by_key.values() if e.status == StepStatus.RUNNING]
         where = f"; step(s) {', '.join(map(repr, running))} were running" if running else ""
         return {
             "type": "WorkerLost",
@@ -939,7 +803,7 @@ class RunExecution:
     def _stop(self, reason: str) -> None:
         if self._stop_reason is None and self._task is not None:
             self._stop_reason = reason
-            self._stalled = list(self._blocked.values())
+            self._stalled = self._stall.blocks
             self._task.cancel()
 
     async def _conclude(self, result: Any, exc: BaseException | None) -> Outcome:
@@ -948,8 +812,10 @@ class RunExecution:
                 output = serde.dump(result, self.definition.output_type)
             except Exception as dump_exc:
                 return await self._fail(serde.error_json(dump_exc))
-            await self.writer.finish(self._take(), self.step_count, "completed", output, None)
-            return Outcome("completed")
+            await self.writer.finish(
+                self._take(), self.step_count, RunStatus.COMPLETED, output, None
+            )
+            return Outcome(RunStatus.COMPLETED)
         if self._fatal is not None:
             return await self._fail(self._fatal.error)
         error = exc.error if isinstance(exc, StepFailedError) else serde.error_json(exc)
@@ -957,14 +823,14 @@ class RunExecution:
             delay = self.definition.retry.delay(self.attempt)
             await self.writer.retry_run(self._take(), self.step_count, delay, error)
             log.info("run_retry_scheduled", attempt=self.attempt, delay=delay)
-            return Outcome("pending", self.clock() + timedelta(seconds=delay))
+            return Outcome(RunStatus.PENDING, self.clock() + timedelta(seconds=delay))
         return await self._fail(error)
 
     async def _fail(self, error: dict[str, Any]) -> Outcome:
-        await self.writer.finish(self._take(), self.step_count, "failed", None, error)
-        return Outcome("failed")
+        await self.writer.finish(self._take(), self.step_count, RunStatus.FAILED, None, error)
+        return Outcome(RunStatus.FAILED)
 
-    async def _park(self, blocks: list[_Block]) -> Outcome:
+    async def _park(self, blocks: list[Block]) -> Outcome:
         kinds = {b.kind for b in blocks}
         wakes = [b.wake_at for b in blocks if b.wake_at is not None]
         wake_at = min(wakes) if wakes else INFINITY
@@ -973,11 +839,11 @@ class RunExecution:
         if self.facts.deadline is not None:
             wake_at = min(wake_at, self.facts.deadline)
         if kinds & {"wait", "child"}:
-            status = "waiting"
+            status = RunStatus.WAITING
         elif kinds <= {"release"}:
-            status = "pending"
+            status = RunStatus.PENDING
         else:
-            status = "sleeping"
+            status = RunStatus.SLEEPING
         keys = [b.key for b in blocks if b.kind in ("wait", "child")]
         wake_at = await self.writer.suspend(self._take(), self.step_count, status, wake_at, keys)
         return Outcome(status, wake_at)

@@ -6,13 +6,31 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from ripple.workflows.errors import NonDeterminismError
 
-__all__ = ["SCOPING_KINDS", "Entry", "Journal", "current_scope", "indexed_key"]
+__all__ = ["SCOPING_KINDS", "Entry", "Journal", "StepStatus", "current_scope", "indexed_key"]
+
+
+class StepStatus(StrEnum):
+    """A journal entry's status (stored as its text in `ripple_steps.status`)."""
+
+    #: Begun and not yet resolved: a sleep, wait, child, race, join or loop in progress.
+    PENDING = "pending"
+    #: A step body's attempt has started (journaled before the body when it must be durable).
+    RUNNING = "running"
+    #: An attempt failed and the next one is due at `due_at`.
+    RETRYING = "retrying"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+#: Statuses a journal entry never leaves.
+FINISHED: frozenset[str] = frozenset({StepStatus.COMPLETED, StepStatus.FAILED})
 
 #: The key prefix of the steps called in the current task: "" at a run's top level,
 #: "race/branch/" inside a race or join branch, "loop/~i/" inside a loop iteration.
@@ -38,6 +56,73 @@ class Entry:
     due_at: datetime | None = None
     started_at: datetime | None = None
     completed_at: datetime | None = None
+
+    @classmethod
+    def begun(
+        cls,
+        key: str,
+        seq: int,
+        kind: str,
+        at: datetime,
+        *,
+        output: Any = None,
+        due_at: datetime | None = None,
+    ) -> Entry:
+        """A sleep, wait, child, race, join or loop that began at `at` (pending)."""
+        return cls(key, seq, kind, StepStatus.PENDING, 1, output, None, due_at, at)
+
+    @classmethod
+    def attempt(cls, key: str, seq: int, kind: str, attempt: int, at: datetime) -> Entry:
+        """Attempt number `attempt` of a step body, started at `at` (running)."""
+        return cls(key, seq, kind, StepStatus.RUNNING, attempt, started_at=at)
+
+    @classmethod
+    def recorded(cls, key: str, seq: int, kind: str, value: Any, at: datetime) -> Entry:
+        """A value recorded at once (`ctx.now()`, `uuid()`, `random()`, a patch marker)."""
+        return cls(key, seq, kind, StepStatus.COMPLETED, 1, value, None, None, at, at)
+
+    def completed(self, output: Any, at: datetime | None, *, attempts: int = 1) -> Entry:
+        """This entry, resolved with `output` at `at`."""
+        return replace(
+            self,
+            status=StepStatus.COMPLETED,
+            attempts=attempts,
+            output=output,
+            error=None,
+            completed_at=at,
+        )
+
+    def failed(
+        self,
+        error: dict[str, Any] | None,
+        at: datetime | None,
+        *,
+        attempts: int = 1,
+        output: Any = None,
+    ) -> Entry:
+        """This entry, failed with `error` at `at` (`output` may keep what a report needs,
+        such as a child's run id)."""
+        return replace(
+            self,
+            status=StepStatus.FAILED,
+            attempts=attempts,
+            output=output,
+            error=error,
+            completed_at=at,
+        )
+
+    def retrying(self, attempt: int, error: dict[str, Any], due_at: datetime) -> Entry:
+        """This step after attempt `attempt` failed with `error`, the next due at `due_at`."""
+        return replace(
+            self,
+            status=StepStatus.RETRYING,
+            attempts=attempt,
+            output=None,
+            error=error,
+            due_at=due_at,
+            started_at=None,
+            completed_at=None,
+        )
 
     @classmethod
     def from_row(cls, row: Any) -> Entry:
@@ -69,7 +154,7 @@ class Entry:
 
     @property
     def finished(self) -> bool:
-        return self.status in ("completed", "failed")
+        return self.status in FINISHED
 
 
 def _get(row: Any, name: str) -> Any:

@@ -4,6 +4,8 @@ A value is stored as JSON (`dump`) and read back into the annotated type (`load`
 annotation the stored JSON itself is returned. Errors become structured JSON
 ({type, message, traceback}). NaN and ±Infinity are refused (`InvalidInput`, the rule of
 `ripple.platform.topics.check_json`), never turned into `null` silently: JSON cannot hold them.
+So is a NUL character (U+0000) in any string or key: Postgres cannot store it, and a value
+failing at commit would fail again on every recovery.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 from pydantic import ConfigDict, PydanticUserError, TypeAdapter
 from pydantic_core import to_json
 
-from ripple.platform.topics import check_json
+from ripple.platform.topics import NUL_ESCAPE, check_json
 
 __all__ = [
     "NO_TYPE",
@@ -39,6 +41,7 @@ _PLAIN = (str, int, float, bool, type(None))
 #: pydantic turns NaN/±Infinity into `null` in JSON mode by default; keep them so that
 #: `check_json` refuses them (models carry their own config and keep them already).
 _KEEP_NON_FINITE = ConfigDict(ser_json_inf_nan="constants")
+_NUL_ESCAPE = NUL_ESCAPE.encode()
 #: Nesting bound of the non-finite check on stored values (inputs and payloads are checked
 #: against RIPPLE_MAX_JSON_DEPTH where they enter; this only keeps the walk bounded).
 _MAX_NESTING = 256
@@ -66,13 +69,13 @@ def _adapter_for(annotation: Any) -> TypeAdapter[Any] | None:
 
 
 def _checked(value: Any, field: str, max_depth: int) -> Any:
-    # Rust-speed prefilter: NaN/±Infinity show as bare `NaN`/`Infinity` tokens and nesting needs
-    # brackets. Only a value that may break the rule (a string holding "NaN" is a false alarm)
-    # is walked by check_json, which decides and names the problem; the walk costs several
-    # times the conversion itself.
+    # Rust-speed prefilter: NaN/±Infinity show as bare `NaN`/`Infinity` tokens, U+0000 as the
+    # escape `\u0000`, and nesting needs brackets. Only a value that may break a rule (a string
+    # holding "NaN" is a false alarm) is walked by check_json, which decides and names the
+    # problem; the walk costs several times the conversion itself.
     text = to_json(value, inf_nan_mode="constants")
     deep = len(text) > max_depth and text.count(b"[") + text.count(b"{") > max_depth
-    if deep or b"NaN" in text or b"Infinity" in text:
+    if deep or b"NaN" in text or b"Infinity" in text or _NUL_ESCAPE in text:
         check_json(value, field=field, max_depth=max_depth)
     return value
 
@@ -82,11 +85,13 @@ def dump(
 ) -> Any:
     """JSON-compatible form of `value` (validated against `annotation` when given).
 
-    Raises InvalidInput (naming `field`) for NaN or ±Infinity anywhere in it, or for nesting
-    deeper than `max_depth`.
+    Raises InvalidInput (naming `field`) for NaN or ±Infinity anywhere in it, for a NUL
+    character (U+0000, which Postgres cannot store) in any string or key, or for nesting deeper
+    than `max_depth`.
     """
     if isinstance(value, _PLAIN):
-        return _checked(value, field, max_depth) if isinstance(value, float) else value
+        checked = isinstance(value, float) or (isinstance(value, str) and "\x00" in value)
+        return _checked(value, field, max_depth) if checked else value
     adapter = _adapter_for(annotation)
     if adapter is None:
         adapter = _adapter_for(type(value))
@@ -141,10 +146,11 @@ def error_json(exc: BaseException) -> dict[str, Any]:
     if isinstance(stored, dict):
         return stored
     cls = type(exc)
+    # Postgres cannot store U+0000: spelled out, so an error message holding one is recorded.
     return {
         "type": cls.__name__,
-        "message": str(exc),
-        "traceback": "".join(traceback.format_exception(exc))[-8000:],
+        "message": str(exc).replace("\x00", "\\x00"),
+        "traceback": "".join(traceback.format_exception(exc))[-8000:].replace("\x00", "\\x00"),
         "module": cls.__module__,
         "qualname": cls.__qualname__,
     }

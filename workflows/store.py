@@ -48,6 +48,24 @@ RETURNING run_id
 INSERT_RUN: Final = _INSERT_RUN.format(priority="0")
 INSERT_RUN_PRIORITIZED: Final = _INSERT_RUN.format(priority="$12::int")
 
+# Group commit of concurrent starts (`WorkflowClient.start` without a caller's transaction):
+# the runs of many starts in one statement; returns the ids of the runs it created (a start
+# whose idempotency key exists already creates none: the caller looks the key up).
+# $1 jsonb array of {run_id, workflow, version, input, idempotency_key, deadline,
+# retention_seconds, trace, priority}
+START_RUNS: Final = f"""
+INSERT INTO ripple_runs (run_id, workflow, version, input, idempotency_key, deadline,
+                         retention_seconds, trace, {_FLOW_COLUMNS})
+SELECT r.run_id, r.workflow, r.version, r.input, r.idempotency_key, r.deadline,
+       r.retention_seconds, r.trace, r.priority, {_FLOW_VALUES.format(input="r.input")}
+FROM jsonb_to_recordset($1::jsonb)
+     AS r(run_id text, workflow text, version int, input jsonb, idempotency_key text,
+          deadline timestamptz, retention_seconds double precision, trace jsonb, priority int)
+LEFT JOIN ripple_flow_controls f ON f.workflow = r.workflow
+ON CONFLICT (workflow, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING run_id
+"""  # noqa: S608
+
 # Debounce (the workflow's definition is known to the starting process): the key's pending,
 # never-claimed run (ripple_runs_debounce) takes this start's input and is pushed back to
 # `period` from now, at most to `max_wait` after its first start; else a new run due after
@@ -336,7 +354,7 @@ FROM ok AS c
 WHERE r.run_id = c.run_id
 RETURNING r.run_id, r.workflow, r.version, r.input, r.attempt, r.epoch, r.deadline, r.trace,
           r.step_count, r.created_at, r.parent_run_id, r.recoveries, c.prev_status,
-          c.prev_owner, c.fresh, now() AS db_now
+          c.prev_owner, c.fresh, now() AS db_now, r.concurrency_key IS NOT NULL AS keyed
 """
 
 # $1 distinct workflow names text[], $2 names text[], $3 versions int[] (the served pairs):
@@ -420,27 +438,47 @@ WITH run AS (
 )"""
 FLUSH_RUN: Final = _FLUSH_HEAD + _STEPS_AFTER_RUN + "SELECT run_id FROM run"  # noqa: S608
 
-# Group commit: the step flushes of many runs in one statement. Each run is fenced by its own
-# epoch: a run this worker no longer owns is left out (its entries are not journaled) without
-# failing the others; the statement returns the runs it wrote. Rows are locked in run_id order
-# (as LOCK_EVENT_WAIT_RUNS does), so two writers never deadlock.
+# Group commit: the step flushes and simple completions of many runs in one statement. Each
+# run is fenced by its own epoch: a run this worker no longer owns is left out (its entries are
+# not journaled) without failing the others; the statement returns the runs it wrote. Rows are
+# locked in run_id order (as LOCK_EVENT_WAIT_RUNS does), so two writers never deadlock. A run
+# listed in $7 also finishes (as FINISH_RUN does; runs with a parent or open waits finish
+# apart, in their own transaction). The others stay running: their row is only locked (the
+# fence), not rewritten, unless $8 asks to renew the lease (and store the step count) — a
+# row version per step would cost a new entry in every index of ripple_runs; the heartbeat
+# renews leases, and a run that missed heartbeats renews its own (see `RunExecution`).
 # $1 run ids text[], $2 epochs bigint[], $3 step counts int[], $4 lease seconds,
 # $5 jsonb array of journal entries, each with its run_id (see UPSERT_STEPS),
 # $6 jsonb array of {run_id, prefix}: journal entries to delete (trimmed loop iterations), in
-# the same statement that records the later iteration.
-FLUSH_RUNS: Final = """
+# the same statement that records the later iteration,
+# $7 jsonb array of {run_id, status, output, error}: the runs that finish,
+# $8 renew bool[]: per run, extend its lease and store its step count.
+COMMIT_RUNS: Final = """
 WITH req AS (
-    SELECT * FROM unnest($1::text[], $2::bigint[], $3::int[]) AS q(run_id, epoch, step_count)
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::int[], $8::bool[])
+        AS q(run_id, epoch, step_count, renew)
 ), owned AS (
-    SELECT r.run_id, q.step_count FROM ripple_runs r JOIN req q USING (run_id)
+    SELECT r.run_id, q.step_count, q.renew FROM ripple_runs r JOIN req q USING (run_id)
     WHERE r.epoch = q.epoch AND r.status = 'running'
     ORDER BY r.run_id
     FOR UPDATE OF r
+), fin AS (
+    SELECT * FROM jsonb_to_recordset($7::jsonb)
+        AS f(run_id text, status text, output jsonb, error jsonb)
 ), run AS (
     UPDATE ripple_runs r
-    SET available_at = now() + $4 * interval '1 second', step_count = o.step_count
-    FROM owned o WHERE r.run_id = o.run_id
-    RETURNING r.run_id
+    SET step_count = o.step_count,
+        available_at = CASE WHEN f.run_id IS NULL THEN now() + $4 * interval '1 second'
+                            ELSE now() END,
+        status = coalesce(f.status, r.status),
+        output = CASE WHEN f.run_id IS NULL THEN r.output ELSE f.output END,
+        error = CASE WHEN f.run_id IS NULL THEN r.error ELSE f.error END,
+        completed_at = CASE WHEN f.run_id IS NULL THEN r.completed_at ELSE now() END,
+        lease_owner = CASE WHEN f.run_id IS NULL THEN r.lease_owner END,
+        updated_at = CASE WHEN f.run_id IS NULL THEN r.updated_at ELSE now() END
+    FROM owned o LEFT JOIN fin f USING (run_id)
+    WHERE r.run_id = o.run_id AND (o.renew OR f.run_id IS NOT NULL)
+    RETURNING r.run_id, r.created_at, r.completed_at
 ), steps AS (
     INSERT INTO ripple_steps (run_id, key, seq, kind, status, attempts, output, error, due_at,
                               started_at, completed_at)
@@ -461,7 +499,7 @@ WITH req AS (
     WHERE s.run_id = t.run_id AND t.run_id IN (SELECT run_id FROM owned)
       AND left(s.key, length(t.prefix)) = t.prefix
 )
-SELECT run_id FROM run
+SELECT o.run_id, run.created_at, run.completed_at FROM owned o LEFT JOIN run USING (run_id)
 """
 
 # Delete a run's journal entries under key prefixes (trimmed loop iterations), after the fence.
@@ -738,6 +776,8 @@ class ClaimedRun:
     #: never claimed before: no journal to load
     fresh: bool
     db_now: datetime
+    #: holds a concurrency slot (its end frees it for a parked run of its workflow)
+    keyed: bool = False
 
     @classmethod
     def from_row(cls, row: Any) -> ClaimedRun:
@@ -757,6 +797,7 @@ class ClaimedRun:
             recoveries=row["recoveries"],
             fresh=row["fresh"],
             db_now=row["db_now"],
+            keyed=row["keyed"],
         )
 
 

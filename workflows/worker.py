@@ -28,15 +28,22 @@ import structlog
 
 from ripple.platform import metrics, tracing
 from ripple.platform.config import Settings
-from ripple.platform.db import DedicatedConnection, Pool, map_errors
+from ripple.platform.db import (
+    DedicatedConnection,
+    Pool,
+    create_pool,
+    map_errors,
+    worker_db_timeout,
+)
 from ripple.platform.errors import RippleError
 from ripple.platform.ids import new_id
 from ripple.platform.services import BackgroundService
 from ripple.platform.wake import CH_CANCELS, CH_RUNS, Listener, NullWaker
 from ripple.workflows import store
+from ripple.workflows.bodies import sync_bodies_running
 from ripple.workflows.client import WorkflowClient
 from ripple.workflows.definition import WorkflowDefinition
-from ripple.workflows.engine import Outcome, RunExecution, sync_bodies_running
+from ripple.workflows.engine import Outcome, RunExecution
 from ripple.workflows.errors import LeaseLost
 from ripple.workflows.journal import Entry
 from ripple.workflows.writer import PgRunWriter, StepCommitter
@@ -144,6 +151,9 @@ class Worker:
         self._claimer = DedicatedConnection(
             client.settings, application_name="ripple-worker", synchronous_commit="off"
         )
+        #: The worker's own pool, open while it runs: its statements are bounded by
+        #: `worker_db_timeout` (default the lease), not by the API's RIPPLE_DB_TIMEOUT.
+        self._pool: Pool | None = None
         #: Group commit of the step flushes of every run this worker executes.
         self.committer = StepCommitter(client.pool, lease=client.settings.lease_seconds)
         client.workflows.register(*workflows)
@@ -153,6 +163,28 @@ class Worker:
     @property
     def settings(self) -> Settings:
         return self.client.settings
+
+    @property
+    def pool(self) -> Pool:
+        """The pool of the worker's writes (its own while running, else the client's)."""
+        return self._pool if self._pool is not None else self.client.pool
+
+    async def _open_pool(self) -> None:
+        if self._pool is None:
+            self._pool = await create_pool(
+                self.settings, command_timeout=worker_db_timeout(self.settings)
+            )
+            self.committer.pool = self._pool
+
+    async def _close_pool(self) -> None:
+        pool, self._pool = self._pool, None
+        self.committer.pool = self.client.pool
+        if pool is None:
+            return
+        try:
+            await asyncio.wait_for(pool.close(), self.settings.shutdown_grace + 5.0)
+        except (TimeoutError, OSError, RippleError):
+            pool.terminate()
 
     def stop(self) -> None:
         """Stop claiming; in-flight runs finish their running step, then are released."""
@@ -191,7 +223,12 @@ class Worker:
 
     async def _run(self) -> None:
         services = self.client.background_services(webhooks=self._webhooks, sweeper=self._sweeper)
-        await self._register()
+        await self._open_pool()
+        try:
+            await self._register()
+        except BaseException:
+            await self._close_pool()
+            raise
         # Its own task, shielded: canceling run() here must not leave a connection acquired.
         self._warming = asyncio.create_task(self._open_connections(), name="ripple-warm-pool")
         await asyncio.shield(self._warming)
@@ -213,12 +250,18 @@ class Worker:
             await asyncio.gather(*helpers, return_exceptions=True)
             await self._unregister()
             await self._claimer.close()
+            await self._close_pool()
             log.info("worker_stopped", worker_id=self.worker_id)
 
     async def run_until_idle(self) -> None:
         """Execute runs until none is due and none is in flight (for tests and scripts)."""
         self._until_idle = True
-        await self._register()
+        await self._open_pool()
+        try:
+            await self._register()
+        except BaseException:
+            await self._close_pool()
+            raise
         heartbeat = asyncio.create_task(self._heartbeat_loop())
         try:
             await self._loop(until_idle=True)
@@ -229,6 +272,7 @@ class Worker:
             await self._drain()
             await self._unregister()
             await self._claimer.close()
+            await self._close_pool()
 
     async def __aenter__(self) -> Self:
         self._stopping = False
@@ -252,7 +296,7 @@ class Worker:
 
     async def _register(self) -> None:
         with map_errors():
-            await self.client.pool.execute(
+            await self.pool.execute(
                 store.REGISTER_WORKER,
                 self.worker_id,
                 socket.gethostname(),
@@ -265,7 +309,7 @@ class Worker:
         this process's event loop (handshake, codecs), which otherwise lands on the runs
         executing when a burst first needs it. (After ~5 idle minutes asyncpg closes idle
         connections again; the first burst after that pays for reopening them.)"""
-        pool = self.client.pool
+        pool = self.pool
         target = min(self.concurrency + 2, pool.get_max_size())
         if pool.get_size() >= target:
             return
@@ -278,7 +322,7 @@ class Worker:
 
     async def _unregister(self) -> None:
         with contextlib.suppress(RippleError), map_errors():
-            await self.client.pool.execute(store.DELETE_WORKER, self.worker_id)
+            await self.pool.execute(store.DELETE_WORKER, self.worker_id)
 
     # -- the claim loop ----------------------------------------------------------------------
 
@@ -382,7 +426,7 @@ class Worker:
         definition = self._defs[(claim.workflow, claim.version)]
         entries = [Entry.from_row(row) for row in rows]
         writer = PgRunWriter(
-            self.client.pool,
+            self.pool,
             self.client.waker,
             run_id=claim.run_id,
             epoch=claim.epoch,
@@ -392,6 +436,7 @@ class Worker:
             may_have_waits=any(e.kind == "wait" and not e.finished for e in entries),
             parent_run_id=claim.parent_run_id,
             committer=self.committer,
+            keyed=claim.keyed,
         )
         engine = RunExecution(
             claim,
@@ -450,7 +495,7 @@ class Worker:
             slots = list(self._inflight.values())
             try:
                 with map_errors():
-                    async with self.client.pool.acquire() as conn:
+                    async with self.pool.acquire() as conn:
                         await conn.execute(store.HEARTBEAT_WORKER, self.worker_id)
                         if slots:
                             sent = asyncio.get_running_loop().time()
@@ -477,9 +522,7 @@ class Worker:
                     continue
                 try:
                     with map_errors():
-                        rows = await self.client.pool.fetch(
-                            store.SELECT_CANCELED, list(self._inflight)
-                        )
+                        rows = await self.pool.fetch(store.SELECT_CANCELED, list(self._inflight))
                 except RippleError as exc:
                     log.warning("worker_cancel_check_failed", error=str(exc))
                     continue
@@ -502,7 +545,7 @@ class Worker:
         await asyncio.gather(*pending, return_exceptions=True)
         for slot in stuck:
             with contextlib.suppress(RippleError), map_errors():
-                await self.client.pool.execute(store.RELEASE_RUN, slot.run_id, slot.epoch)
+                await self.pool.execute(store.RELEASE_RUN, slot.run_id, slot.epoch)
         if stuck:
             log.warning("worker_released_runs", count=len(stuck))
         if sync_bodies_running():

@@ -9,9 +9,8 @@ together. Wake hints go out after commit.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -19,12 +18,12 @@ import structlog
 
 from ripple.platform import metrics
 from ripple.platform.db import Connection, Pool, map_errors, transaction
-from ripple.platform.errors import RippleError, Unavailable
+from ripple.platform.group_commit import GroupCommit
 from ripple.platform.wake import NullWaker, RunCanceled, RunFinished, RunReady
 from ripple.workflows import store
 from ripple.workflows.engine import ChildSpec, WaitSpec
 from ripple.workflows.errors import LeaseLost
-from ripple.workflows.journal import Entry
+from ripple.workflows.journal import Entry, StepStatus
 
 __all__ = ["PgRunWriter", "StepCommitter", "complete_parent_step"]
 
@@ -33,39 +32,47 @@ log = structlog.get_logger("ripple.workflows.writer")
 
 @dataclass(slots=True)
 class _Flush:
-    """One run's request to commit its journal entries (and extend its lease)."""
+    """One run's request to commit its journal entries (and extend its lease, or finish)."""
 
     run_id: str
     epoch: int
     step_count: int
     entries: list[dict[str, Any]]
-    done: asyncio.Future[None] = field(repr=False)
     #: Journal key prefixes to delete (trimmed loop iterations).
     trim: Sequence[str] = ()
+    #: `{run_id, status, output, error}` when the run finishes with this commit.
+    final: dict[str, Any] | None = None
+    #: Extend the run's lease (and store its step count) with this commit.
+    renew: bool = False
 
 
 class StepCommitter:
-    """Group commit across runs: the step flushes of every run of one worker, one statement
-    per batch.
+    """Group commit across runs: the step flushes and completions of every run of one worker,
+    one statement per batch (`GroupCommit`).
 
     A run asks to commit its finished steps before its next step body (or child, wait, timer)
-    begins, and waits only for the commit that holds them. When no commit is in flight a
-    request is committed at once; while one is, new requests gather and go together in the
-    next (as Postgres's own group commit and Kafka's linger do) — no fixed delay on an idle
-    worker. Each run stays fenced by its epoch: a run the worker no longer owns gets
-    `LeaseLost` without failing the others in its batch. A batch the database refuses for a
-    reason other than unavailability is retried one run at a time, so one run's bad entry
-    (say, a string Postgres cannot store) fails only that run.
+    begins, and waits only for the commit that holds them: at once when no commit is in
+    flight, else with the next batch — no fixed delay on an idle worker. Each run stays fenced
+    by its epoch: a run the worker no longer owns gets `LeaseLost` without failing the others
+    in its batch. A batch the database refuses for a reason other than unavailability is
+    retried one run at a time, so one run's bad entry (say, a string Postgres cannot store)
+    fails only that run.
     """
 
     def __init__(self, pool: Pool, *, lease: float) -> None:
         self.pool = pool
         self.lease = lease
-        self._queue: list[_Flush] = []
-        self._task: asyncio.Task[None] | None = None
-        #: Batches committed and runs in them, for metrics and tests.
-        self.batches = 0
-        self.flushed = 0
+        self._group: GroupCommit[_Flush, Any] = GroupCommit(self._write, name="ripple-step-commit")
+
+    @property
+    def batches(self) -> int:
+        """Batches committed so far."""
+        return self._group.batches
+
+    @property
+    def flushed(self) -> int:
+        """Run requests committed so far."""
+        return self._group.written
 
     async def flush(
         self,
@@ -74,82 +81,59 @@ class StepCommitter:
         step_count: int,
         entries: list[Entry],
         trim: Sequence[str] = (),
+        *,
+        renew: bool = False,
     ) -> None:
         """Commit `entries` of one run (and delete its journal entries under the `trim` key
-        prefixes); raises `LeaseLost` if the run is no longer owned."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        rows = []
-        for entry in entries:
-            row = entry.to_json()
-            row["run_id"] = run_id
-            rows.append(row)
-        self._queue.append(_Flush(run_id, epoch, step_count, rows, done, trim))
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(
-                self._drain(), name="ripple-step-commit"
-            )
-        # A run canceled while it waits cancels only its own future, never the batch.
-        await done
+        prefixes), extending its lease if `renew`; raises `LeaseLost` if the run is no longer
+        owned."""
+        rows = _rows(run_id, entries)
+        await self._group.submit(_Flush(run_id, epoch, step_count, rows, trim, renew=renew))
 
-    async def _drain(self) -> None:
-        try:
-            while self._queue:
-                batch, self._queue = self._queue, []
-                await self._commit(batch)
-        except BaseException:
-            left, self._queue = self._queue, []
-            for request in left:
-                _settle(request, Unavailable("the step commit was interrupted; retry"))
-            raise
-        finally:
-            self._task = None
+    async def finish(
+        self,
+        run_id: str,
+        epoch: int,
+        step_count: int,
+        entries: list[Entry],
+        status: str,
+        output: Any,
+        error: dict[str, Any] | None,
+    ) -> Any:
+        """Commit `entries` of one run and finish it with `status`: the run's row
+        (`created_at`, `completed_at`); raises `LeaseLost` if the run is no longer owned.
+        Only for a run with no parent and no open waits (those finish in a transaction of
+        their own, `PgRunWriter.finish`)."""
+        final = {"run_id": run_id, "status": status, "output": output, "error": error}
+        return await self._group.submit(
+            _Flush(run_id, epoch, step_count, _rows(run_id, entries), (), final)
+        )
 
-    async def _commit(self, batch: list[_Flush]) -> None:
-        try:
-            owned = await self._write(batch)
-        except Unavailable as exc:
-            for request in batch:
-                _settle(request, exc)
-            return
-        except RippleError as exc:
-            if len(batch) == 1:
-                _settle(batch[0], exc)
-                return
-            log.warning("step_batch_refused", runs=len(batch), error=str(exc))
-            for request in batch:
-                await self._commit([request])
-            return
-        except BaseException as exc:  # every waiter must hear how the batch ended
-            for request in batch:
-                _settle(request, exc if isinstance(exc, Exception) else RippleError(str(exc)))
-            raise
-        self.batches += 1
-        self.flushed += len(batch)
-        for request in batch:
-            _settle(request, None if request.run_id in owned else LeaseLost(request.run_id))
-
-    async def _write(self, batch: list[_Flush]) -> set[str]:
-        batch.sort(key=lambda r: r.run_id)
+    async def _write(self, batch: list[_Flush]) -> list[Any]:
+        ordered = sorted(batch, key=lambda r: r.run_id)  # lock order: no deadlock
         with map_errors():
             rows = await self.pool.fetch(
-                store.FLUSH_RUNS,
-                [r.run_id for r in batch],
-                [r.epoch for r in batch],
-                [r.step_count for r in batch],
+                store.COMMIT_RUNS,
+                [r.run_id for r in ordered],
+                [r.epoch for r in ordered],
+                [r.step_count for r in ordered],
                 self.lease,
-                [row for r in batch for row in r.entries],
-                [{"run_id": r.run_id, "prefix": p} for r in batch for p in r.trim],
+                [row for r in ordered for row in r.entries],
+                [{"run_id": r.run_id, "prefix": p} for r in ordered for p in r.trim],
+                [r.final for r in ordered if r.final is not None],
+                [r.renew for r in ordered],
             )
-        return {row["run_id"] for row in rows}
+        owned = {row["run_id"]: row for row in rows}
+        return [owned.get(r.run_id) or LeaseLost(r.run_id) for r in batch]
 
 
-def _settle(request: _Flush, error: BaseException | None) -> None:
-    if request.done.done():
-        return
-    if error is None:
-        request.done.set_result(None)
-    else:
-        request.done.set_exception(error)
+def _rows(run_id: str, entries: list[Entry]) -> list[dict[str, Any]]:
+    rows = []
+    for entry in entries:
+        row = entry.to_json()
+        row["run_id"] = run_id
+        rows.append(row)
+    return rows
 
 
 async def complete_parent_step(
@@ -167,15 +151,11 @@ async def complete_parent_step(
     The parent row is locked first so a parent that is suspending at this moment sees it.
     """
     await conn.fetchval(store.LOCK_RUN, parent_run_id)
-    entry = Entry(
-        step_key,
-        step_seq,
-        "child",
-        "completed" if status == "completed" else "failed",
-        1,
-        output if status == "completed" else {"runId": child_run_id},
-        error,
-    )
+    pending = Entry(step_key, step_seq, "child", StepStatus.PENDING)
+    if status == "completed":
+        entry = pending.completed(output, None)
+    else:
+        entry = pending.failed(error, None, output={"runId": child_run_id})
     await conn.execute(store.COMPLETE_PARENT_STEP, parent_run_id, entry.to_json())
 
 
@@ -195,6 +175,7 @@ class PgRunWriter:
         may_have_waits: bool,
         parent_run_id: str | None = None,
         committer: StepCommitter | None = None,
+        keyed: bool = False,
     ) -> None:
         self.pool = pool
         self.committer = committer
@@ -206,6 +187,9 @@ class PgRunWriter:
         self.trace = trace
         self.may_have_waits = may_have_waits
         self.parent_run_id = parent_run_id
+        #: The run holds a concurrency slot: leaving `running` frees it (migration 0011's
+        #: trigger makes the key's next parked run available), so workers are told at once.
+        self.keyed = keyed
 
     async def _fence(self, conn: Connection | Pool, entries: list[Entry], step_count: int) -> None:
         """Lock the run if this worker still owns it, extend the lease, and journal `entries`:
@@ -222,9 +206,18 @@ class PgRunWriter:
         if owned is None:
             raise LeaseLost(self.run_id)
 
-    async def flush(self, entries: list[Entry], step_count: int, trim: Sequence[str] = ()) -> None:
+    async def flush(
+        self,
+        entries: list[Entry],
+        step_count: int,
+        trim: Sequence[str] = (),
+        *,
+        renew: bool = False,
+    ) -> None:
         if self.committer is not None:
-            await self.committer.flush(self.run_id, self.epoch, step_count, entries, trim)
+            await self.committer.flush(
+                self.run_id, self.epoch, step_count, entries, trim, renew=renew
+            )
             return
         if not trim:
             with map_errors():
@@ -268,18 +261,7 @@ class PgRunWriter:
             await self._fence(conn, [*entries, entry], step_count)
             row = await conn.fetchrow(store.CONSUME_SIGNAL, self.run_id, wait.name, wait.match)
             if row is not None:
-                done = Entry(
-                    entry.key,
-                    entry.seq,
-                    "wait",
-                    "completed",
-                    1,
-                    row["payload"],
-                    None,
-                    None,
-                    entry.started_at,
-                    entry.started_at,
-                )
+                done = entry.completed(row["payload"], entry.started_at)
                 await conn.execute(store.UPSERT_STEPS, self.run_id, [done.to_json()])
                 metrics.SIGNALS.labels("consumed_from_inbox").inc()
             else:
@@ -329,22 +311,12 @@ class PgRunWriter:
         its result (nothing else would ever report it)."""
         row = await conn.fetchrow(store.SELECT_CHILD_BY_KEY, child.workflow, child.key)
         assert row is not None  # the insert conflicted on this key, and runs are not deleted
-        pending = child.entry
-        entry = Entry(
-            pending.key,
-            pending.seq,
-            "child",
-            pending.status,
-            1,
-            {"runId": row["run_id"]},
-            None,
-            pending.due_at,
-            pending.started_at,
-        )
+        existing = {"runId": row["run_id"]}
+        entry = replace(child.entry, attempts=1, output=existing, error=None)
         if row["status"] == "completed":
-            entry.status, entry.output = "completed", row["output"]
+            entry = entry.completed(row["output"], None)
         elif row["status"] in ("failed", "canceled"):
-            entry.status, entry.error = "failed", row["error"]
+            entry = entry.failed(row["error"], None, output=existing)
         await conn.execute(store.UPSERT_STEPS, self.run_id, [entry.to_json()])
         return entry
 
@@ -356,17 +328,7 @@ class PgRunWriter:
             final: Entry | None = None
             if is_wait:
                 if await conn.fetchval(store.DELETE_WAIT, self.run_id, entry.key) is not None:
-                    final = Entry(
-                        entry.key,
-                        entry.seq,
-                        "wait",
-                        "completed",
-                        1,
-                        None,
-                        None,
-                        entry.due_at,
-                        entry.started_at,
-                    )
+                    final = entry.completed(None, None)
                     await conn.execute(store.UPSERT_STEPS, self.run_id, [final.to_json()])
             else:
                 error = {
@@ -375,17 +337,7 @@ class PgRunWriter:
                     "its child run (the child keeps running)",
                 }
                 if await conn.fetchval(store.TIME_OUT_STEP, self.run_id, entry.key, error):
-                    final = Entry(
-                        entry.key,
-                        entry.seq,
-                        "child",
-                        "failed",
-                        1,
-                        entry.output,
-                        error,
-                        entry.due_at,
-                        entry.started_at,
-                    )
+                    final = entry.failed(error, None, output=entry.output)
             if final is None:
                 row = await conn.fetchrow(store.SELECT_STEP, self.run_id, entry.key)
                 final = Entry.from_row(row) if row is not None else entry
@@ -420,6 +372,12 @@ class PgRunWriter:
         output: Any,
         error: dict[str, Any] | None,
     ) -> None:
+        if self.parent_run_id is None and not self.may_have_waits and self.committer is not None:
+            row = await self.committer.finish(
+                self.run_id, self.epoch, step_count, entries, status, output, error
+            )
+            self._finished(status, row, None)
+            return
         args = (
             self.run_id,
             self.epoch,
@@ -467,6 +425,8 @@ class PgRunWriter:
         self.waker.notify(RunFinished(run_id=self.run_id))
         if parent is not None:
             self.waker.notify(RunReady())
+        elif self.keyed:
+            self.waker.notify(RunReady(workflow=self.workflow))
 
     async def retry_run(
         self, entries: list[Entry], step_count: int, delay: float, error: dict[str, Any]
@@ -477,3 +437,5 @@ class PgRunWriter:
             await conn.execute(store.DELETE_UNFINISHED_STEPS, self.run_id)
             if self.may_have_waits:
                 await conn.execute(store.DELETE_RUN_WAITS, self.run_id)
+        if self.keyed:  # its slot is free until the retry is due
+            self.waker.notify(RunReady(workflow=self.workflow))

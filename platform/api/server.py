@@ -28,8 +28,8 @@ from ripple.platform.api.limits import MAX_REQUEST_HEAD_BYTES
 from ripple.platform.client import Client
 from ripple.platform.errors import ConfigError
 from ripple.platform.observability import serve_metrics
+from ripple.workflows.bodies import sync_bodies_running
 from ripple.workflows.definition import WorkflowDefinition
-from ripple.workflows.engine import sync_bodies_running
 
 __all__ = ["AppModule", "Services", "load_app", "run_services"]
 

@@ -26,10 +26,7 @@ from ripple.platform.config import Settings
 from ripple.platform.errors import Conflict, InvalidInput, NotFound, RippleError
 from ripple.platform.event_store import get_event
 from ripple.platform.observability import LIVE_LEASES
-from ripple.platform.observability_store import (
-    select_queue_gauges,
-    select_webhook_gauges,
-)
+from ripple.platform.observability_store import select_webhook_gauges
 from ripple.platform.ui import store, views
 from ripple.platform.ui.auth import COOKIE, SESSION_SECONDS, Sessions
 
@@ -40,8 +37,14 @@ PREFIX: Final = "/ui"
 PAGE_SIZE: Final = 50
 #: Queues shown on the queues page and the overview.
 MAX_QUEUES: Final = 100
+#: Journal entries the run page shows (and offers to fork from).
+MAX_STEPS: Final = 500
+#: Messages and dead letters a queue peek shows.
+PEEK_SIZE: Final = 20
 #: What an action refuses with a message on the page (anything else is a problem response).
 _REFUSED: Final = (InvalidInput, NotFound, Conflict)
+#: Run statuses `Client.retry` accepts.
+RETRYABLE: Final = frozenset({"failed", "canceled"})
 _STATIC: Final = {"htmx.min.js": "text/javascript", "style.css": "text/css"}
 
 _env = jinja2.Environment(
@@ -49,7 +52,14 @@ _env = jinja2.Environment(
     autoescape=True,
     undefined=jinja2.StrictUndefined,
 )
-_env.filters.update(pretty=views.pretty, ts=views.ts, ago=views.ago)
+_env.globals["queue_cap"] = store.QUEUE_CAP
+_env.filters.update(
+    pretty=views.pretty,
+    ts=views.ts,
+    ago=views.ago,
+    until=views.until,
+    duration=views.duration,
+)
 
 
 class _Redirect(Exception):
@@ -203,7 +213,7 @@ async def overview(request: Request, nonce: Session, client: ClientDep) -> Respo
     stranded = await store.stranded_sample(client.pool, live)
     failing_ids = {w.subscription_id for w in webhooks if w.failing}
     failing = [s for s in await client.list_subscriptions() if s.id in failing_ids]
-    queues = [(name, await client.queues.stats(name)) for name in await _queue_names(client)]
+    queues = await _queue_rows(client)
     return render(
         request,
         nonce,
@@ -213,6 +223,7 @@ async def overview(request: Request, nonce: Session, client: ClientDep) -> Respo
         capped=runs.capped,
         statuses=RUN_STATUSES,
         cap=store.COUNT_CAP,
+        stranded_per_workflow=store.STRANDED_PER_WORKFLOW,
         queues=queues,
         failing=failing,
         stranded=stranded,
@@ -277,7 +288,7 @@ async def run_page(request: Request, run_id: str, nonce: Session, client: Client
     run = await client.get_run(run_id)
     if run is None:
         raise ProblemError(404, f"no run {run_id}")
-    steps = await client.list_steps(run_id)
+    steps, more_steps = await store.run_steps(client.pool, run_id, MAX_STEPS)
     children = await client.list_runs(parent_run_id=run_id, limit=PAGE_SIZE)
     event_id = None
     if run.idempotency_key and run.idempotency_key.startswith("event:"):
@@ -292,6 +303,10 @@ async def run_page(request: Request, run_id: str, nonce: Session, client: Client
         waits=await store.pending_waits(client.pool, run_id),
         signals=await store.pending_signals(client.pool, run_id),
         children=children.items,
+        more_steps=more_steps,
+        max_steps=MAX_STEPS,
+        fork_steps=[s.key for s in steps if s.seq >= 0],
+        retryable=run.status in RETRYABLE,
         event_id=event_id,
         trace_id=await store.run_trace_id(client.pool, run_id),
         msg=request.query_params.get("msg"),
@@ -322,6 +337,32 @@ async def signal(run_id: str, form: Form, client: ClientDep) -> Response:
         return back(f"{PREFIX}/runs/{run_id}", f"Not signaled: {exc.message}")
     text = "Signal delivered." if result.delivered else "Signal kept until the run waits on it."
     return back(f"{PREFIX}/runs/{run_id}", text)
+
+
+@router.post("/runs/{run_id}/retry")
+async def retry(run_id: str, form: Form, client: ClientDep) -> Response:
+    try:
+        await client.retry(run_id)
+    except _REFUSED as exc:
+        return back(f"{PREFIX}/runs/{run_id}", f"Not retried: {exc.message}")
+    return back(f"{PREFIX}/runs/{run_id}", "Retried: the run is pending again.")
+
+
+@router.post("/runs/{run_id}/fork")
+async def fork(run_id: str, form: Form, client: ClientDep) -> Response:
+    step = form.get("step", "")
+    if not step:
+        return back(f"{PREFIX}/runs/{run_id}", "Choose the step to fork from.")
+    try:
+        text = form.get("input", "").strip()
+        new_input = json.loads(text) if text else None
+    except ValueError as exc:
+        return back(f"{PREFIX}/runs/{run_id}", f"The input is not valid JSON: {exc}")
+    try:
+        handle = await client.fork(run_id, step, new_input)
+    except _REFUSED as exc:
+        return back(f"{PREFIX}/runs/{run_id}", f"Not forked: {exc.message}")
+    return back(f"{PREFIX}/runs/{handle.run_id}", f"Forked from step {step} of {run_id}.")
 
 
 # -- event trace ------------------------------------------------------------------------------
@@ -420,9 +461,16 @@ async def set_paused(subscription_id: str, action: str, form: Form, client: Clie
 
 @router.get("/queues")
 async def queues(request: Request, nonce: Session, client: ClientDep) -> Response:
-    rows = [(name, await client.queues.stats(name)) for name in await _queue_names(client)]
+    rows = await _queue_rows(client)
     peek = request.query_params.get("peek")
-    dead = await client.queues.dead_letters(peek, 20) if peek else []
+    dead: list[Any] = []
+    messages: list[store.PeekedMessage] = []
+    if peek:
+        try:
+            dead = await client.queues.dead_letters(peek, PEEK_SIZE)
+        except InvalidInput as exc:
+            raise ProblemError(404, f"no queue {peek}: {exc.message}") from exc
+        messages = await store.peek_messages(client.pool, peek, PEEK_SIZE)
     return render(
         request,
         nonce,
@@ -430,16 +478,16 @@ async def queues(request: Request, nonce: Session, client: ClientDep) -> Respons
         rows=rows,
         peek=peek,
         dead=dead,
+        messages=messages,
+        peek_size=PEEK_SIZE,
         msg=request.query_params.get("msg"),
     )
 
 
-async def _queue_names(client: Client) -> list[str]:
-    """Queues with live messages or settings, and queues holding only dead letters."""
-    async with client.pool.acquire() as conn:
-        names = {g.queue for g in await select_queue_gauges(conn)}
-    names.update(await store.dead_letter_queues(client.pool, MAX_QUEUES))
-    return sorted(names)[:MAX_QUEUES]
+async def _queue_rows(client: Client) -> list[tuple[str, store.QueueCounts]]:
+    """The first MAX_QUEUES queues and their bounded counts."""
+    names = await store.queue_names(client.pool, MAX_QUEUES)
+    return [(name, await store.queue_counts(client.pool, name)) for name in names]
 
 
 @router.post("/queues/{queue}/redrive")
@@ -449,6 +497,42 @@ async def redrive_queue(queue: str, form: Form, client: ClientDep) -> Response:
     except _REFUSED as exc:
         return back(f"{PREFIX}/queues", f"Not redriven: {exc.message}")
     return back(f"{PREFIX}/queues", f"Redrove {count} dead letter(s) of {queue}.")
+
+
+# -- schedules --------------------------------------------------------------------------------
+
+#: Newest runs shown per workflow schedule.
+SCHEDULE_RUNS: Final = 5
+
+
+@router.get("/schedules")
+async def schedules(request: Request, nonce: Session, client: ClientDep) -> Response:
+    rows = []
+    for info in await client.schedules.list():
+        last = []
+        if info.workflow is not None:
+            last = await store.schedule_runs(client.pool, info.workflow, info.name, SCHEDULE_RUNS)
+        rows.append((info, last))
+    return render(request, nonce, "schedules.html", rows=rows, msg=request.query_params.get("msg"))
+
+
+@router.post("/schedules/{name}/{action}")
+async def schedule_action(name: str, action: str, form: Form, client: ClientDep) -> Response:
+    to = f"{PREFIX}/schedules"
+    try:
+        if action == "pause":
+            await client.schedules.pause(name)
+            return back(to, f"Schedule {name} paused.")
+        if action == "resume":
+            await client.schedules.resume(name)
+            return back(to, f"Schedule {name} resumed: it fires from its next tick.")
+        if action == "trigger":
+            run_id = await client.schedules.trigger(name)
+            fired = f"started run {run_id}" if run_id else "published its event"
+            return back(to, f"Schedule {name} {fired}.")
+    except _REFUSED as exc:
+        return back(to, f"Not done ({action}): {exc.message}")
+    raise ProblemError(404, f"no action {action}: use pause, resume or trigger")
 
 
 # -- deliveries -------------------------------------------------------------------------------

@@ -1,10 +1,13 @@
 """Read-only SQL the dashboard needs beyond the stores' own reads.
 
-Everything else (runs, steps, events, explain, deliveries, queues, subscriptions) goes through
-the `Client`. These statements are indexed and limited: the run counts scan at most
-`COUNT_CAP` rows through the primary key (run ids are time-ordered uuid7 text), the trace
+Everything else (runs, steps, events, explain, deliveries, dead letters, subscriptions,
+schedules) goes through the `Client`. These statements are indexed and bounded, so a page view
+costs the same with millions of rows: the run counts read at most `COUNT_CAP` runs through the
+primary key (run ids are time-ordered uuid7 text); stranded runs, queue names and queue counts
+walk partial indexes with limits (skip scans for the distinct workflows and queues); the trace
 lookups use the unique keys fan-out writes (queue deduplication id, (event, subscription) of a
-delivery, (workflow, idempotency key) of a run).
+delivery, (workflow, idempotency key) of a run); a schedule's runs use the partial index of
+migration 0013.
 """
 
 from __future__ import annotations
@@ -16,51 +19,95 @@ from uuid import UUID
 
 from ripple.platform.db import Pool, map_errors
 from ripple.platform.observability_store import StrandedGauge
+from ripple.workflows.records import StepRecord
 
 __all__ = [
     "COUNT_CAP",
+    "QUEUE_CAP",
+    "STRANDED_PER_WORKFLOW",
+    "STRANDED_WORKFLOWS",
+    "PeekedMessage",
+    "QueueCounts",
     "QueueMessageRow",
     "RecentRuns",
     "WaitRow",
-    "dead_letter_queues",
     "delivery_id_for",
     "is_uuid",
+    "peek_messages",
     "pending_signals",
     "pending_waits",
+    "queue_counts",
     "queue_message_for",
+    "queue_names",
     "recent_runs",
     "run_id_for",
+    "run_steps",
     "run_trace_id",
+    "schedule_runs",
     "stranded_sample",
     "uuid7_floor",
 ]
 
 #: Most runs one overview count reads; a count that reaches it is shown as "≥ COUNT_CAP".
 COUNT_CAP: Final = 10_000
+#: Most messages of one kind a queue count reads; a count that reaches it is shown as "≥".
+QUEUE_CAP: Final = 10_000
+#: Active runs per workflow, and workflows, the overview's stranded-runs check reads at most.
+STRANDED_PER_WORKFLOW: Final = 100
+STRANDED_WORKFLOWS: Final = 50
 
-# $1 lowest run id (uuid7 text of the window start), $2 cap: the newest ≤ $2 runs of the
-# window, through the primary key (run ids are time-ordered).
+# $1 lowest run id (uuid7 text of the window start), $2 cap, $3 start of the recent part,
+# $4 bucket width in seconds: the newest <= $2 runs of the window, read through the primary key
+# (run ids are time-ordered), counted here by workflow, status and recent bucket (NULL: before
+# the recent part), so only a few rows come back.
 SELECT_RECENT_RUNS: Final = """
-SELECT workflow, status, created_at FROM ripple_runs
-WHERE run_id >= $1
-ORDER BY run_id DESC
-LIMIT $2
+WITH newest AS (
+    SELECT workflow, status, created_at FROM ripple_runs
+    WHERE run_id >= $1
+    ORDER BY run_id DESC
+    LIMIT $2
+)
+SELECT workflow, status,
+       CASE WHEN created_at >= $3
+            THEN floor(extract(epoch FROM created_at - $3) / $4)::int END AS bucket,
+       count(*)::int AS n
+FROM newest
+GROUP BY 1, 2, 3
 """
 
-# $1 liveness window in seconds, $2 cap. The bounded form of observability_store's
-# SELECT_STRANDED_RUNS for page views: the same liveness rule over at most $2 active runs
-# (any $2: a scan that stops early, not a sort of every active run).
+# $1 liveness window in seconds, $2 runs per workflow, $3 workflows. The bounded form of
+# observability_store's SELECT_STRANDED_RUNS for page views: the same liveness rule over the $2
+# active runs due soonest of each of the first $3 workflows with active runs. The workflows come
+# from a skip scan of the claim index (one probe each), the runs from a walk of it per workflow,
+# so a view reads at most $2 * $3 runs however many are active.
 SELECT_STRANDED_SAMPLE: Final = """
-WITH live AS (
+WITH RECURSIVE live AS (
     SELECT DISTINCT s ->> 'workflow' AS workflow, (s ->> 'version')::int AS version
     FROM ripple_workers w
     CROSS JOIN LATERAL jsonb_array_elements(w.serves) AS s
     WHERE w.heartbeat_at > now() - make_interval(secs => $1)
 ),
+workflows AS (
+    (SELECT workflow FROM ripple_runs
+     WHERE status IN ('pending', 'running', 'sleeping', 'waiting')
+     ORDER BY workflow LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.workflow FROM ripple_runs r
+            WHERE r.status IN ('pending', 'running', 'sleeping', 'waiting')
+              AND r.workflow > w.workflow
+            ORDER BY r.workflow LIMIT 1)
+    FROM workflows w
+    WHERE w.workflow IS NOT NULL
+),
 active AS (
-    SELECT workflow, version FROM ripple_runs
-    WHERE status IN ('pending', 'running', 'sleeping', 'waiting')
-    LIMIT $2
+    SELECT w.workflow, a.version
+    FROM (SELECT workflow FROM workflows WHERE workflow IS NOT NULL LIMIT $3) AS w
+    CROSS JOIN LATERAL (
+        SELECT r.version FROM ripple_runs r
+        WHERE r.workflow = w.workflow AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
+        ORDER BY r.available_at
+        LIMIT $2
+    ) AS a
 )
 SELECT a.workflow, a.version, count(*) AS runs
 FROM active a
@@ -70,6 +117,84 @@ WHERE NOT EXISTS (
 )
 GROUP BY a.workflow, a.version
 ORDER BY a.workflow, a.version
+"""
+
+# $1 limit: names of queues with live or dead messages, or settings. Each kind of message is a
+# skip scan of its partial index (one probe per queue), not a scan of the messages.
+SELECT_QUEUE_NAMES: Final = """
+WITH RECURSIVE ready AS (
+    (SELECT queue FROM ripple_queue_messages
+     WHERE dead_at IS NULL AND group_id IS NULL ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.queue FROM ripple_queue_messages m
+            WHERE m.dead_at IS NULL AND m.group_id IS NULL AND m.queue > r.queue
+            ORDER BY m.queue LIMIT 1)
+    FROM ready r WHERE r.queue IS NOT NULL
+),
+grouped AS (
+    (SELECT queue FROM ripple_queue_messages
+     WHERE dead_at IS NULL AND group_id IS NOT NULL ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.queue FROM ripple_queue_messages m
+            WHERE m.dead_at IS NULL AND m.group_id IS NOT NULL AND m.queue > g.queue
+            ORDER BY m.queue LIMIT 1)
+    FROM grouped g WHERE g.queue IS NOT NULL
+),
+dead AS (
+    (SELECT queue FROM ripple_queue_messages WHERE dead_at IS NOT NULL ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.queue FROM ripple_queue_messages m
+            WHERE m.dead_at IS NOT NULL AND m.queue > d.queue ORDER BY m.queue LIMIT 1)
+    FROM dead d WHERE d.queue IS NOT NULL
+)
+SELECT queue FROM (
+    (SELECT queue FROM ready WHERE queue IS NOT NULL LIMIT $1)
+    UNION (SELECT queue FROM grouped WHERE queue IS NOT NULL LIMIT $1)
+    UNION (SELECT queue FROM dead WHERE queue IS NOT NULL LIMIT $1)
+    UNION (SELECT name FROM ripple_queues ORDER BY name LIMIT $1)
+) AS q
+ORDER BY queue
+LIMIT $1
+"""
+
+# $1 queue, $2 cap: a queue's counts, each one bounded (at most $2 index entries read) and read
+# through the partial index of its kind of message; "oldest" is the age of the next ungrouped
+# message to be received, or of the oldest visible grouped one among the first $2.
+SELECT_QUEUE_COUNTS: Final = """
+WITH later AS (
+    SELECT receive_count FROM ripple_queue_messages
+    WHERE queue = $1 AND dead_at IS NULL AND group_id IS NULL AND visible_at > now()
+    LIMIT $2
+),
+grouped AS (
+    SELECT visible_at <= now() AS visible_now, receive_count, created_at
+    FROM ripple_queue_messages
+    WHERE queue = $1 AND dead_at IS NULL AND group_id IS NOT NULL
+    LIMIT $2
+)
+SELECT
+    (SELECT count(*) FROM (
+        SELECT 1 FROM ripple_queue_messages
+        WHERE queue = $1 AND dead_at IS NULL AND group_id IS NULL AND visible_at <= now()
+        LIMIT $2) AS v)::int AS ready,
+    (SELECT count(*) FROM later)::int AS later_sampled,
+    (SELECT count(*) FROM grouped)::int AS grouped_sampled,
+    (SELECT count(*) FROM later WHERE receive_count > 0)::int AS later_received,
+    (SELECT count(*) FROM later WHERE receive_count = 0)::int AS later_new,
+    (SELECT count(*) FROM grouped WHERE visible_now)::int AS grouped_visible,
+    (SELECT count(*) FROM grouped WHERE NOT visible_now AND receive_count > 0)::int
+        AS grouped_received,
+    (SELECT count(*) FROM grouped WHERE NOT visible_now AND receive_count = 0)::int
+        AS grouped_new,
+    (SELECT count(*) FROM (
+        SELECT 1 FROM ripple_queue_messages WHERE queue = $1 AND dead_at IS NOT NULL LIMIT $2
+    ) AS d)::int AS dead_letters,
+    extract(epoch FROM now() - least(
+        (SELECT created_at FROM ripple_queue_messages
+         WHERE queue = $1 AND dead_at IS NULL AND group_id IS NULL AND visible_at <= now()
+         ORDER BY visible_at LIMIT 1),
+        (SELECT min(created_at) FROM grouped WHERE visible_now)
+    ))::float8 AS oldest_age
 """
 
 # $1 queue, $2 deduplication id (fan-out writes "{event_id}:{subscription_id}")
@@ -90,16 +215,17 @@ SELECT_RUN_ID: Final = """
 SELECT run_id FROM ripple_runs WHERE workflow = $1 AND idempotency_key = $2
 """
 
+# $1 run id, $2 limit: the first $2 journal entries of a run (the columns of the workflow
+# store's SELECT_STEPS), so a run with a huge journal still renders quickly.
+SELECT_RUN_STEPS: Final = """
+SELECT key, seq, kind, status, attempts, output, error, due_at, started_at, completed_at
+FROM ripple_steps WHERE run_id = $1 ORDER BY seq, started_at LIMIT $2
+"""
+
 # $1 run id
 SELECT_WAITS: Final = """
 SELECT step_key, name, event, match, expires_at, created_at
 FROM ripple_waits WHERE run_id = $1 ORDER BY created_at, step_key
-"""
-
-# $1 limit: queues holding dead letters (through the partial dead-letter index); the gauges
-# list only queues with live messages or settings.
-SELECT_DEAD_QUEUES: Final = """
-SELECT DISTINCT queue FROM ripple_queue_messages WHERE dead_at IS NOT NULL ORDER BY queue LIMIT $1
 """
 
 # $1 run id
@@ -109,6 +235,82 @@ SELECT_RUN_TRACE: Final = "SELECT trace FROM ripple_runs WHERE run_id = $1"
 SELECT_SIGNALS: Final = """
 SELECT name, payload, created_at FROM ripple_signals WHERE run_id = $1 ORDER BY id LIMIT $2
 """
+
+
+# $1 workflow, $2 key prefix "schedule:{name}:", $3 limit: a schedule's newest runs (ticks and
+# manual triggers carry "schedule:{name}:..." keys), through the partial index of runs started
+# by schedules (migration 0013), newest first.
+SELECT_SCHEDULE_RUNS: Final = """
+SELECT run_id, status, created_at FROM ripple_runs
+WHERE workflow = $1 AND idempotency_key LIKE 'schedule:%' AND starts_with(idempotency_key, $2)
+ORDER BY run_id DESC
+LIMIT $3
+"""
+
+
+# $1 queue, $2 limit: the live (not dead-lettered) messages next in claim order, read-only:
+# ungrouped ones by visibility and FIFO groups by id, each through its claim index.
+SELECT_PEEK: Final = """
+SELECT * FROM (
+    (SELECT id, body, headers, group_id, receive_count, visible_at, created_at,
+            visible_at <= now() AS visible_now
+     FROM ripple_queue_messages
+     WHERE queue = $1 AND dead_at IS NULL AND group_id IS NULL
+     ORDER BY visible_at LIMIT $2)
+    UNION ALL
+    (SELECT id, body, headers, group_id, receive_count, visible_at, created_at,
+            visible_at <= now() AS visible_now
+     FROM ripple_queue_messages
+     WHERE queue = $1 AND dead_at IS NULL AND group_id IS NOT NULL
+     ORDER BY group_id, id LIMIT $2)
+) AS m
+ORDER BY visible_at, id
+LIMIT $2
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """A queue's counts for the dashboard, read from bounded samples: the counts named in
+    `lower_bounds` came from a sample that reached QUEUE_CAP, so there may be more."""
+
+    visible: int
+    in_flight: int
+    delayed: int
+    dead_letters: int
+    #: Seconds the next visible message has waited since it was sent (0 when none).
+    oldest_age: float
+    lower_bounds: frozenset[str] = frozenset()
+
+    @property
+    def depth(self) -> int:
+        return self.visible + self.in_flight + self.delayed
+
+    def shown(self, name: str) -> str:
+        """The count `name` (or "depth") for display: "≥ n" when it is a lower bound."""
+        value: int = getattr(self, name)
+        bounded = name in self.lower_bounds or (name == "depth" and bool(self.lower_bounds))
+        return f"≥ {value}" if bounded else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class PeekedMessage:
+    """A live queue message as the queues page shows it (nothing is received or changed)."""
+
+    id: int
+    body: Any
+    headers: dict[str, Any]
+    group_id: str | None
+    receive_count: int
+    visible_at: datetime
+    created_at: datetime
+    visible_now: bool
+
+    @property
+    def state(self) -> str:
+        if self.visible_now:
+            return "waiting"
+        return "in flight" if self.receive_count > 0 else "delayed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,30 +366,70 @@ async def recent_runs(
     pool: Pool, since: datetime, recent: timedelta, buckets: int, now: datetime
 ) -> RecentRuns:
     """One bounded read of the window's newest runs, counted by workflow, status and time."""
+    width = recent.total_seconds() / buckets
     with map_errors():
-        rows = await pool.fetch(SELECT_RECENT_RUNS, uuid7_floor(since), COUNT_CAP)
+        rows = await pool.fetch(
+            SELECT_RECENT_RUNS, uuid7_floor(since), COUNT_CAP, now - recent, width
+        )
     counts: dict[str, dict[str, int]] = {}
     recent_counts: dict[str, dict[str, int]] = {}
     created, failed = [0] * buckets, [0] * buckets
-    width = recent.total_seconds() / buckets
+    total = 0
     for row in rows:
-        workflow, status = row["workflow"], row["status"]
+        workflow, status, bucket, n = row["workflow"], row["status"], row["bucket"], row["n"]
+        total += n
         by = counts.setdefault(workflow, {})
-        by[status] = by.get(status, 0) + 1
-        age = (now - row["created_at"]).total_seconds()
-        if age < recent.total_seconds():
+        by[status] = by.get(status, 0) + n
+        if bucket is not None:
             by = recent_counts.setdefault(workflow, {})
-            by[status] = by.get(status, 0) + 1
-            index = buckets - 1 - int(max(age, 0.0) // width)
-            created[index] += 1
-            failed[index] += status == "failed"
-    return RecentRuns(counts, recent_counts, created, failed, len(rows) >= COUNT_CAP)
+            by[status] = by.get(status, 0) + n
+            index = min(max(bucket, 0), buckets - 1)  # clock skew: runs stamped after `now`
+            created[index] += n
+            if status == "failed":
+                failed[index] += n
+    return RecentRuns(counts, recent_counts, created, failed, total >= COUNT_CAP)
 
 
 async def queue_message_for(pool: Pool, queue: str, dedup_id: str) -> QueueMessageRow | None:
     with map_errors():
         row = await pool.fetchrow(SELECT_QUEUE_MESSAGE, queue, dedup_id)
     return None if row is None else QueueMessageRow(**dict(row))
+
+
+async def peek_messages(pool: Pool, queue: str, limit: int) -> list[PeekedMessage]:
+    """The first `limit` live messages of `queue` in claim order (read-only)."""
+    with map_errors():
+        rows = await pool.fetch(SELECT_PEEK, queue, limit)
+    return [PeekedMessage(**dict(row)) for row in rows]
+
+
+async def queue_names(pool: Pool, limit: int) -> list[str]:
+    """The first `limit` queues by name with messages (live or dead) or settings."""
+    with map_errors():
+        return [row["queue"] for row in await pool.fetch(SELECT_QUEUE_NAMES, limit)]
+
+
+async def queue_counts(pool: Pool, queue: str) -> QueueCounts:
+    """Bounded counts of one queue (each at most QUEUE_CAP)."""
+    with map_errors():
+        row = await pool.fetchrow(SELECT_QUEUE_COUNTS, queue, QUEUE_CAP)
+    assert row is not None
+    cap = QUEUE_CAP
+    bounds = set()
+    if row["ready"] >= cap or row["grouped_sampled"] >= cap:
+        bounds.add("visible")
+    if row["later_sampled"] >= cap or row["grouped_sampled"] >= cap:
+        bounds.update(("in_flight", "delayed"))
+    if row["dead_letters"] >= cap:
+        bounds.add("dead_letters")
+    return QueueCounts(
+        visible=row["ready"] + row["grouped_visible"],
+        in_flight=row["later_received"] + row["grouped_received"],
+        delayed=row["later_new"] + row["grouped_new"],
+        dead_letters=row["dead_letters"],
+        oldest_age=max(row["oldest_age"] or 0.0, 0.0),
+        lower_bounds=frozenset(bounds),
+    )
 
 
 async def delivery_id_for(pool: Pool, event_id: str, subscription_id: str) -> str | None:
@@ -200,6 +442,13 @@ async def run_id_for(pool: Pool, workflow: str, idempotency_key: str) -> str | N
     with map_errors():
         found: str | None = await pool.fetchval(SELECT_RUN_ID, workflow, idempotency_key)
     return found
+
+
+async def run_steps(pool: Pool, run_id: str, limit: int) -> tuple[list[StepRecord], bool]:
+    """The run's first `limit` journal entries in call order, and whether there are more."""
+    with map_errors():
+        rows = await pool.fetch(SELECT_RUN_STEPS, run_id, limit + 1)
+    return [StepRecord.from_row(row) for row in rows[:limit]], len(rows) > limit
 
 
 async def pending_waits(pool: Pool, run_id: str) -> list[WaitRow]:
@@ -222,6 +471,15 @@ async def run_trace_id(pool: Pool, run_id: str) -> str | None:
     return parts[1] if len(parts) > 2 else None
 
 
+async def schedule_runs(
+    pool: Pool, workflow: str, schedule: str, limit: int
+) -> list[dict[str, Any]]:
+    """The newest `limit` runs a workflow schedule started (by tick or trigger)."""
+    with map_errors():
+        rows = await pool.fetch(SELECT_SCHEDULE_RUNS, workflow, f"schedule:{schedule}:", limit)
+    return [dict(row) for row in rows]
+
+
 def is_uuid(value: str) -> bool:
     try:
         UUID(value)
@@ -230,13 +488,11 @@ def is_uuid(value: str) -> bool:
     return True
 
 
-async def dead_letter_queues(pool: Pool, limit: int) -> list[str]:
-    with map_errors():
-        return [row["queue"] for row in await pool.fetch(SELECT_DEAD_QUEUES, limit)]
-
-
 async def stranded_sample(pool: Pool, live_seconds: float) -> list[StrandedGauge]:
-    """Stranded runs among the ≤ COUNT_CAP active runs due soonest."""
+    """Stranded runs among the STRANDED_PER_WORKFLOW active runs due soonest of each of the
+    first STRANDED_WORKFLOWS workflows (by name) with active runs."""
     with map_errors():
-        rows = await pool.fetch(SELECT_STRANDED_SAMPLE, live_seconds, COUNT_CAP)
+        rows = await pool.fetch(
+            SELECT_STRANDED_SAMPLE, live_seconds, STRANDED_PER_WORKFLOW, STRANDED_WORKFLOWS
+        )
     return [StrandedGauge.from_row(row) for row in rows]

@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from ripple.workflows.client import Run, StepRecord
 
-__all__ = ["Bar", "Timeline", "ago", "pretty", "sparkline", "timeline", "ts"]
+__all__ = ["Bar", "Timeline", "ago", "duration", "pretty", "sparkline", "timeline", "ts", "until"]
 
 #: Timeline geometry (SVG user units).
 LABEL_WIDTH: Final = 200
@@ -94,18 +94,34 @@ def ts(value: datetime | None) -> str:
     return "" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _span(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} d"
+
+
+def duration(seconds: float) -> str:
+    """'90 s', '60 min', '7 d': a length of time, rounded for reading."""
+    return _span(seconds)
+
+
 def ago(value: datetime | None, now: datetime | None = None) -> str:
     """'12 s ago' style age."""
     if value is None:
         return ""
-    seconds = ((now or datetime.now(UTC)) - value).total_seconds()
-    if seconds < 120:
-        return f"{seconds:.0f} s ago"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min ago"
-    if seconds < 172_800:
-        return f"{seconds / 3600:.0f} h ago"
-    return f"{seconds / 86400:.0f} d ago"
+    return _span(((now or datetime.now(UTC)) - value).total_seconds()) + " ago"
+
+
+def until(value: datetime | None, now: datetime | None = None) -> str:
+    """'in 12 s' (or 'due now' once it has passed)."""
+    if value is None:
+        return ""
+    seconds = (value - (now or datetime.now(UTC))).total_seconds()
+    return "due now" if seconds <= 0 else "in " + _span(seconds)
 
 
 def sparkline(values: Sequence[int], width: int = 240, height: int = 36) -> str:

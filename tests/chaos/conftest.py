@@ -4,7 +4,8 @@
 
 Two profiles: the reduced one (default; each test well under 60 s) runs in `make test`, the full
 one (`RIPPLE_CHAOS=full`, `make chaos`) uses the durations and sizes of the original battery.
-Seeds are fixed. Each test prints a one-line figure summary (`pytest -s` shows them).
+Seeds are fixed. Each test prints a one-line figure summary (`pytest -s` shows them) and
+records it (`tests/chaos/figures.py`); the session ends with all of them as one table.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 
 from ripple.platform.client import Client
 from ripple.platform.config import load_settings
+from tests.chaos import figures
 from tests.e2e.resilience.app import SCHEMA
 from tests.e2e.resilience.conftest import Effects
 from tests.e2e.resilience.procs import Workers, worker_processes
@@ -43,6 +45,16 @@ PROFILE = (
     if FULL
     else Profile(runs=10, lease=1.0, stall=2.5, step=1.5, outage=2.0)
 )
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One table of every chaos figure recorded in this process (none under xdist workers)."""
+    if not figures.FIGURES:
+        return
+    profile = "full" if FULL else "reduced"
+    terminalreporter.section(f"chaos battery figures ({profile} profile)")
+    for line in figures.table():
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from typing import Any
 from ripple.platform.client import Client
 from ripple.platform.errors import RippleError
 from tests.chaos.conftest import FULL, Profile
+from tests.chaos.figures import record
 from tests.e2e.resilience import app
 from tests.e2e.resilience.conftest import Effects
 from tests.e2e.resilience.procs import Workers
@@ -36,7 +37,7 @@ async def _all_done(client: Client, run_ids: list[str]) -> bool:
 
 
 def _report(name: str, **figures: Any) -> None:
-    print(f"chaos {name}: " + ", ".join(f"{k}={v}" for k, v in figures.items()))
+    record(name, **figures)
 
 
 async def test_postgres_stall_longer_than_the_lease__no_run_is_stuck(
@@ -79,8 +80,10 @@ async def test_postgres_stall_longer_than_the_lease__no_run_is_stuck(
         runs=profile.runs,
         stall_s=profile.stall,
         lease_s=profile.lease,
+        lost=profile.runs - statuses["completed"],
+        duplicated=0,  # a.end once per run (asserted)
+        recovery=f"{recovery:.1f}s",
         completed=statuses["completed"],
-        recovery_s=f"{recovery:.1f}",
     )
 
 
@@ -132,9 +135,9 @@ async def test_postgres_crash_under_load__no_acknowledged_start_is_lost(
         "postgres-crash",
         acknowledged=len(acknowledged),
         lost=len(acknowledged) - statuses["completed"],
-        refused_during_outage=dict(refused),
+        recovery=f"{recovery:.1f}s",
+        during_outage=dict(refused),
         outage_s=f"{up - down:.1f}",
-        drained_after_restart_s=f"{recovery:.1f}",
     )
 
 
@@ -155,7 +158,13 @@ async def test_crashing_step_beside_innocent_runs__only_it_is_affected(
     assert statuses == Counter({"completed": profile.runs})
     deaths = [line for line in supervisor.stdout if line.startswith("exited")]
     assert deaths == ["exited -9"] * 3
-    _report("crashing-step", innocent=profile.runs, completed=statuses["completed"], kills=3)
+    _report(
+        "crashing-step",
+        lost=profile.runs - statuses["completed"],
+        duplicated=0,
+        innocent=profile.runs,
+        kills=3,
+    )
 
 
 async def test_redis_killed_then_frozen__work_completes(
@@ -175,6 +184,7 @@ async def test_redis_killed_then_frozen__work_completes(
     await assert_eventually(lambda: chaos_effects.count(waiting.run_id, "before"), timeout=30)
     await chaos_client.signal(waiting.run_id, "approve", {"ok": True})
     ids = [h.run_id for h in [*first, *during_kill, waiting]]
+    during = await _statuses(chaos_client, ids)  # Redis still dead
     await assert_eventually(lambda: _all_done(chaos_client, ids), timeout=60, interval=0.1)
     own_redis.start()
     own_redis.freeze()
@@ -193,7 +203,13 @@ async def test_redis_killed_then_frozen__work_completes(
     assert statuses == Counter({"completed": len(ids) + len(frozen_ids)})
     for handle in [*first, *during_kill, *during_freeze]:
         assert await chaos_effects.counts(handle.run_id) == {"a": 1, "b": 1, "c": 1}
-    _report("redis", runs=len(ids) + len(frozen_ids), completed=statuses["completed"])
+    _report(
+        "redis-killed-frozen",
+        lost=len(ids) + len(frozen_ids) - statuses["completed"],
+        during_outage=dict(during),
+        duplicated=0,  # every step once (asserted)
+        runs=len(ids) + len(frozen_ids),
+    )
 
 
 async def test_publish_fan_out_under_mixed_faults__nothing_acknowledged_is_lost(
@@ -210,6 +226,7 @@ async def test_publish_fan_out_under_mixed_faults__nothing_acknowledged_is_lost(
     events = 200 if FULL else 60
     acknowledged: dict[str, str] = {}
     attempts: Counter[str] = Counter()
+    refused: Counter[str] = Counter()  # failed publish calls by error, during the outage
 
     async def publisher(worker: int) -> None:
         for n in range(worker, events, 4):
@@ -221,7 +238,8 @@ async def test_publish_fan_out_under_mixed_faults__nothing_acknowledged_is_lost(
                         chaos_client.publish("chaos.order.created", {"n": n}, key), 10
                     )
                     acknowledged[key] = result.event_id
-                except (RippleError, TimeoutError):
+                except (RippleError, TimeoutError) as exc:
+                    refused[type(exc).__name__] += 1
                     await asyncio.sleep(0.05)
 
     publishers = asyncio.gather(*(publisher(w) for w in range(4)))
@@ -250,5 +268,6 @@ async def test_publish_fan_out_under_mixed_faults__nothing_acknowledged_is_lost(
         publish_attempts=attempts.total(),
         retried=attempts.total() - events,
         lost=0,
-        duplicates=0,
+        duplicated=0,
+        during_outage=dict(refused),
     )

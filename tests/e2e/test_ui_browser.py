@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from tests.e2e.conftest import TOKEN, ApiServer
+from tests.e2e.conftest import TOKEN, ApiServer, Process
 
 if TYPE_CHECKING:
     import playwright.sync_api as playwright_sync
@@ -33,7 +33,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-PAGES = ["/ui/", "/ui/runs", "/ui/topics", "/ui/queues", "/ui/deliveries"]
+PAGES = ["/ui/", "/ui/runs", "/ui/topics", "/ui/queues", "/ui/deliveries", "/ui/schedules"]
 
 if not Path(CHROMIUM).exists():
     pytest.fail(f"{CHROMIUM} is missing: `make setup` installs it (apt-get install chromium)")
@@ -141,7 +141,7 @@ def test_browser__login_required_and_logout(
 def test_browser__cancel_and_signal_change_the_run(ui: Page, rest: httpx.Client) -> None:
     run_id = start_run(rest, {"n": 2})
     page = ui.go(f"/ui/runs/{run_id}")
-    page.click("summary")
+    page.click("#signal-open")
     page.fill("input[name=name]", "approved")
     page.fill("textarea[name=payload]", '{"by": "ann"}')
     page.click("#send-signal")
@@ -210,4 +210,73 @@ def test_browser__event_trace_shows_message_delivery_and_run(ui: Page, rest: htt
     assert page.locator(".webhook-delivery").count() == 1
     page.click(f"a[href='/ui/runs/{run_id}']")
     page.wait_for_url(lambda url: url.endswith(f"/ui/runs/{run_id}"))
+    assert ui.errors == []
+
+
+def wait_for(check: object, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_browser__retry_resumes_a_canceled_run(ui: Page, rest: httpx.Client) -> None:
+    run_id = start_run(rest, {"n": 4})
+    page = ui.go(f"/ui/runs/{run_id}")
+    assert page.locator("#retry").count() == 0  # a pending run cannot be retried
+    assert rest.delete(f"/v1/runs/{run_id}").status_code == 200
+    # no reload: the page's live refresh brings the new status and the Retry button
+    page.wait_for_selector("#retry")
+    assert page.inner_text("#run-status") == "canceled"
+    page.click("#retry")
+    page.wait_for_selector("#flash")
+    assert "Retried" in page.inner_text("#flash")
+    assert rest.get(f"/v1/runs/{run_id}").json()["status"] == "pending"
+    assert ui.errors == []
+
+
+def test_browser__fork_from_a_chosen_step(
+    ui: Page, rest: httpx.Client, worker_process: Process
+) -> None:
+    made = rest.post("/v1/workflows/onboard-user/runs", json={"input": {"userId": 901}})
+    assert made.status_code == 201, made.text
+    run_id = made.json()["runId"]
+
+    def journaled() -> bool:
+        steps = rest.get(f"/v1/runs/{run_id}/steps").json()
+        items = steps["items"] if isinstance(steps, dict) else steps
+        return any(s["key"] == "send-welcome" for s in items)
+
+    wait_for(journaled, "the run to journal send-welcome")
+    page = ui.go(f"/ui/runs/{run_id}")
+    page.click("#fork-open")
+    page.select_option("#fork-step", "send-welcome")
+    page.click("#fork")
+    page.wait_for_url(lambda url: f"/ui/runs/{run_id}" not in url and "/ui/runs/" in url)
+    forked_id = page.url.split("?")[0].rsplit("/", 1)[1]
+    forked = rest.get(f"/v1/runs/{forked_id}").json()
+    assert forked["forkedFrom"] == run_id
+    assert forked["input"]["userId"] == 901  # the original input, kept
+    assert page.locator("#forked-from").get_attribute("href") == f"/ui/runs/{run_id}"
+    assert ui.errors == []
+
+
+def test_browser__schedules_trigger_pause_and_resume(ui: Page, rest: httpx.Client) -> None:
+    name = f"ui-sched-{uuid.uuid4().hex[:6]}"
+    workflow = f"ui-sched-{uuid.uuid4().hex[:6]}"
+    made = rest.post("/v1/schedules", json={"name": name, "workflow": workflow, "every": 3600})
+    assert made.status_code == 201, made.text
+    page = ui.go("/ui/schedules")
+    row = page.locator(f"#schedule-{name}")
+    row.locator("button.trigger").click()
+    page.wait_for_selector("#flash")
+    runs = rest.get("/v1/runs", params={"workflow": workflow}).json()["items"]
+    assert len(runs) == 1
+    assert page.locator(f"#schedule-{name} a[href='/ui/runs/{runs[0]['runId']}']").count() == 1
+    page.locator(f"#schedule-{name} button.pause").click()
+    page.wait_for_selector(f"#schedule-{name} button.resume")
+    assert rest.get(f"/v1/schedules/{name}").json()["paused"] is True
+    page.locator(f"#schedule-{name} button.resume").click()
+    page.wait_for_selector(f"#schedule-{name} button.pause")
+    assert rest.get(f"/v1/schedules/{name}").json()["paused"] is False
     assert ui.errors == []

@@ -11,9 +11,18 @@ import pytest
 from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
 from ripple.platform.config import Settings
+from ripple.platform.ui import routes, store
 from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
+from ripple.workflows import Worker, WorkflowContext, workflow
 
-PAGES = ["/ui/", "/ui/runs", "/ui/topics", "/ui/queues", "/ui/deliveries"]
+PAGES = ["/ui/", "/ui/runs", "/ui/topics", "/ui/queues", "/ui/deliveries", "/ui/schedules"]
+
+
+@workflow(name="ui-two-steps")
+async def two_steps(ctx: WorkflowContext, inp: dict[str, int]) -> int:
+    a = await ctx.step.run("first", lambda: inp["n"] + 1)
+    b = await ctx.step.run("second", lambda: a * 10)
+    return int(b)
 
 
 def csrf_of(html: str) -> str:
@@ -38,6 +47,7 @@ async def test_ui__root_redirects_and_every_page_renders(ui: httpx.AsyncClient) 
         assert response.status_code == 200, page
         assert "text/html" in response.headers["content-type"]
         assert "/ui/static/htmx.min.js" in response.text
+        assert 'id="live" hx-get="' in response.text, page  # refreshes itself
     assert (await ui.get("/ui/static/htmx.min.js")).text.startswith("var htmx")
 
 
@@ -203,3 +213,158 @@ async def test_ui__refused_action_says_why_and_changes_nothing(
     shown = await ui.get(done.headers["location"])
     assert "Not redriven" in shown.text
     assert missing in shown.text
+
+
+async def test_ui__retry_resumes_a_canceled_run(ui: httpx.AsyncClient, client: Client) -> None:
+    handle = await client.start("ui-never-runs", None)
+    assert await client.cancel(handle.run_id)
+    page = await ui.get(f"/ui/runs/{handle.run_id}")
+    assert 'id="retry"' in page.text
+    done = await ui.post(f"/ui/runs/{handle.run_id}/retry", data={"csrf": csrf_of(page.text)})
+    assert done.status_code == 303
+    run = await client.get_run(handle.run_id)
+    assert run is not None
+    assert run.status == "pending"
+    # a pending run offers no retry; retrying it anyway is refused with the reason
+    again = await ui.get(f"/ui/runs/{handle.run_id}")
+    assert 'id="retry"' not in again.text
+    refused = await ui.post(f"/ui/runs/{handle.run_id}/retry", data={"csrf": csrf_of(page.text)})
+    assert (
+        "only failed or canceled runs can be retried"
+        in (await ui.get(refused.headers["location"])).text
+    )
+
+
+async def test_ui__fork_from_a_chosen_step_starts_a_new_run(
+    ui: httpx.AsyncClient, client: Client
+) -> None:
+    async with Worker(client, [two_steps], webhooks=False, sweeper=False):
+        source = await client.start(two_steps, {"n": 1})
+        assert await source.result(timeout=10) == 20
+        page = await ui.get(f"/ui/runs/{source.run_id}")
+        assert '<option value="first">' in page.text
+        assert '<option value="second">' in page.text
+        form = {"csrf": csrf_of(page.text), "step": "second", "input": '{"n": 5}'}
+        done = await ui.post(f"/ui/runs/{source.run_id}/fork", data=form)
+        assert done.status_code == 303
+        new_id = done.headers["location"].split("?")[0].rsplit("/", 1)[1]
+        assert new_id != source.run_id
+        # the journal up to "second" is copied: "first" keeps its result (2), "second" reruns
+        assert await client.handle(new_id).result(timeout=10) == 20
+    forked = await client.get_run(new_id)
+    assert forked is not None
+    assert (forked.forked_from, forked.input) == (source.run_id, {"n": 5})
+    shown = await ui.get(done.headers["location"])
+    assert f'href="/ui/runs/{source.run_id}" id="forked-from"' in shown.text
+    assert "Forked from step second" in shown.text
+    bad = {"csrf": csrf_of(page.text), "step": "nope", "input": ""}
+    refused = await ui.post(f"/ui/runs/{source.run_id}/fork", data=bad)
+    assert "not in the journal" in (await ui.get(refused.headers["location"])).text
+
+
+async def test_ui__schedules_pause_resume_trigger_and_last_runs(
+    ui: httpx.AsyncClient, client: Client
+) -> None:
+    hourly = await client.schedules.create("ui-hourly", workflow="ui-scheduled", every=3600)
+    await client.schedules.create("ui-ticker", topic="ui.tick", cron="*/5 * * * *")
+    page = await ui.get("/ui/schedules")
+    assert "ui-hourly" in page.text
+    assert "event on ui.tick" in page.text
+    assert hourly.next_run_at.strftime("%Y-%m-%d %H:%M:%S") in page.text
+    csrf = csrf_of(page.text)
+    for action in ("trigger", "trigger", "pause"):
+        done = await ui.post(f"/ui/schedules/ui-hourly/{action}", data={"csrf": csrf})
+        assert done.status_code == 303
+    info = await client.schedules.get("ui-hourly")
+    assert info is not None
+    assert info.paused
+    runs = (await client.list_runs("ui-scheduled")).items
+    assert len(runs) == 2
+    shown = (await ui.get("/ui/schedules")).text
+    for run in runs:
+        assert f'href="/ui/runs/{run.run_id}"' in shown
+    assert "Resume" in shown
+    await ui.post("/ui/schedules/ui-hourly/resume", data={"csrf": csrf})
+    info = await client.schedules.get("ui-hourly")
+    assert info is not None
+    assert not info.paused
+    missing = await ui.post("/ui/schedules/nope/trigger", data={"csrf": csrf})
+    assert "no schedule" in (await ui.get(missing.headers["location"])).text
+    assert (await ui.post("/ui/schedules/ui-hourly/pause", data={})).status_code == 403
+
+
+async def test_ui__queue_peek_is_read_only_bounded_and_escaped(
+    ui: httpx.AsyncClient, client: Client
+) -> None:
+    await client.queues.send("peeked", {"html": "<script>alert(1)</script>"})
+    for i in range(30):
+        await client.queues.send("peeked", {"i": i})
+    page = await ui.get("/ui/queues?peek=peeked")
+    assert page.status_code == 200
+    assert "<script>alert(1)</script>" not in page.text
+    assert "&lt;script&gt;" in page.text
+    assert page.text.count('class="peek-body"') == 20
+    stats = await client.queues.stats("peeked")
+    assert (stats.visible, stats.in_flight) == (31, 0)  # nothing was received
+    assert (await ui.get("/ui/queues?peek=bad%20name")).status_code == 404
+
+
+async def test_ui__queue_counts_agree_with_stats_and_are_bounded(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    q = "counted"
+    for i in range(4):
+        await client.queues.send(q, {"i": i})
+    await client.queues.send(q, {"late": True}, delay=3600)
+    await client.queues.send(q, {"g": 1}, group_id="a")
+    await client.queues.send(q, {"g": 2}, group_id="a")
+    await client.queues.send(q, {"g": 3}, group_id="b", delay=3600)
+    await client.queues.receive(q, max_messages=2, visibility_timeout=600)
+    await client.queues.set_max_receives("other-dead", 1)
+    await client.queues.send("other-dead", {"x": 1})
+    await client.queues.receive("other-dead", visibility_timeout=60)
+    await client.pool.execute(
+        "UPDATE ripple_queue_messages SET visible_at = now() WHERE queue = 'other-dead'"
+    )
+    assert await client.queues.receive("other-dead") == []
+
+    stats = await client.queues.stats(q)
+    counts = await store.queue_counts(client.pool, q)
+    assert (counts.visible, counts.in_flight, counts.delayed, counts.dead_letters) == (
+        stats.visible,
+        stats.in_flight,
+        stats.delayed,
+        stats.dead_letters,
+    )
+    assert counts.oldest_age >= 0
+    assert await store.queue_names(client.pool, 10) == ["counted", "other-dead"]
+    assert (await store.queue_counts(client.pool, "other-dead")).dead_letters == 1
+
+    monkeypatch.setattr(store, "QUEUE_CAP", 2)
+    capped = await store.queue_counts(client.pool, q)
+    assert capped.lower_bounds == {"visible", "in_flight", "delayed"}
+    assert capped.shown("visible").startswith("≥ ")
+    assert capped.shown("depth").startswith("≥ ")
+    assert capped.shown("dead_letters") == "0"
+    assert counts.lower_bounds == frozenset()
+    assert counts.shown("depth") == str(stats.depth)
+
+
+async def test_ui__run_page_shows_a_bounded_part_of_a_long_journal(
+    ui: httpx.AsyncClient, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle = await client.start("ui-never-runs", None)
+    await client.pool.execute(
+        "INSERT INTO ripple_steps (run_id, key, seq, kind, status, attempts, started_at) "
+        "SELECT $1, 'step-' || k, k, 'step', 'completed', 1, now() "
+        "FROM generate_series(1, 5) AS k",
+        handle.run_id,
+    )
+    whole = await ui.get(f"/ui/runs/{handle.run_id}")
+    assert 'id="more-steps"' not in whole.text
+    assert whole.text.count('<option value="step-') == 5
+    monkeypatch.setattr(routes, "MAX_STEPS", 3)
+    part = await ui.get(f"/ui/runs/{handle.run_id}")
+    assert 'id="more-steps"' in part.text
+    assert part.text.count('<option value="step-') == 3
+    assert "step-4" not in part.text

@@ -71,9 +71,11 @@ ALLOWED: dict[str, set[str]] = {
     # Read-only views of the dashboard (issue 17 owns this module).
     "platform/ui/store.py": {
         "ripple_runs",
+        "ripple_steps",
         "ripple_workers",
         "ripple_waits",
         "ripple_signals",
+        "ripple_queues",
         "ripple_queue_messages",
         "ripple_webhook_deliveries",
     },

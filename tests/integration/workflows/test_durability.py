@@ -185,3 +185,67 @@ async def test_group_commit__a_canceled_waiter_does_not_cancel_the_batch(app: Ap
         await first
     assert await _committed(app, two) == {"a": "completed"}
     await assert_eventually(lambda: _committed(app, one), timeout=5)
+
+
+async def test_group_commit__completions_share_a_batch_with_flushes_and_stay_fenced(
+    app: App,
+) -> None:
+    (flushed, epoch), (done, _), (failed, _), (lost, _) = await _claimed(app, 4)
+    await app.pool.execute("UPDATE ripple_runs SET epoch = epoch + 1 WHERE run_id = $1", lost)
+    committer = StepCommitter(app.pool, lease=5.0)
+    results = await asyncio.gather(
+        committer.flush(flushed, epoch, 1, [_done("a", 1)]),
+        committer.finish(done, epoch, 3, [_done("c", 3)], "completed", {"ok": [1, 2]}, None),
+        committer.finish(failed, epoch, 2, [], "failed", None, {"type": "Boom", "message": "x"}),
+        committer.finish(lost, epoch, 3, [_done("c", 3)], "completed", None, None),
+        return_exceptions=True,
+    )
+    assert results[0] is None
+    completed, failed_row = results[1], results[2]
+    assert not isinstance(completed, BaseException), completed
+    assert not isinstance(failed_row, BaseException), failed_row
+    assert completed["completed_at"] >= completed["created_at"]
+    assert failed_row["completed_at"] is not None
+    assert isinstance(results[3], LeaseLost)
+    assert committer.batches == 1
+    rows = {
+        row["run_id"]: row
+        for row in await app.pool.fetch(
+            "SELECT run_id, status, output, error, lease_owner, step_count, completed_at "
+            "FROM ripple_runs WHERE run_id = ANY($1::text[])",
+            [flushed, done, failed, lost],
+        )
+    }
+    assert (rows[flushed]["status"], rows[flushed]["lease_owner"]) == ("running", "me")
+    assert rows[flushed]["completed_at"] is None
+    assert (rows[done]["status"], rows[done]["output"]) == ("completed", {"ok": [1, 2]})
+    assert (rows[done]["lease_owner"], rows[done]["step_count"]) == (None, 3)
+    assert rows[failed]["status"] == "failed"
+    assert rows[failed]["error"] == {"type": "Boom", "message": "x"}
+    assert rows[lost]["status"] == "running"
+    assert await _committed(app, done) == {"c": "completed"}
+    assert await _committed(app, lost) == {}
+
+
+async def test_group_commit__a_flush_locks_the_run_row_without_rewriting_it(app: App) -> None:
+    (run_id, epoch), (renewed, _) = await _claimed(app, 2)
+    query = "SELECT ctid::text AS ctid, available_at, step_count FROM ripple_runs WHERE run_id = $1"
+    before = await app.pool.fetchrow(query, run_id)
+    before_renewed = await app.pool.fetchrow(query, renewed)
+    committer = StepCommitter(app.pool, lease=60.0)
+    await asyncio.gather(
+        committer.flush(run_id, epoch, 2, [_done("a", 1)]),
+        committer.flush(renewed, epoch, 2, [_done("a", 1)], renew=True),
+    )
+    after = await app.pool.fetchrow(query, run_id)
+    # The journal entry is committed; the run row is the same row version (no index churn).
+    assert await _committed(app, run_id) == {"a": "completed"}
+    assert after is not None
+    assert before is not None
+    assert dict(after) == dict(before)
+    # A renewing flush extends the lease and stores the step count.
+    after_renewed = await app.pool.fetchrow(query, renewed)
+    assert after_renewed is not None
+    assert before_renewed is not None
+    assert after_renewed["available_at"] > before_renewed["available_at"]
+    assert after_renewed["step_count"] == 2

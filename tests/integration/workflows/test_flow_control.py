@@ -259,3 +259,24 @@ async def test_debounce__idempotency_key_returns_the_same_run(app: App) -> None:
     run = await app.workflows.get_run(a.run_id)
     assert run is not None
     assert run.input == {"user": "w", "n": 1}
+
+
+async def test_concurrency__a_freed_slot_starts_the_next_run_at_once_not_at_the_next_poll(
+    settings: Any,
+) -> None:
+    from tests.integration.workflows.conftest import close_app, make_app
+
+    # Polls 60 s apart: only the finished run's hint can start the parked ones in time.
+    app = await make_app(settings.model_copy(update={"poll_interval": 60.0}))
+    try:
+        app.workflows.register(ordered)
+        handles = [await app.workflows.start(ordered, name) for name in ("a", "b", "c")]
+        async with app.worker(ordered):
+            await handles[0].result(timeout=10)
+            # Without a hint the worker finds a freed slot's next run only when something
+            # else wakes it (seconds here); with one, at once.
+            for handle in handles[1:]:
+                await handle.result(timeout=3)
+        assert sorted(order) == ["a", "b", "c"]
+    finally:
+        await close_app(app)

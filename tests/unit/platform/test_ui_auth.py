@@ -1,4 +1,4 @@
-"""Dashboard sessions and CSRF tokens; the step timeline's geometry."""
+"""Dashboard sessions and CSRF tokens, the step timeline's geometry, spans and bounded counts."""
 
 from __future__ import annotations
 
@@ -6,8 +6,16 @@ from datetime import UTC, datetime, timedelta
 
 from ripple.platform.ids import new_id
 from ripple.platform.ui.auth import SESSION_SECONDS, Sessions
-from ripple.platform.ui.store import uuid7_floor
-from ripple.platform.ui.views import LABEL_WIDTH, PLOT_WIDTH, sparkline, timeline
+from ripple.platform.ui.store import QueueCounts, uuid7_floor
+from ripple.platform.ui.views import (
+    LABEL_WIDTH,
+    PLOT_WIDTH,
+    ago,
+    duration,
+    sparkline,
+    timeline,
+    until,
+)
 from ripple.workflows.client import Run, StepRecord
 from ripple.workflows.records import RunStatus, StepStatus
 
@@ -82,3 +90,22 @@ def test_sparkline__scales_the_largest_value_to_the_top() -> None:
     points = [p.split(",") for p in sparkline([0, 5, 10], width=100, height=40).split()]
     assert [(float(x), float(y)) for x, y in points] == [(0.0, 38.0), (50.0, 20.0), (100.0, 2.0)]
     assert sparkline([]) == ""
+
+
+def test_ago_until_and_duration__read_as_rounded_spans() -> None:
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    assert ago(now - timedelta(seconds=30), now) == "30 s ago"
+    assert ago(now - timedelta(hours=3), now) == "3 h ago"
+    assert until(now + timedelta(minutes=10), now) == "in 10 min"
+    assert until(now - timedelta(seconds=1), now) == "due now"
+    assert until(None, now) == ""
+    assert duration(7 * 86400) == "7 d"
+
+
+def test_queue_counts__a_sampled_count_shows_as_a_lower_bound() -> None:
+    exact = QueueCounts(visible=3, in_flight=1, delayed=0, dead_letters=2, oldest_age=1.0)
+    assert (exact.shown("visible"), exact.shown("depth")) == ("3", "4")
+    sampled = QueueCounts(5, 2, 0, 0, 0.0, lower_bounds=frozenset({"in_flight", "delayed"}))
+    assert sampled.shown("in_flight") == "≥ 2"
+    assert sampled.shown("visible") == "5"
+    assert sampled.shown("depth") == "≥ 7"

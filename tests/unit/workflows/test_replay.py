@@ -48,7 +48,14 @@ class MemoryWriter:
         for entry in entries:
             self.journal[entry.key] = entry
 
-    async def flush(self, entries: list[Entry], step_count: int, trim: Sequence[str] = ()) -> None:
+    async def flush(
+        self,
+        entries: list[Entry],
+        step_count: int,
+        trim: Sequence[str] = (),
+        *,
+        renew: bool = False,
+    ) -> None:
         self._put(entries)
         for prefix in trim:
             for key in [k for k in self.journal if k.startswith(prefix)]:

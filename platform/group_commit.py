@@ -1,0 +1,124 @@
+"""`GroupCommit`: many concurrent writers, few transactions.
+
+Callers submit requests and wait for their own outcome. When no batch is in flight a request
+goes at once (no added latency on an idle process); while one is, the requests that arrive
+meanwhile gather and go together in the next batch, as Postgres's own group commit and
+Kafka's linger do: the busier the process, the larger the batches and the cheaper each
+request. There is no timer.
+
+A batch the writer refuses as a whole is retried one request at a time, so one bad request
+fails alone; an outage (`Unavailable`) fails the batch at once (retrying each request would
+only wait out the outage again). A caller that is canceled while it waits cancels only its
+own wait, never the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import structlog
+
+from ripple.platform.errors import RippleError, Unavailable
+
+__all__ = ["GroupCommit"]
+
+log = structlog.get_logger("ripple.group_commit")
+
+Req = TypeVar("Req")
+Res = TypeVar("Res")
+
+
+@dataclass(slots=True)
+class _Waiting(Generic[Req, Res]):
+    request: Req
+    done: asyncio.Future[Res] = field(repr=False)
+
+
+class GroupCommit(Generic[Req, Res]):
+    """Coalesces concurrent requests into batches written by `write`.
+
+    `write(batch)` writes a batch (in one transaction, typically one statement) and returns
+    one outcome per request, in order: a result, or an exception for that request alone. If
+    it raises, the whole batch failed: see the module docstring for what happens next.
+    """
+
+    def __init__(
+        self,
+        write: Callable[[list[Req]], Awaitable[Sequence[Res | BaseException]]],
+        *,
+        name: str,
+        max_batch: int = 500,
+        flushers: int = 1,
+    ) -> None:
+        self._write = write
+        self.name = name
+        self.max_batch = max_batch
+        self.flushers = flushers
+        self._queue: list[_Waiting[Req, Res]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: Batches written and requests in them (metrics and tests).
+        self.batches = 0
+        self.written = 0
+
+    async def submit(self, request: Req) -> Res:
+        """Write `request` with the next batch and return its outcome (or raise its error)."""
+        loop = asyncio.get_running_loop()
+        waiting: _Waiting[Req, Res] = _Waiting(request, loop.create_future())
+        self._queue.append(waiting)
+        if len(self._tasks) < self.flushers:
+            self._tasks.add(loop.create_task(self._drain(), name=self.name))
+        return await waiting.done
+
+    async def _drain(self) -> None:
+        me = asyncio.current_task()
+        try:
+            while self._queue:
+                batch = self._queue[: self.max_batch]
+                del self._queue[: self.max_batch]
+                await self._commit(batch)
+        except BaseException:
+            if not self._tasks - {me}:
+                left, self._queue = self._queue, []
+                for waiting in left:
+                    _settle(waiting, Unavailable(f"{self.name} was interrupted; retry"))
+            raise
+        finally:
+            # Synchronously: a request queued after the loop saw an empty queue must find
+            # this task gone and start another (a done-callback would run a step too late).
+            self._tasks.discard(me)
+
+    async def _commit(self, batch: list[_Waiting[Req, Res]]) -> None:
+        try:
+            outcomes = await self._write([w.request for w in batch])
+        except Unavailable as exc:
+            for waiting in batch:
+                _settle(waiting, exc)
+            return
+        except RippleError as exc:
+            if len(batch) == 1:
+                _settle(batch[0], exc)
+                return
+            log.warning("group_commit_refused", name=self.name, size=len(batch), error=str(exc))
+            for waiting in batch:
+                await self._commit([waiting])
+            return
+        except BaseException as exc:  # every waiter must hear how the batch ended
+            for waiting in batch:
+                _settle(waiting, exc if isinstance(exc, Exception) else RippleError(str(exc)))
+            raise
+        self.batches += 1
+        self.written += len(batch)
+        for waiting, outcome in zip(batch, outcomes, strict=True):
+            _settle(waiting, outcome)
+
+
+def _settle(waiting: _Waiting[Req, Res], outcome: Res | BaseException) -> None:
+    if waiting.done.done():
+        return
+    if isinstance(outcome, BaseException):
+        waiting.done.set_exception(outcome)
+    else:
+        waiting.done.set_result(outcome)
