@@ -1,6 +1,6 @@
 """`make bench`: run the benchmark suites against the local Postgres and Redis.
 
-python -m bench [--only workflows,waits,publish,queues,webhooks,flow,rest,operations]
+python -m bench [--only workflows,waits,publish,queues,webhooks,flow,rest,operations,cli]
 """
 
 from __future__ import annotations
@@ -14,7 +14,19 @@ import time
 
 from ripple.platform.logs import configure_logging
 
-SUITES = ["workflows", "waits", "publish", "queues", "webhooks", "flow", "rest", "operations"]
+SUITES = [
+    "workflows",
+    "waits",
+    "publish",
+    "queues",
+    "webhooks",
+    "flow",
+    "rest",
+    "operations",
+    "cli",
+]
+#: Suites whose module is named differently from the suite.
+MODULES = {"cli": "cli_startup"}
 
 
 def cpu_calibration() -> str:
@@ -44,7 +56,8 @@ def main() -> None:
         flush=True,
     )
     for name in args.only.split(","):
-        module = importlib.import_module(f"bench.{name.strip()}")
+        name = name.strip()
+        module = importlib.import_module(f"bench.{MODULES.get(name, name)}")
         asyncio.run(module.run())
     print(f"# cpu after the suites: {cpu_calibration()}", flush=True)
 

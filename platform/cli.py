@@ -1,13 +1,15 @@
 """The `ripple` command: processes (`dev`, `serve`, `worker`, `migrate`) and operator commands.
 
-Operator commands talk to the database through a `Client` by default, or to an API with
-`--api URL --token T`; both print the REST API's JSON shapes with `--json`. Rendering lives here;
-the actions live in `ripple.platform.api.operator`, processes in `ripple.platform.api.server`.
+Operator commands always go through the REST API: a remote one with `--api URL --token T`, or by
+default the same app served inside this process on the database (`httpx.ASGITransport`), so
+each operator action has one implementation, the route. They print the REST API's JSON shapes
+with `--json`. Rendering lives here; the HTTP calls in `ripple.platform.api.operator`,
+processes in `ripple.platform.api.server`.
 """
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import ipaddress
 import json
 import sys
@@ -17,15 +19,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from ripple.platform.config import Settings, load_settings
-from ripple.platform.errors import ConfigError, RippleError
-from ripple.platform.logs import configure_logging
-
+# Only what `ripple --help` needs is imported here: every heavy module (pydantic, FastAPI,
+# asyncpg, aiohttp, rich, structlog, the workflows engine) is imported by the command that uses
+# it, so the CLI starts fast (bench/cli_startup.py measures it; tests/unit/platform/
+# test_cli_imports.py keeps it so).
 if TYPE_CHECKING:
-    from ripple.platform.api.operator import Operator
+    from rich.console import Console
+
+    from ripple.platform.api.operator import ApiOperator
+    from ripple.platform.config import Settings
 
 __all__ = ["app", "main"]
 
@@ -37,21 +40,46 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: typer's rich help rendering alone costs more than the whole startup budget.
+    rich_markup_mode=None,
 )
-runs_app = typer.Typer(help="Inspect and control workflow runs.", no_args_is_help=True)
-queues_app = typer.Typer(help="Send, receive and inspect durable queues.", no_args_is_help=True)
-deliveries_app = typer.Typer(help="Inspect and redrive webhook deliveries.", no_args_is_help=True)
-subscriptions_app = typer.Typer(help="List subscriptions and replay events to one.")
+runs_app = typer.Typer(
+    help="Inspect and control workflow runs.", no_args_is_help=True, rich_markup_mode=None
+)
+queues_app = typer.Typer(
+    help="Send, receive and inspect durable queues.", no_args_is_help=True, rich_markup_mode=None
+)
+deliveries_app = typer.Typer(
+    help="Inspect and redrive webhook deliveries.", no_args_is_help=True, rich_markup_mode=None
+)
+subscriptions_app = typer.Typer(
+    help="List subscriptions and replay events to one.", rich_markup_mode=None
+)
 app.add_typer(runs_app, name="runs")
 app.add_typer(subscriptions_app, name="subscriptions")
 app.add_typer(queues_app, name="queues")
-schedules_app = typer.Typer(help="Create and operate schedules.", no_args_is_help=True)
+schedules_app = typer.Typer(
+    help="Create and operate schedules.", no_args_is_help=True, rich_markup_mode=None
+)
 app.add_typer(deliveries_app, name="deliveries")
 app.add_typer(schedules_app, name="schedules")
 
-# Piped output (not a terminal) gets a wide console, so tables never wrap ids in files or tests.
-out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, soft_wrap=True)
+
+@functools.cache
+def _out() -> Console:
+    """Standard output. Piped output (not a terminal) gets a wide console, so tables never wrap
+    ids in files or tests."""
+    from rich.console import Console
+
+    return Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+
+
+@functools.cache
+def _err() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)
+
 
 # -- shared options ------------------------------------------------------------------------
 
@@ -70,11 +98,14 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JS
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    _err().print(f"[red]error:[/red] {message}", highlight=False)
     return typer.Exit(code)
 
 
 def _settings(**overrides: Any) -> Settings:
+    from ripple.platform.config import load_settings
+    from ripple.platform.errors import ConfigError
+
     try:
         return load_settings(**overrides)
     except ConfigError as exc:
@@ -108,22 +139,36 @@ def _json_arg(text: str | None, what: str) -> Any:
         ) from None
 
 
-def _operate(api: str | None, token: str | None, action: Callable[[Operator], Awaitable[T]]) -> T:
-    """Run `action` against the API (with --api) or the database, mapping failures to exit 1."""
-    from ripple.platform.api.operator import LocalOperator, OperatorError, RemoteOperator
+def _operate(
+    api: str | None, token: str | None, action: Callable[[ApiOperator], Awaitable[T]]
+) -> T:
+    """Run `action` over HTTP: against the API given with --api, or against the app served in
+    this process on the database (`httpx.ASGITransport`); failures exit 1 with the message."""
+    import asyncio
+
+    from ripple.platform.api.operator import ApiOperator, OperatorError
+    from ripple.platform.errors import RippleError
+    from ripple.platform.logs import configure_logging
 
     configure_logging(level="warning")
 
     async def go() -> T:
-        operator: Operator
         if api:
-            operator = RemoteOperator(api, token)
-        else:
-            from ripple.platform.client import Client
+            async with ApiOperator(api, token) as remote:
+                return await action(remote)
+        import httpx
 
-            operator = LocalOperator(Client(settings=_settings()))
-        async with operator:
-            return await action(operator)
+        from ripple.platform.api.app import create_app
+        from ripple.platform.client import Client
+
+        async with Client(settings=_settings()) as client:
+            tokens = client.settings.api_tokens
+            transport = httpx.ASGITransport(app=create_app(client))
+            local = ApiOperator(
+                "http://ripple.local", tokens[0] if tokens else None, transport=transport
+            )
+            async with local:
+                return await action(local)
 
     try:
         return asyncio.run(go())
@@ -132,17 +177,19 @@ def _operate(api: str | None, token: str | None, action: Callable[[Operator], Aw
 
 
 def _print_json(value: Any) -> None:
-    out.print_json(json.dumps(value, default=str))
+    _out().print_json(json.dumps(value, default=str))
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    from rich.table import Table
+
     table = Table(title=title, title_justify="left")
     for i, column in enumerate(columns):
         # Ids and keys are copied into the next command: never wrap or truncate them.
         table.add_column(column, no_wrap=i == 0, overflow="fold")
     for row in rows:
         table.add_row(*["" if v is None else str(v) for v in row])
-    out.print(table)
+    _out().print(table)
 
 
 def _short_time(value: str | None) -> str:
@@ -200,6 +247,7 @@ def dev(
 ) -> None:
     """All in one process: API + worker (+ embedded Postgres/Redis when no RIPPLE_DATABASE_URL)."""
     from ripple.platform.api.dev import run_dev
+    from ripple.platform.errors import RippleError
 
     _check_bind(host, _settings())
     try:
@@ -221,6 +269,11 @@ def serve(
     ] = None,
 ) -> None:
     """Run the HTTP API (tokens from RIPPLE_API_TOKENS; none = loopback only, no auth)."""
+    import asyncio
+
+    from ripple.platform.errors import RippleError
+    from ripple.platform.logs import configure_logging
+
     settings = _settings()
     _check_bind(host, settings)
     configure_logging(console=settings.log_console, level=settings.log_level)
@@ -229,10 +282,10 @@ def serve(
     from ripple.platform.client import Client
 
     if not settings.api_tokens:
-        err.print("[yellow]auth is off[/yellow]: no RIPPLE_API_TOKENS; serving on loopback only")
+        _err().print("[yellow]auth is off[/yellow]: no RIPPLE_API_TOKENS; serving on loopback only")
 
     def ready() -> None:
-        err.print(f"ripple API listening on http://{host}:{port} (OpenAPI at /openapi.json)")
+        _err().print(f"ripple API listening on http://{host}:{port} (OpenAPI at /openapi.json)")
 
     try:
         module = load_app(app_path) if app_path else None
@@ -259,8 +312,12 @@ def worker(
     metrics_host: Annotated[str, typer.Option(help="Interface of --metrics-port.")] = "127.0.0.1",
 ) -> None:
     """Run workflows of an app module (plus webhook dispatcher and sweeper) until SIGTERM."""
+    import asyncio
+
     from ripple.platform.api.server import Services, load_app, run_services
     from ripple.platform.client import Client
+    from ripple.platform.errors import RippleError
+    from ripple.platform.logs import configure_logging
 
     settings = _settings()
     configure_logging(console=settings.log_console, level=settings.log_level)
@@ -273,7 +330,7 @@ def worker(
             webhooks=webhooks,
             sweeper=sweeper,
             metrics=None if metrics_port is None else (metrics_host, metrics_port),
-            on_ready=lambda: err.print(
+            on_ready=lambda: _err().print(
                 f"ripple worker running {', '.join(w.name for w in module.workflows) or 'no'}"
                 " workflows; Ctrl-C to stop"
             ),
@@ -286,8 +343,12 @@ def worker(
 @app.command()
 def migrate() -> None:
     """Apply pending database migrations (every process also does this when it connects)."""
+    import asyncio
+
     from ripple.platform import migrate as migrations
     from ripple.platform.db import create_pool
+    from ripple.platform.errors import RippleError
+    from ripple.platform.logs import configure_logging
 
     settings = _settings()
     configure_logging(level="warning")
@@ -303,7 +364,7 @@ def migrate() -> None:
         applied = asyncio.run(go())
     except RippleError as exc:
         raise _fail(exc.message) from None
-    out.print(f"applied {applied} migration(s); the schema is current")
+    _out().print(f"applied {applied} migration(s); the schema is current")
 
 
 # -- topics and subscriptions ----------------------------------------------------------------
@@ -331,7 +392,7 @@ def publish(
         resumed = result.get("waitsResolved") or 0
         note = f", {resumed} waiting run(s) resumed" if resumed else ""
         again = " (duplicate: already published)" if result.get("duplicate") else ""
-        out.print(
+        _out().print(
             f"event {result['eventId']} published to {topic}{again}: "
             f"{result['deliveries']} deliveries{note}"
         )
@@ -364,7 +425,7 @@ def explain(
     ]
     _table(f"{topic}", ["subscription", "pattern", "target", "status", "delivers", "why not"], rows)
     if result.get("waits") is not None:
-        out.print(f"waiting runs it would resume: {result['waits']}")
+        _out().print(f"waiting runs it would resume: {result['waits']}")
 
 
 @app.command()
@@ -384,7 +445,7 @@ def signal(
     if as_json:
         _print_json(result)
     else:
-        out.print(f"resumed {result['resumed']} run(s)")
+        _out().print(f"resumed {result['resumed']} run(s)")
 
 
 @app.command()
@@ -427,11 +488,11 @@ def subscribe(
     if as_json:
         _print_json(result)
     else:
-        out.print(f"subscription {result['id']}: {pattern} -> {_target_text(result['target'])}")
+        _out().print(f"subscription {result['id']}: {pattern} -> {_target_text(result['target'])}")
         if since is not None:
-            out.print(f"backfilled {result.get('backfillDelivered', 0)} event(s)")
+            _out().print(f"backfilled {result.get('backfillDelivered', 0)} event(s)")
         if result["target"].get("secret"):
-            out.print(f"webhook secret (shown once): {result['target']['secret']}")
+            _out().print(f"webhook secret (shown once): {result['target']['secret']}")
 
 
 def _target_text(target: dict[str, Any]) -> str:
@@ -449,7 +510,7 @@ def unsubscribe(
     """Delete a subscription."""
     if not _operate(api, token, lambda op: op.unsubscribe(subscription_id)):
         raise _fail(f"no subscription {subscription_id}")
-    out.print(f"subscription {subscription_id} deleted")
+    _out().print(f"subscription {subscription_id} deleted")
 
 
 @app.command()
@@ -481,7 +542,7 @@ def _set_paused(
     if as_json:
         _print_json(result)
     else:
-        out.print(f"subscription {subscription_id} is {result['status']}")
+        _out().print(f"subscription {subscription_id} is {result['status']}")
 
 
 @subscriptions_app.callback(invoke_without_command=True)
@@ -527,7 +588,7 @@ def subscriptions_replay(
     if as_json:
         _print_json({"replayed": count})
     else:
-        out.print(f"replayed {count} event(s) to subscription {subscription_id}")
+        _out().print(f"replayed {count} event(s) to subscription {subscription_id}")
 
 
 # -- runs -------------------------------------------------------------------------------------
@@ -565,11 +626,11 @@ def runs_start(
     if as_json:
         _print_json(result)
     elif wait is None:
-        out.print(f"run {result['runId']} {result['status']}")
+        _out().print(f"run {result['runId']} {result['status']}")
     elif result.get("timedOut"):
         raise _fail(f"run {result['runId']} is still {result['status']} after {wait:g}s")
     elif result["status"] == "completed":
-        out.print(f"run {result['runId']} completed: {json.dumps(result.get('output'))}")
+        _out().print(f"run {result['runId']} completed: {json.dumps(result.get('output'))}")
     else:
         raise _fail(f"run {result['runId']} {result['status']}: {_error_text(result['error'])}")
 
@@ -600,7 +661,7 @@ def runs_retry(
     if as_json:
         _print_json(result)
     else:
-        out.print(f"run {run_id} {result['status']} again")
+        _out().print(f"run {run_id} {result['status']} again")
 
 
 @runs_app.command("fork")
@@ -620,7 +681,7 @@ def runs_fork(
     if as_json:
         _print_json(result)
     else:
-        out.print(f"run {result['runId']} forked from {run_id} at step {from_step}")
+        _out().print(f"run {result['runId']} forked from {run_id} at step {from_step}")
 
 
 def _bulk(
@@ -637,7 +698,7 @@ def _bulk(
     else:
         matching = _operate(api, token, lambda op: op.bulk(action, flt, True))
         if matching == 0:
-            out.print("no run matches")
+            _out().print("no run matches")
             return
         if not typer.confirm(f"{matching} run(s) match; {action} them?", err=True):
             raise _fail("aborted; nothing changed")
@@ -645,7 +706,7 @@ def _bulk(
     if as_json:
         _print_json({"count": count})
     else:
-        out.print(f"{verb} {count} run(s)")
+        _out().print(f"{verb} {count} run(s)")
 
 
 WorkflowOpt = Annotated[str | None, typer.Option("--workflow", "-w", help="Workflow name.")]
@@ -737,7 +798,7 @@ def runs_list(
     ]
     _table("runs", ["run id", "workflow", "status", "created", "error"], rows)
     if page.get("nextCursor"):
-        out.print(f"more: --cursor {page['nextCursor']}")
+        _out().print(f"more: --cursor {page['nextCursor']}")
 
 
 @runs_app.command("show")
@@ -749,29 +810,29 @@ def runs_show(
 ) -> None:
     """Show a run and its step timeline (durations, attempts, errors)."""
 
-    async def both(op: Operator) -> tuple[Any, Any]:
+    async def both(op: ApiOperator) -> tuple[Any, Any]:
         return await op.get_run(run_id), await op.steps(run_id)
 
     run, steps = _operate(api, token, both)
     if as_json:
         _print_json({**run, "steps": steps})
         return
-    out.print(
+    _out().print(
         f"[bold]run {run['runId']}[/bold]  {run['workflow']} v{run.get('version')}  "
         f"[bold]{run['status']}[/bold]"
         + (f"  blocked by {run['blockedBy']}" if run.get("blockedBy") else ""),
         highlight=False,
     )
-    out.print(
+    _out().print(
         f"created {_short_time(run.get('createdAt'))}  "
         f"completed {_short_time(run.get('completedAt')) or '-'}",
         highlight=False,
     )
-    out.print(f"input  {json.dumps(run.get('input'))}", highlight=False)
+    _out().print(f"input  {json.dumps(run.get('input'))}", highlight=False)
     if run.get("output") is not None:
-        out.print(f"output {json.dumps(run.get('output'))}", highlight=False)
+        _out().print(f"output {json.dumps(run.get('output'))}", highlight=False)
     if run.get("error"):
-        out.print(f"[red]error  {_error_text(run['error'])}[/red]", highlight=False)
+        _out().print(f"[red]error  {_error_text(run['error'])}[/red]", highlight=False)
     rows = [
         [
             s["key"],
@@ -795,9 +856,9 @@ def runs_cancel(
 ) -> None:
     """Cancel a run (and its children)."""
     if _operate(api, token, lambda op: op.cancel(run_id)):
-        out.print(f"run {run_id} canceled")
+        _out().print(f"run {run_id} canceled")
     else:
-        out.print(f"run {run_id} had already ended")
+        _out().print(f"run {run_id} had already ended")
 
 
 @runs_app.command("signal")
@@ -818,7 +879,7 @@ def runs_signal(
     if as_json:
         _print_json(result)
     else:
-        out.print("delivered" if result["delivered"] else "buffered until the run waits for it")
+        _out().print("delivered" if result["delivered"] else "buffered until the run waits for it")
 
 
 # -- queues -----------------------------------------------------------------------------------
@@ -840,7 +901,7 @@ def queues_send(
     if as_json:
         _print_json(result)
     else:
-        out.print(f"sent {result.get('id') or ''} to {queue}")
+        _out().print(f"sent {result.get('id') or ''} to {queue}")
 
 
 @queues_app.command("receive")
@@ -913,7 +974,7 @@ def queues_redrive(
     if as_json:
         _print_json(result)
     else:
-        out.print(f"redrove {result['redriven']} message(s)")
+        _out().print(f"redrove {result['redriven']} message(s)")
 
 
 # -- deliveries -------------------------------------------------------------------------------
@@ -962,7 +1023,7 @@ def deliveries_redrive(
     if as_json:
         _print_json(result)
     else:
-        out.print(f"redrove {result['redriven']} delivery(ies)")
+        _out().print(f"redrove {result['redriven']} delivery(ies)")
 
 
 def main() -> None:
@@ -1023,7 +1084,7 @@ def schedules_create(
     if as_json:
         _print_json(result)
     else:
-        out.print(f"schedule {result['name']} next at {result.get('nextRunAt')}")
+        _out().print(f"schedule {result['name']} next at {result.get('nextRunAt')}")
 
 
 def _schedule_action(name: str, action: str, api: str | None, token: str | None) -> Any:
@@ -1038,7 +1099,7 @@ def schedules_pause(
 ) -> None:
     """Stop firing a schedule until it is resumed."""
     _schedule_action(name, "pause", api, token)
-    out.print(f"schedule {name} paused")
+    _out().print(f"schedule {name} paused")
 
 
 @schedules_app.command("resume")
@@ -1049,7 +1110,7 @@ def schedules_resume(
 ) -> None:
     """Fire a paused schedule again from its next tick on."""
     result = _schedule_action(name, "resume", api, token)
-    out.print(f"schedule {name} resumed, next at {result.get('nextRunAt')}")
+    _out().print(f"schedule {name} resumed, next at {result.get('nextRunAt')}")
 
 
 @schedules_app.command("trigger")
@@ -1060,7 +1121,7 @@ def schedules_trigger(
 ) -> None:
     """Fire a schedule once now, outside its cadence."""
     result = _schedule_action(name, "trigger", api, token)
-    out.print(f"schedule {name} fired" + (f": run {result['runId']}" if result["runId"] else ""))
+    _out().print(f"schedule {name} fired" + (f": run {result['runId']}" if result["runId"] else ""))
 
 
 @schedules_app.command("delete")
@@ -1072,4 +1133,4 @@ def schedules_delete(
     """Delete a schedule."""
     if not _operate(api, token, lambda op: op.schedule_delete(name)):
         raise _fail(f"no schedule {name}")
-    out.print(f"schedule {name} deleted")
+    _out().print(f"schedule {name} deleted")

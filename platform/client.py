@@ -121,6 +121,7 @@ class Client:
     async def close(self) -> None:
         """Stop the wake layer and close the pool."""
         if self._waker is not None:
+            await self.subscriptions.close()
             await self._waker.close()
             self._waker = None
         if self._read_pool is not None and self._read_pool is not self._pool:

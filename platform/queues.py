@@ -43,7 +43,8 @@ MAX_BATCH: Final = 1000
 MAX_VISIBILITY: Final = 12 * 3600.0
 MAX_WAIT: Final = 300.0
 _QUEUE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-_RECEIPT: Final = re.compile(r"(\d{1,19})\.(\d{1,10})")
+# Message id (bigint) and receive count (int): digits that always fit their columns.
+_RECEIPT: Final = re.compile(r"([0-9]{1,18})\.([0-9]{1,9})")
 
 
 class StaleReceipt(Conflict):

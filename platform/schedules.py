@@ -16,7 +16,7 @@ import contextlib
 import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import structlog
 
@@ -33,7 +33,8 @@ __all__ = ["Firing", "ScheduleInfo", "Scheduler", "Schedules"]
 
 log = structlog.get_logger("ripple.schedules")
 
-_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+#: What a schedule name may be.
+SCHEDULE_NAME: Final = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 #: Due schedules one scheduler transaction fires at most.
 _BATCH = 20
 
@@ -59,7 +60,7 @@ class Firing(Protocol):
 
 
 def check_schedule_name(name: Any) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not SCHEDULE_NAME.fullmatch(name):
         raise InvalidInput(
             f"invalid schedule name {name!r}: use 1-128 characters of letters, digits, "
             "'_', '.', ':' and '-'",

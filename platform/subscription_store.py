@@ -50,6 +50,13 @@ UPDATE ripple_subscriptions SET status = $2, status_reason = $3, updated_at = no
 WHERE id = $1
 RETURNING {_COLUMNS}
 """  # noqa: S608
+# $1 subscription id, $2 reason: disables it unless it is disabled already
+DISABLE: Final = """
+UPDATE ripple_subscriptions
+SET status = 'disabled', status_reason = $2, updated_at = now()
+WHERE id = $1 AND status <> 'disabled'
+RETURNING id
+"""
 # (no parameters) bump the version in the caller's transaction; returns the new version
 BUMP_VERSION: Final = """
 UPDATE ripple_subscription_version SET version = version + 1 WHERE singleton RETURNING version
@@ -130,6 +137,14 @@ async def set_status(
     """
     row = await conn.fetchrow(UPDATE_STATUS, subscription_id, status, reason)
     return None if row is None else SubscriptionRecord.from_row(row)
+
+
+async def disable(conn: Connection, subscription_id: str, reason: str) -> bool:
+    """Disable a subscription with a reason; False if it was disabled already or is gone.
+
+    Callers must also `bump_version` in the same transaction.
+    """
+    return await conn.fetchval(DISABLE, subscription_id, reason) is not None
 
 
 async def bump_version(conn: Connection) -> int:

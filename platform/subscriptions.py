@@ -115,7 +115,9 @@ class Subscriptions:
         self._version = -1
         self._checked_at = 0.0
         self._listener: Listener | None = None
-        self._listening: contextlib.AbstractAsyncContextManager[Listener] | None = None
+        self._listening = False
+        # Owns the listener's registration: `close()` exits it (unregistering from the waker).
+        self._exits = contextlib.AsyncExitStack()
         self._lock = asyncio.Lock()
 
     # -- CRUD ------------------------------------------------------------------------------
@@ -231,6 +233,14 @@ class Subscriptions:
 
     # -- the compiled cache ----------------------------------------------------------------
 
+    async def close(self) -> None:
+        """Unregister the cache's change listener (the owner calls this before closing the
+        waker); a later read registers it again."""
+        self._listener = None
+        self._listening = False
+        self._set = None
+        await self._exits.aclose()
+
     async def compiled(self) -> builtins.list[CompiledSubscription]:
         """Every subscription compiled (from the cache when it is current)."""
         return (await self._current()).all
@@ -246,13 +256,13 @@ class Subscriptions:
         return current.matching(topic), current.version
 
     async def _current(self) -> _CompiledSet:
-        if self._listening is None:
-            # Registered once, for the lifetime of this object (callers that arrive while the
-            # first one waits for Redis to confirm go on without it); checked without waiting
-            # below. The context manager is kept referenced: collecting it would unregister
-            # the listener.
-            self._listening = self._waker.listen(CH_SUBSCRIPTIONS)
-            self._listener = await self._listening.__aenter__()
+        if not self._listening:
+            # Registered once, until `close()` (callers that arrive while the first one waits
+            # for Redis to confirm go on without it); checked without waiting below.
+            self._listening = True
+            self._listener = await self._exits.enter_async_context(
+                self._waker.listen(CH_SUBSCRIPTIONS)
+            )
         if self._listener is not None and _take_hint(self._listener):
             self._set = None
         now = time.monotonic()

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 import asyncpg
 
+from ripple.platform import subscription_store
 from ripple.platform.db import Connection
 
 __all__ = [
@@ -181,14 +182,6 @@ WITH i AS (
 SELECT i.id, d.id IS NOT NULL AS owned,
        COALESCE(NOT i.healthy AND h.exhausted, false) AS exhausted
 FROM i LEFT JOIN d ON d.id = i.id LEFT JOIN h ON h.subscription_id = d.subscription_id
-"""
-
-# $1 subscription id, $2 reason
-DISABLE_SUBSCRIPTION: Final = """
-UPDATE ripple_subscriptions
-SET status = 'disabled', status_reason = $2, updated_at = now()
-WHERE id = $1 AND status <> 'disabled'
-RETURNING id
 """
 
 # $1 batch size. Dead-letters pending deliveries whose subscription no longer exists.
@@ -487,8 +480,10 @@ async def release_claims(conn: Connection, claims: Sequence[ClaimedDelivery]) ->
 
 
 async def disable_subscription(conn: Connection, subscription_id: str, reason: str) -> bool:
-    """Disable a webhook subscription; False if it was already disabled or is gone."""
-    return await conn.fetchval(DISABLE_SUBSCRIPTION, subscription_id, reason) is not None
+    """Disable a webhook subscription; False if it was already disabled or is gone.
+
+    The subscriptions table is written by its owner, `ripple.platform.subscription_store`."""
+    return await subscription_store.disable(conn, subscription_id, reason)
 
 
 async def fail_orphans(conn: Connection, limit: int = 1000) -> int:

@@ -15,13 +15,27 @@ import hmac
 import os
 from collections.abc import Iterable
 
-__all__ = ["SECRET_PREFIX", "decode_secret", "generate_secret", "sign", "signature_header"]
+__all__ = [
+    "MIN_SECRET_BYTES",
+    "SECRET_PREFIX",
+    "decode_secret",
+    "generate_secret",
+    "sign",
+    "signature_header",
+]
 
 SECRET_PREFIX = "whsec_"
+#: Shortest HMAC key accepted (Standard Webhooks suggests 24 to 64 random bytes).
+MIN_SECRET_BYTES = 12
 
 
 def decode_secret(secret: str) -> bytes:
-    """The HMAC key bytes of a `whsec_...` secret; ValueError if it is not base64."""
+    """The HMAC key bytes of a `whsec_...` secret; ValueError if it is not base64 of at least
+    `MIN_SECRET_BYTES` bytes.
+
+    The one rule for webhook secrets: `WebhookTarget` and the webhook kind's validation both
+    apply it, so a secret one accepts the other signs with.
+    """
     raw = secret.removeprefix(SECRET_PREFIX)
     raw += "=" * (-len(raw) % 4)  # unpadded base64 is accepted, as the reference library does
     try:
@@ -31,8 +45,11 @@ def decode_secret(secret: str) -> bytes:
             "webhook secret must be 'whsec_' followed by base64 bytes, e.g. from "
             "ripple.subscribers.signing.generate_secret()"
         ) from exc
-    if not key:
-        raise ValueError("webhook secret is empty: use at least 24 random bytes")
+    if len(key) < MIN_SECRET_BYTES:
+        raise ValueError(
+            f"webhook secret has {len(key)} key bytes, fewer than {MIN_SECRET_BYTES}: use "
+            "ripple.subscribers.signing.generate_secret() (24 random bytes)"
+        )
     return key
 
 

@@ -7,8 +7,6 @@ Targets only describe; each kind's `validate()` (in its module) decides what is 
 
 from __future__ import annotations
 
-import base64
-import os
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -21,6 +19,7 @@ from pydantic import (
     field_validator,
 )
 
+from ripple.subscribers.signing import decode_secret, generate_secret
 from ripple.workflows.retry import RetryPolicy
 
 __all__ = ["QueueTarget", "Target", "WebhookTarget", "WorkflowTarget", "new_webhook_secret"]
@@ -28,7 +27,7 @@ __all__ = ["QueueTarget", "Target", "WebhookTarget", "WorkflowTarget", "new_webh
 
 def new_webhook_secret() -> str:
     """A fresh Standard Webhooks secret: `whsec_` + base64 of 24 random bytes."""
-    return "whsec_" + base64.b64encode(os.urandom(24)).decode()
+    return generate_secret()
 
 
 def _to_policy(value: Any) -> RetryPolicy | None:
@@ -75,7 +74,10 @@ class QueueTarget(_Target):
     """Deliver each event as a message on the durable queue `queue` (body = payload)."""
 
     type: Literal["queue"] = "queue"
-    queue: str = Field(min_length=1)
+    # The pattern documents `validate_queue_name`, which enforces it when subscribing.
+    queue: str = Field(
+        min_length=1, json_schema_extra={"pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"}
+    )
 
     def __init__(self, queue: str | None = None, /, **data: Any) -> None:
         if queue is not None:
@@ -87,7 +89,8 @@ class WorkflowTarget(_Target):
     """Start one run of `workflow` per event (input = payload), idempotent per event."""
 
     type: Literal["workflow"] = "workflow"
-    workflow: str = Field(min_length=1)
+    # The pattern documents the workflow name rule, which subscribing enforces.
+    workflow: str = Field(min_length=1, json_schema_extra={"pattern": r"^[a-z0-9_-]{1,64}$"})
 
     def __init__(self, workflow: Any = None, /, **data: Any) -> None:
         if workflow is not None:
@@ -113,8 +116,7 @@ class WebhookTarget(_Target):
     @field_validator("secret")
     @classmethod
     def _secret(cls, value: str) -> str:
-        if not value.startswith("whsec_") or len(value) < 6 + 16:
-            raise ValueError("secret must look like 'whsec_' + base64 of at least 12 bytes")
+        decode_secret(value)  # the one secret rule (signing.py); raises ValueError saying why
         return value
 
 

@@ -6,14 +6,26 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
 
+@overload
 async def assert_eventually(
-    check: Callable[[], Awaitable[T] | T], *, timeout: float = 10.0, interval: float = 0.02
-) -> T:
+    check: Callable[[], Awaitable[T]], *, timeout: float = ..., interval: float = ...
+) -> T: ...
+
+
+@overload
+async def assert_eventually(
+    check: Callable[[], T], *, timeout: float = ..., interval: float = ...
+) -> T: ...
+
+
+async def assert_eventually(
+    check: Callable[[], Any], *, timeout: float = 10.0, interval: float = 0.02
+) -> Any:
     """Poll `check` until it returns a truthy value (returned) or raise AssertionError."""
     deadline = time.monotonic() + timeout
     last: object = None
@@ -23,7 +35,7 @@ async def assert_eventually(
             if inspect.isawaitable(result):
                 result = await result
             if result:
-                return result  # type: ignore[return-value]
+                return result
             last = result
         except AssertionError as exc:
             last = exc

@@ -25,7 +25,8 @@ from ripple.platform.api import (
 )
 from ripple.platform.api import queues as queue_routes
 from ripple.platform.api.deps import require_token
-from ripple.platform.api.limits import RequestLimits
+from ripple.platform.api.limits import MAX_URI_BYTES, RequestLimits
+from ripple.platform.api.methods import AllowedMethods
 from ripple.platform.api.problems import PROBLEM_JSON, install_problem_handlers
 from ripple.platform.client import Client
 from ripple.platform.config import Settings
@@ -89,6 +90,7 @@ def create_app(client_or_settings: Client | Settings) -> FastAPI:
     app.include_router(ops.router)
     mount_ui(app)
     install_problem_handlers(app)
+    app.add_middleware(AllowedMethods, paths=lambda: app.openapi()["paths"])
     app.add_middleware(
         RequestLimits, max_body_bytes=settings.max_body_bytes, max_depth=settings.max_json_depth
     )
@@ -102,6 +104,7 @@ def create_app(client_or_settings: Client | Settings) -> FastAPI:
                 routes=app.routes,
             )
             _problem_everywhere(schema)
+            _declare_enforced(schema, settings)
             app.openapi_schema = schema
         return app.openapi_schema
 
@@ -119,16 +122,61 @@ def _problem_everywhere(schema: dict[str, Any]) -> None:
         "405": "Method not allowed",
         "401": "Missing or invalid bearer token",
         "413": "Request body too large",
-        "414": "Request URI longer than 16 KiB (send large values in a body)",
+        "414": f"Request URI longer than {MAX_URI_BYTES // 1024} KiB (send large values in a body)",
         "415": "Request body is not JSON (Content-Type)",
         "422": "Invalid input (also NaN/Infinity or a repeated key in a JSON object)",
         "503": "Database unavailable; retry",
     }
     for path, item in schema.get("paths", {}).items():
         if path in ("/healthz", "/readyz"):
+            for operation in item.values():
+                responses = operation.setdefault("responses", {})
+                responses["414"] = {
+                    "description": common["414"],
+                    "content": {PROBLEM_JSON: {"schema": ref}},
+                }
             continue
         for operation in item.values():
             responses = operation.setdefault("responses", {})
             for status, description in common.items():
                 entry = responses.setdefault(status, {"description": description})
                 entry["content"] = {PROBLEM_JSON: {"schema": ref}}
+
+
+def _declare_enforced(schema: dict[str, Any], settings: Settings) -> None:
+    """Declare what the server enforces but FastAPI cannot derive from the route signatures.
+
+    - `limit` query parameters: at most the configured `RIPPLE_MAX_PAGE_SIZE`;
+    - parameters marked `x-ripple-json` carry JSON text: declared as `application/json` content
+      whose value is not null (what the route parses and accepts);
+    - a discriminated union's tag property is required in each member (the server cannot pick
+      a member without it, whatever default the Python model has).
+    """
+    for item in schema.get("paths", {}).values():
+        for operation in item.values():
+            for param in operation.get("parameters", []):
+                param_schema = param.get("schema", {})
+                if param.get("in") == "query" and param.get("name") == "limit":
+                    param_schema["maximum"] = settings.max_page_size
+                if param_schema.pop("x-ripple-json", False):
+                    del param["schema"]
+                    param["content"] = {
+                        "application/json": {
+                            "schema": {
+                                "not": {"type": "null"},
+                                "description": param_schema.get("description", ""),
+                            }
+                        }
+                    }
+    components = schema.get("components", {}).get("schemas", {})
+    for component in components.values():
+        for prop in component.get("properties", {}).values():
+            discriminator = prop.get("discriminator")
+            if discriminator is None:
+                continue
+            tag = discriminator["propertyName"]
+            for ref in discriminator.get("mapping", {}).values():
+                member = components[ref.rsplit("/", 1)[-1]]
+                required = member.setdefault("required", [])
+                if tag not in required:
+                    required.insert(0, tag)

@@ -5,19 +5,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Query
 from pydantic import Field
 
-from ripple.platform.api.deps import ClientDep, Limit
-from ripple.platform.api.models import ApiModel, OutModel, jsonable
+from ripple.platform.api.deps import ClientDep, Limit, UuidPath
+from ripple.platform.api.models import UUID_PATTERN, ApiModel, DateTimeIn, OutModel, jsonable
 from ripple.platform.api.problems import ProblemError, problem_responses
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["deliveries"])
 
-_UUID = r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$"
-DeliveryId = Annotated[str, Path(pattern=_UUID, description="UUID")]
+DeliveryId = UuidPath
 DELIVERY_STATUSES = ("pending", "delivered", "failed")
 
 
@@ -56,8 +55,10 @@ class Redriven(OutModel):
 
 
 class RedriveFailedIn(ApiModel):
-    subscription_id: str | None = Field(default=None, pattern=_UUID)
-    since: datetime | None = None
+    subscription_id: str | None = Field(
+        default=None, pattern=UUID_PATTERN, json_schema_extra={"format": "uuid"}
+    )
+    since: DateTimeIn | None = None
 
 
 @router.get("/deliveries", response_model=DeliveryPage, responses=problem_responses(422))
@@ -65,7 +66,10 @@ async def list_deliveries(
     client: ClientDep,
     limit: Limit,
     status: Annotated[str | None, Query(pattern="^(" + "|".join(DELIVERY_STATUSES) + ")$")] = None,
-    subscription_id: Annotated[str | None, Query(alias="subscriptionId", pattern=_UUID)] = None,
+    subscription_id: Annotated[
+        str | None,
+        Query(alias="subscriptionId", pattern=UUID_PATTERN, json_schema_extra={"format": "uuid"}),
+    ] = None,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
 ) -> DeliveryPage:
     """Webhook deliveries, newest first, with their last outcome."""

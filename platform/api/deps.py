@@ -10,14 +10,15 @@ from __future__ import annotations
 import hmac
 from typing import Annotated
 
-from fastapi import Depends, Query, Request
+from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from ripple.platform.api.models import UUID_PATTERN
 from ripple.platform.api.problems import ProblemError
 from ripple.platform.client import Client
 from ripple.platform.config import Settings
 
-__all__ = ["ClientDep", "Limit", "get_client", "page_limit", "require_token"]
+__all__ = ["ClientDep", "Limit", "UuidPath", "get_client", "page_limit", "require_token"]
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="ripple"'}
 _bearer = HTTPBearer(auto_error=False, description="A token listed in RIPPLE_API_TOKENS.")
@@ -81,3 +82,8 @@ async def page_limit(
 
 ClientDep = Annotated[Client, Depends(get_client)]
 Limit = Annotated[int, Depends(page_limit)]
+
+#: A path segment that is a UUID (subscription and delivery ids).
+UuidPath = Annotated[
+    str, Path(pattern=UUID_PATTERN, description="UUID", json_schema_extra={"format": "uuid"})
+]

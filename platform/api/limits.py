@@ -23,7 +23,7 @@ from ripple.platform.api.problems import problem_response
 #: Longest request target (path and query) answered normally; longer ones get 414. The HTTP
 #: server reads request lines up to `MAX_REQUEST_HEAD_BYTES`, so any URI up to that size gets
 #: this answer instead of a dropped connection.
-MAX_URI_BYTES: Final = 16 * 1024
+MAX_URI_BYTES: Final = 8 * 1024
 MAX_REQUEST_HEAD_BYTES: Final = 256 * 1024
 
 __all__ = ["RequestLimits", "json_depth", "strict_json_problem"]

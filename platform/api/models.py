@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 __all__ = [
+    "UUID_PATTERN",
     "ApiModel",
+    "DateTimeIn",
+    "JsonNotNull",
     "OutModel",
     "Published",
     "RunOut",
@@ -45,6 +49,37 @@ class OutModel(ApiModel):
     """Base of response bodies: fields the record has beyond the documented ones are dropped."""
 
     model_config = ConfigDict(extra="ignore")
+
+
+#: A UUID in its canonical 8-4-4-4-12 form (what the API answers and accepts).
+UUID_PATTERN: Final = (
+    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+)
+
+# RFC 3339 `date-time` (what OpenAPI's `format: date-time` means): a date, `T`, a time and an
+# offset. pydantic alone would also take numbers and numeric strings as Unix timestamps, which
+# the declared format does not allow.
+_RFC3339: Final = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+
+
+def _rfc3339(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not _RFC3339.fullmatch(value):
+        raise ValueError("expected an RFC 3339 date-time with an offset, e.g. 2026-01-31T09:30:00Z")
+    return value
+
+
+#: A date-time input: RFC 3339 text with an offset (no numbers, no naive times).
+DateTimeIn = Annotated[datetime, BeforeValidator(_rfc3339)]
+
+#: Any JSON value except `null` (payloads, message bodies: `{}` stands for "no data").
+JsonNotNull = Annotated[
+    Any,
+    WithJsonSchema({"not": {"type": "null"}, "description": "Any JSON value except null."}),
+]
 
 
 def camel(name: str) -> str:

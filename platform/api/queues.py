@@ -3,38 +3,47 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Path, Response
 from pydantic import Field
 
 from ripple.platform.api.deps import ClientDep, Limit
-from ripple.platform.api.models import ApiModel, OutModel, jsonable
+from ripple.platform.api.models import ApiModel, JsonNotNull, OutModel, jsonable
 from ripple.platform.api.problems import problem_responses
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["queues"])
 
+#: What `validate_queue_name` and the receipt parser in `ripple.platform.queues` accept, declared
+#: so the OpenAPI says it (tests/unit/platform/test_api_patterns.py keeps them equal).
+QUEUE_NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+RECEIPT_PATTERN: Final = r"^[0-9]{1,18}\.[0-9]{1,9}$"
+
 Queue = Annotated[
     str,
     Path(
-        min_length=1,
-        max_length=255,
-        description="Queue name: segments of `[a-z0-9_-]` separated by dots.",
+        pattern=QUEUE_NAME_PATTERN,
+        description="Queue name: 1-128 letters, digits, `_`, `.` or `-`, starting with a "
+        "letter or digit.",
         examples=["audit"],
     ),
 ]
-Receipt = Annotated[str, Path(min_length=1, max_length=512)]
+Receipt = Annotated[
+    str, Path(pattern=RECEIPT_PATTERN, description="A received message's `receipt`.")
+]
 
 
 class SendIn(ApiModel):
-    body: Any = Field(default=None, examples=[{"x": 1}])
+    body: JsonNotNull = Field(examples=[{"x": 1}])
     headers: dict[str, str] | None = Field(default=None, examples=[{"source": "billing"}])
     group_id: str | None = Field(
         default=None, min_length=1, max_length=255, description="FIFO group (single-flight)."
     )
-    delay: float | None = Field(default=None, ge=0, le=365 * 86400, description="Seconds.")
+    delay: float | None = Field(
+        default=None, ge=0, le=14 * 86400, description="Seconds (≤ 14 days)."
+    )
     deduplication_id: str | None = Field(default=None, min_length=1, max_length=255)
 
 

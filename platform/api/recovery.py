@@ -3,14 +3,13 @@ and replaying retained events to one subscription."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
 from pydantic import Field
 
-from ripple.platform.api.deps import ClientDep
-from ripple.platform.api.models import ApiModel, OutModel
+from ripple.platform.api.deps import ClientDep, UuidPath
+from ripple.platform.api.models import ApiModel, DateTimeIn, OutModel
 from ripple.platform.api.problems import problem_responses
 from ripple.workflows.definition import NAME_RE
 
@@ -19,9 +18,7 @@ __all__ = ["router"]
 router = APIRouter(tags=["operations"])
 
 RunIdPath = Annotated[str, Path(min_length=1, max_length=64, examples=["0193c2a4-..."])]
-SubscriptionId = Annotated[
-    str, Path(pattern=r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$", description="UUID")
-]
+SubscriptionId = UuidPath
 _STATUS = "^(pending|running|sleeping|waiting|completed|failed|canceled)$"
 
 
@@ -47,9 +44,9 @@ class RunFilterIn(ApiModel):
 
     workflow: str | None = Field(default=None, pattern=NAME_RE.pattern)
     status: str | None = Field(default=None, pattern=_STATUS)
-    since: datetime | None = Field(default=None, description="Created at or after.")
-    until: datetime | None = Field(default=None, description="Created before.")
-    created_before: datetime | None = Field(default=None, description="Created before.")
+    since: DateTimeIn | None = Field(default=None, description="Created at or after.")
+    until: DateTimeIn | None = Field(default=None, description="Created before.")
+    created_before: DateTimeIn | None = Field(default=None, description="Created before.")
     dry_run: bool = Field(default=False, description="Only count the matching runs.")
 
 
@@ -59,8 +56,8 @@ class BulkOut(OutModel):
 
 
 class ReplayIn(ApiModel):
-    since: datetime = Field(description="Re-deliver events created at or after this time.")
-    until: datetime | None = Field(default=None, description="...and before this (default now).")
+    since: DateTimeIn = Field(description="Re-deliver events created at or after this time.")
+    until: DateTimeIn | None = Field(default=None, description="...and before this (default now).")
 
 
 class ReplayOut(OutModel):

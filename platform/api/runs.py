@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Path, Query
@@ -11,6 +10,7 @@ from pydantic import Field
 from ripple.platform.api.deps import ClientDep, Limit
 from ripple.platform.api.models import (
     ApiModel,
+    DateTimeIn,
     OutModel,
     RunOut,
     RunPage,
@@ -50,7 +50,7 @@ class StartRun(ApiModel):
     idempotency_key: str | None = Field(
         default=None, min_length=1, max_length=255, examples=["signup-42"]
     )
-    deadline: datetime | Annotated[float, Field(gt=0, le=MAX_DEADLINE_SECONDS)] | None = Field(
+    deadline: DateTimeIn | Annotated[float, Field(gt=0, le=MAX_DEADLINE_SECONDS)] | None = Field(
         default=None,
         description="When the run fails if not finished: ISO-8601 time or seconds from now "
         "(at most ten years).",
@@ -126,8 +126,8 @@ async def _waited(client: ClientDep, name: str | None, run_id: str, wait: float 
 
 
 StatusQuery = Annotated[str | None, Query(pattern="^(" + "|".join(RUN_STATUSES) + ")$")]
-SinceQuery = Annotated[datetime | None, Query(description="Created at or after (ISO-8601).")]
-UntilQuery = Annotated[datetime | None, Query(description="Created before (ISO-8601).")]
+SinceQuery = Annotated[DateTimeIn | None, Query(description="Created at or after (ISO-8601).")]
+UntilQuery = Annotated[DateTimeIn | None, Query(description="Created before (ISO-8601).")]
 CursorQuery = Annotated[str | None, Query(max_length=512)]
 SignalPath = Annotated[str, Path(min_length=1, max_length=255, examples=["approved"])]
 PayloadBody = Annotated[Any, Body(examples=[{"by": "ann"}])]
@@ -156,12 +156,40 @@ def idempotency_key(header: str | None, other: str | None) -> str | None:
     """The key from the `Idempotency-Key` header or the request's own field (422 if both
     are given and differ)."""
     if header is not None and other is not None and header != other:
-        raise ProblemError(
-            422,
+        raise InvalidInput(
             "Idempotency-Key header and idempotencyKey differ; send one of them",
-            slug="invalid-input",
+            field="idempotencyKey",
         )
     return header if header is not None else other
+
+
+# The routes by workflow name and the routes by run id alone share these bodies (`name` None:
+# any workflow).
+
+
+async def _signal(
+    client: ClientDep,
+    name: str | None,
+    run_id: str,
+    signal: str,
+    payload: Any,
+    key_header: str | None,
+    key_query: str | None,
+) -> SignalOut:
+    key = idempotency_key(key_header, key_query)
+    await _run_of(client, name, run_id)
+    result = await client.signal(run_id, signal, payload, idempotency_key=key)
+    return SignalOut(delivered=result.delivered, buffered=result.buffered)
+
+
+async def _steps(client: ClientDep, name: str | None, run_id: str) -> list[StepOut]:
+    await _run_of(client, name, run_id)
+    return [step_out(step) for step in await client.list_steps(run_id)]
+
+
+async def _cancel(client: ClientDep, name: str | None, run_id: str) -> Canceled:
+    await _run_of(client, name, run_id)
+    return Canceled(run_id=run_id, canceled=await client.cancel(run_id))
 
 
 async def _page(client: ClientDep, **query: Any) -> RunPage:
@@ -247,8 +275,7 @@ async def get_run(
 )
 async def cancel_run(name: WorkflowName, run_id: RunIdPath, client: ClientDep) -> Canceled:
     """Cancel a run (and its active children). `canceled` is false if it had already ended."""
-    await _run_of(client, name, run_id)
-    return Canceled(run_id=run_id, canceled=await client.cancel(run_id))
+    return await _cancel(client, name, run_id)
 
 
 @router.post(
@@ -272,10 +299,7 @@ async def signal_run(
     With an `Idempotency-Key` header (or `?idempotencyKey=`), a repeat returns the first
     answer and is observed once.
     """
-    key = idempotency_key(key_header, key_query)
-    await _run_of(client, name, run_id)
-    result = await client.signal(run_id, signal, payload, idempotency_key=key)
-    return SignalOut(delivered=result.delivered, buffered=result.buffered)
+    return await _signal(client, name, run_id, signal, payload, key_header, key_query)
 
 
 @router.get(
@@ -285,8 +309,7 @@ async def signal_run(
 )
 async def list_steps(name: WorkflowName, run_id: RunIdPath, client: ClientDep) -> list[StepOut]:
     """The run's journal in execution order, with timings."""
-    await _run_of(client, name, run_id)
-    return [step_out(step) for step in await client.list_steps(run_id)]
+    return await _steps(client, name, run_id)
 
 
 # -- the same, addressed by run id alone (what the CLI uses with --api) ----------------------
@@ -325,15 +348,13 @@ async def get_run_by_id(run_id: RunIdPath, client: ClientDep, wait: WaitQuery = 
 @router.get("/runs/{run_id}/steps", response_model=list[StepOut], responses=problem_responses(404))
 async def list_steps_by_id(run_id: RunIdPath, client: ClientDep) -> list[StepOut]:
     """A run's journal, by run id."""
-    await _run_of(client, None, run_id)
-    return [step_out(step) for step in await client.list_steps(run_id)]
+    return await _steps(client, None, run_id)
 
 
 @router.delete("/runs/{run_id}", response_model=Canceled, responses=problem_responses(404))
 async def cancel_run_by_id(run_id: RunIdPath, client: ClientDep) -> Canceled:
     """Cancel a run, by id."""
-    await _run_of(client, None, run_id)
-    return Canceled(run_id=run_id, canceled=await client.cancel(run_id))
+    return await _cancel(client, None, run_id)
 
 
 @router.post(
@@ -351,7 +372,4 @@ async def signal_run_by_id(
     key_query: KeyQuery = None,
 ) -> SignalOut:
     """Signal a run, by id; the body is the payload (idempotency key as for the route above)."""
-    key = idempotency_key(key_header, key_query)
-    await _run_of(client, None, run_id)
-    result = await client.signal(run_id, signal, payload, idempotency_key=key)
-    return SignalOut(delivered=result.delivered, buffered=result.buffered)
+    return await _signal(client, None, run_id, signal, payload, key_header, key_query)

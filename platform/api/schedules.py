@@ -2,33 +2,78 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from fastapi import APIRouter, Path, Response
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from ripple.platform.api.deps import ClientDep
 from ripple.platform.api.models import ApiModel, OutModel, ScheduleOut, schedule_out
 from ripple.platform.api.problems import ProblemError, problem_responses
+from ripple.platform.api.topics import TOPIC_PATTERN
+from ripple.platform.schedules import SCHEDULE_NAME
+from ripple.platform.topics import MAX_NAME_LENGTH
+from ripple.workflows.definition import NAME_RE
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["schedules"])
 
 ScheduleName = Annotated[
-    str, Path(pattern=r"^[A-Za-z0-9_.:-]{1,128}$", description="Schedule name")
+    str, Path(pattern=f"^{SCHEDULE_NAME.pattern}$", description="Schedule name")
 ]
+#: Longest `every` accepted (ten years, in seconds).
+MAX_EVERY_SECONDS: Final = 10 * 365 * 86_400
+
+
+def _one_present(*fields: tuple[str, str]) -> dict[str, Any]:
+    """JSON Schema: exactly one of these (field, JSON type) pairs is present and not null."""
+    return {
+        "oneOf": [
+            {"required": [name], "properties": {name: {"type": kind}}} for name, kind in fields
+        ]
+    }
 
 
 class ScheduleIn(ApiModel):
     """A schedule starts `workflow` or publishes to `topic`, on `cron` or `every` seconds."""
 
-    name: str = Field(min_length=1, max_length=128, examples=["nightly-report"])
-    workflow: str | None = Field(default=None, examples=["report"])
-    topic: str | None = Field(default=None, examples=["clock.tick"])
-    cron: str | None = Field(default=None, examples=["0 3 * * *"])
-    every: float | None = Field(default=None, description="Seconds between ticks.", examples=[30])
-    timezone: str = Field(default="UTC", examples=["Europe/Berlin"])
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                _one_present(("workflow", "string"), ("topic", "string")),
+                _one_present(("cron", "string"), ("every", "number")),
+                {
+                    "not": {
+                        "required": ["input", "payload"],
+                        "properties": {
+                            "input": {"not": {"type": "null"}},
+                            "payload": {"not": {"type": "null"}},
+                        },
+                    }
+                },
+            ]
+        }
+    )
+
+    name: str = Field(pattern=f"^{SCHEDULE_NAME.pattern}$", examples=["nightly-report"])
+    workflow: str | None = Field(default=None, pattern=NAME_RE.pattern, examples=["report"])
+    topic: str | None = Field(
+        default=None, max_length=MAX_NAME_LENGTH, pattern=TOPIC_PATTERN, examples=["clock.tick"]
+    )
+    cron: str | None = Field(
+        default=None, description="A 5-field cron expression.", examples=["0 3 * * *"]
+    )
+    every: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_EVERY_SECONDS,
+        description="Seconds between ticks (at most ten years).",
+        examples=[30],
+    )
+    timezone: str = Field(
+        default="UTC", description="An IANA zone name.", examples=["Europe/Berlin"]
+    )
     input: Any = Field(default=None, description="Each run's input, or each event's payload.")
     payload: Any = Field(default=None, description="Alias of `input` for topic schedules.")
     overlap: Literal["skip", "allow"] = "skip"

@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Response
 from pydantic import Field
 
-from ripple.platform.api.deps import ClientDep
-from ripple.platform.api.models import ApiModel, SubscriptionOut, subscription_out
+from ripple.platform.api.deps import ClientDep, UuidPath
+from ripple.platform.api.models import (
+    ApiModel,
+    DateTimeIn,
+    SubscriptionOut,
+    subscription_out,
+)
 from ripple.platform.api.problems import ProblemError, problem_responses
+from ripple.platform.api.topics import SUBSCRIPTION_PATTERN
+from ripple.platform.topics import MAX_NAME_LENGTH
 from ripple.subscribers import Target
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["subscriptions"])
 
-SubscriptionId = Annotated[
-    str, Path(pattern=r"^[0-9a-fA-F]{8}-?([0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$", description="UUID")
-]
+SubscriptionId = UuidPath
 
 _TARGET_EXAMPLES = [
     {"type": "workflow", "workflow": "onboard-user"},
@@ -31,7 +35,8 @@ _TARGET_EXAMPLES = [
 class SubscribeIn(ApiModel):
     pattern: str = Field(
         min_length=1,
-        max_length=255,
+        max_length=MAX_NAME_LENGTH,
+        pattern=SUBSCRIPTION_PATTERN,
         description="Topic pattern: `*` matches one segment, `#` zero or more.",
         examples=["user.*"],
     )
@@ -45,7 +50,7 @@ class SubscribeIn(ApiModel):
         description="Deliver only events whose payload contains this JSON.",
         examples=[{"plan": "pro"}],
     )
-    backfill_since: datetime | None = Field(
+    backfill_since: DateTimeIn | None = Field(
         default=None,
         description="Also deliver the retained events published since this time (the request "
         "returns once they are delivered), then continue live.",

@@ -3,24 +3,31 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Path, Query
 from pydantic import Field
 
 from ripple.platform.api.deps import ClientDep
-from ripple.platform.api.models import ApiModel, OutModel, Published, jsonable
+from ripple.platform.api.models import ApiModel, JsonNotNull, OutModel, Published, jsonable
 from ripple.platform.api.problems import ProblemError, problem_responses
+from ripple.platform.topics import MAX_NAME_LENGTH
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["topics"])
 
+#: What `validate_topic` and `validate_pattern` (ripple.platform.topics) accept, declared so the
+#: OpenAPI says it (tests/unit/platform/test_api_patterns.py keeps them equal).
+TOPIC_PATTERN: Final = r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$"
+SUBSCRIPTION_PATTERN: Final = r"^([a-z0-9_-]+|\*|#)(\.([a-z0-9_-]+|\*|#))*$"
+
 Topic = Annotated[
     str,
     Path(
         min_length=1,
-        max_length=255,
+        max_length=MAX_NAME_LENGTH,
+        pattern=TOPIC_PATTERN,
         description="Dot-separated segments of `[a-z0-9_-]`.",
         examples=["user.signup"],
     ),
@@ -28,7 +35,7 @@ Topic = Annotated[
 
 
 class PublishIn(ApiModel):
-    payload: Any = Field(default=None, examples=[{"userId": 42, "email": "ann@example.com"}])
+    payload: JsonNotNull = Field(examples=[{"userId": 42, "email": "ann@example.com"}])
     idempotency_key: str | None = Field(
         default=None, min_length=1, max_length=255, examples=["signup-42"]
     )
@@ -77,8 +84,14 @@ async def explain(
     topic: Topic,
     client: ClientDep,
     payload: Annotated[
-        str, Query(max_length=65_536, description="The event payload as JSON text.")
-    ] = "null",
+        str,
+        Query(
+            max_length=65_536,
+            description="The event payload as JSON text (not `null`).",
+            # Declared as a JSON-encoded parameter: any JSON value except null.
+            json_schema_extra={"x-ripple-json": True},
+        ),
+    ] = "{}",
 ) -> ExplanationOut:
     """Dry run: which subscriptions and waits an event would reach, and why others would not."""
     try:

@@ -74,6 +74,7 @@ async def test_quickstart__readme_walkthrough_completes_a_run(
             return shown.stdout if "completed" in shown.stdout.splitlines()[0] else None
 
         timeline = await assert_eventually(completed, timeout=60, interval=0.5)
+        assert timeline is not None
         for step in ("create-account", "send-welcome", "welcome-delay", "verified", "send-tips"):
             assert step in timeline
     finally:

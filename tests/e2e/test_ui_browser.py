@@ -11,13 +11,17 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
 from tests.e2e.conftest import TOKEN, ApiServer, Process
 
-playwright_sync = pytest.importorskip("playwright.sync_api")
+if TYPE_CHECKING:
+    import playwright.sync_api as playwright_sync
+else:
+    playwright_sync = pytest.importorskip("playwright.sync_api")
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

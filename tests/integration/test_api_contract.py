@@ -87,7 +87,7 @@ async def ctx_info(ctx: WorkflowContext, inp: dict[str, int]) -> dict[str, objec
 @workflow(name="parent-of")
 async def parent_of(ctx: WorkflowContext) -> float:
     out = await ctx.step.run_workflow(ctx_info, {"a": 1}, name="kid", timeout=30)
-    return float(out["random"])  # type: ignore[arg-type,index]
+    return float(out["random"])
 
 
 def test_contract__errors_and_policy_are_the_documented_types() -> None:

@@ -132,7 +132,7 @@ async def test_issue_18_reconnect_failures_are_one_structured_warning(
             async def warned() -> list[dict[str, Any]]:
                 with contextlib.suppress(Exception):  # using the pool notices the loss
                     await pool.fetchval("SELECT 1")
-                return [e for e in logs if e["event"] == "db_pool_reconnect_failed"]
+                return [dict(e) for e in logs if e["event"] == "db_pool_reconnect_failed"]
 
             events = await assert_eventually(warned, timeout=GUARD)
             # the next attempt (1 s later) is counted, not logged

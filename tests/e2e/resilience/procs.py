@@ -72,7 +72,8 @@ class WorkerProcess:
                 raise AssertionError(f"worker {self.pid} exited before logging {event!r}")
             return None
 
-        found: dict[str, Any] = await assert_eventually(logged, timeout=timeout)
+        found = await assert_eventually(logged, timeout=timeout)
+        assert found is not None
         return found
 
     def logs(self) -> list[dict[str, Any]]:

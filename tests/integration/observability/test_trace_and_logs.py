@@ -68,7 +68,7 @@ async def test_tracing__publish_workflow_run_and_steps_form_one_trace(
         assert run.parent is not None
         assert run.parent.span_id == publish.context.span_id
     steps = by_name(spans, "workflow.step")
-    assert sorted((s.attributes or {}).get("step") for s in steps) == ["first", "second"]
+    assert sorted(str((s.attributes or {}).get("step")) for s in steps) == ["first", "second"]
     run_span_ids = {r.context.span_id for r in runs}
     for step in steps:
         assert step.context.trace_id == trace_id

@@ -62,6 +62,7 @@ async def test_worker_metrics_port__serves_gauges_until_sigterm(
             return response.text if response.status_code == 200 else None
 
         text = await assert_eventually(scrape, timeout=120, interval=0.1)
+        assert text is not None
         families = {f.name: f for f in text_string_to_metric_families(text)}
         depth = {s.labels["queue"]: s.value for s in families["queue_depth"].samples}
         assert depth["port-q"] == 2

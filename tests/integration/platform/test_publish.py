@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 from ripple.platform.config import Settings
 from ripple.platform.db import Connection, Pool, create_pool
 from ripple.platform.errors import InvalidInput, NotFound
-from ripple.platform.fanout import FanOutItem, PublishedEvent, SubscriptionRow
+from ripple.platform.fanout import FanOutItem, PublishedEvent, SubscriptionRow, TargetKind
 from ripple.platform.publish import Publisher
 from ripple.platform.queues import Queues
 from ripple.platform.subscriptions import Subscriptions
@@ -286,9 +286,9 @@ class LateExplodingKind:
 
 async def test_publish__metrics_count_committed_events_once(pool: Pool, settings: Settings) -> None:
     waker = NullWaker(settings.poll_interval)
-    kinds = {"queue": QueueKind(waker), "workflow": LateExplodingKind()}
+    kinds: dict[str, TargetKind] = {"queue": QueueKind(waker), "workflow": LateExplodingKind()}
     subscriptions = Subscriptions(pool, waker, settings, kinds)
-    publisher = Publisher(pool, waker, settings, subscriptions, kinds, None)  # type: ignore[arg-type]
+    publisher = Publisher(pool, waker, settings, subscriptions, kinds, None)
     await subscriptions.subscribe("#", QueueTarget("q").to_row())
     await subscriptions.subscribe("#", {"type": "workflow", "workflow": "w"})
     published, created = _published("m"), _created("queue")

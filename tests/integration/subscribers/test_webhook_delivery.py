@@ -123,6 +123,7 @@ async def test_webhook_dispatcher__410_disables_subscription(
     sub_row = await pool.fetchrow(
         "SELECT status, status_reason FROM ripple_subscriptions WHERE id = $1", uuid.UUID(sub.id)
     )
+    assert sub_row is not None
     assert sub_row["status"] == "disabled"
     assert "410" in sub_row["status_reason"]
     rows = await hooks.deliveries(sub)

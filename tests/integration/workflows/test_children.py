@@ -99,6 +99,7 @@ async def test_child__cancel_cascades_to_active_descendants(app: App) -> None:
             return grand[0] if grand else None
 
         grand_id = await assert_eventually(grandchild)
+        assert grand_id is not None
         assert await app.workflows.cancel(handle.run_id)
         kid = (await children_of(app, handle.run_id))[0]
         for run_id in (handle.run_id, kid, grand_id):

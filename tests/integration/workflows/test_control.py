@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -13,6 +14,7 @@ from ripple.platform.errors import InvalidInput
 from ripple.workflows import (
     RetryPolicy,
     RollbackError,
+    RunHandle,
     WorkflowCanceled,
     WorkflowContext,
     WorkflowFailed,
@@ -216,9 +218,11 @@ async def versioned_v2(ctx: WorkflowContext) -> int:
 
 
 async def test_versioning__workers_claim_only_registered_versions(app: App) -> None:
-    old = await app.workflows.start("versioned", version=1)
-    new = await app.workflows.start("versioned", version=2)
-    by_name = await app.workflows.start("versioned")  # no known definition: pinned at claim
+    old: RunHandle[Any] = await app.workflows.start("versioned", version=1)
+    new: RunHandle[Any] = await app.workflows.start("versioned", version=2)
+    by_name: RunHandle[Any] = await app.workflows.start(
+        "versioned"
+    )  # no known definition: pinned at claim
     async with app.worker(versioned_v2):
         assert await new.result(timeout=10) == 20
         assert await by_name.result(timeout=10) == 20
@@ -241,7 +245,7 @@ async def strict(ctx: WorkflowContext, inp: Strict) -> int:
 
 async def test_validation__bad_input_by_name_fails_the_run_at_execution(app: App) -> None:
     fresh = type(app.workflows)(app.pool, app.waker, app.settings)  # knows no definitions
-    handle = await fresh.start("strict", {"n": "nope"})
+    handle: RunHandle[Any] = await fresh.start("strict", {"n": "nope"})
     async with app.worker(strict):
         with pytest.raises(WorkflowFailed) as info:
             await handle.result(timeout=10)

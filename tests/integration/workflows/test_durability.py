@@ -201,8 +201,11 @@ async def test_group_commit__completions_share_a_batch_with_flushes_and_stay_fen
         return_exceptions=True,
     )
     assert results[0] is None
-    assert results[1]["completed_at"] >= results[1]["created_at"]
-    assert results[2]["completed_at"] is not None
+    completed, failed_row = results[1], results[2]
+    assert not isinstance(completed, BaseException), completed
+    assert not isinstance(failed_row, BaseException), failed_row
+    assert completed["completed_at"] >= completed["created_at"]
+    assert failed_row["completed_at"] is not None
     assert isinstance(results[3], LeaseLost)
     assert committer.batches == 1
     rows = {
@@ -237,9 +240,13 @@ async def test_group_commit__a_flush_locks_the_run_row_without_rewriting_it(app:
     after = await app.pool.fetchrow(query, run_id)
     # The journal entry is committed; the run row is the same row version (no index churn).
     assert await _committed(app, run_id) == {"a": "completed"}
+    assert after is not None
+    assert before is not None
     assert dict(after) == dict(before)
     # A renewing flush extends the lease and stores the step count.
     after_renewed = await app.pool.fetchrow(query, renewed)
+    assert after_renewed is not None
+    assert before_renewed is not None
     assert after_renewed["available_at"] > before_renewed["available_at"]
     assert after_renewed["step_count"] == 2
 

@@ -4,6 +4,7 @@ with the first call's result and observed once, in order."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 import pytest
@@ -91,7 +92,7 @@ async def test_issue_18_retried_signal_matching_resumes_once(app: App) -> None:
     async with app.worker(collect_events):
         for i in range(N):
             step = f"e-{i}"
-            await assert_eventually(lambda s=step: waits_on(app, handle.run_id, s))
+            await assert_eventually(functools.partial(waits_on, app, handle.run_id, step))
             payload = {"run": "x", "i": i}
             counts.append(
                 await app.workflows.signal_matching("storm.tick", payload, idempotency_key=f"m{i}")

@@ -264,7 +264,7 @@ async def test_fencing__a_claim_lost_in_a_database_crash_does_not_share_its_epoc
             "UPDATE ripple_runs SET status = $2, epoch = $3, lease_owner = $4, "
             "available_at = $5, started_at = $6, attempt = $7 WHERE run_id = $1",
             handle.run_id,
-            *before.values(),
+            *(before or {}).values(),
         )
         (again,) = await store.claim_runs(conn, "worker-b", 30.0, 1, pairs)
     assert again.epoch != lost.epoch

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from datetime import UTC, datetime
 from typing import Any
 
@@ -141,7 +142,7 @@ async def test_signal_matching__resumes_only_runs_whose_match_the_payload_contai
     handles = [await app.workflows.start(verify, i) for i in range(5)]
     async with app.worker(verify):
         for h in handles:
-            await assert_eventually(lambda h=h: is_waiting(app, h.run_id))
+            await assert_eventually(functools.partial(is_waiting, app, h.run_id))
         assert await app.workflows.signal_matching("user.verified", {"userId": 3, "x": 1}) == 1
         assert await handles[3].result(timeout=10) == {"userId": 3, "x": 1}
         assert await app.workflows.signal_matching("user.other", {"userId": 1}) == 0

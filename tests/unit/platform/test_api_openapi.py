@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -45,17 +46,17 @@ ROUTES = [
 
 
 @pytest.fixture(scope="module")
-def openapi() -> dict:
+def openapi() -> dict[str, Any]:
     app = create_app(load_settings(database_url="postgresql://unused@127.0.0.1:1/none"))
     return app.openapi()
 
 
 @pytest.mark.parametrize(("method", "path"), ROUTES)
-def test_api_openapi__route_is_documented(openapi: dict, method: str, path: str) -> None:
+def test_api_openapi__route_is_documented(openapi: dict[str, Any], method: str, path: str) -> None:
     assert method in openapi["paths"][path]
 
 
-def test_api_openapi__v1_routes_document_problems_and_bearer_auth(openapi: dict) -> None:
+def test_api_openapi__v1_routes_document_problems_and_bearer_auth(openapi: dict[str, Any]) -> None:
     assert openapi["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     for path, item in openapi["paths"].items():
         if not path.startswith("/v1"):
@@ -67,7 +68,7 @@ def test_api_openapi__v1_routes_document_problems_and_bearer_auth(openapi: dict)
             assert operation.get("security"), (method, path)
 
 
-def test_api_openapi__bodies_are_camel_case_with_examples(openapi: dict) -> None:
+def test_api_openapi__bodies_are_camel_case_with_examples(openapi: dict[str, Any]) -> None:
     start = openapi["components"]["schemas"]["StartRun"]["properties"]
     assert {"input", "version", "idempotencyKey", "deadline"} <= set(start)
     assert start["idempotencyKey"]["examples"] == ["signup-42"]
@@ -77,7 +78,7 @@ def test_api_openapi__bodies_are_camel_case_with_examples(openapi: dict) -> None
 class _Record:
     run_id: str
     created_at: datetime
-    input: dict
+    input: dict[str, Any]
 
 
 def test_api_models__jsonable_camel_cases_fields_but_not_user_data() -> None:

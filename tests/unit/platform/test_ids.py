@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from unittest import mock
 
@@ -17,7 +18,7 @@ def test_uuid7__is_version_7_with_rfc_variant() -> None:
 
 
 def test_new_id__strictly_increasing_within_one_millisecond() -> None:
-    with mock.patch.object(ids.time, "time_ns", return_value=1_700_000_000_000_000_000):
+    with mock.patch.object(time, "time_ns", return_value=1_700_000_000_000_000_000):
         made = [ids.new_id() for _ in range(1000)]
     assert made == sorted(made)
     assert len(set(made)) == len(made)
@@ -25,7 +26,7 @@ def test_new_id__strictly_increasing_within_one_millisecond() -> None:
 
 def test_new_id__increasing_when_the_clock_steps_back() -> None:
     first = ids.new_id()
-    with mock.patch.object(ids.time, "time_ns", return_value=0):
+    with mock.patch.object(time, "time_ns", return_value=0):
         later = ids.new_id()
     assert later > first
     assert uuid.UUID(later).version == 7
@@ -35,7 +36,7 @@ def test_uuid7__counter_overflow_borrows_the_next_millisecond(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(ids, "_last", (5_000, (1 << ids._RAND_BITS) - 1))
-    with mock.patch.object(ids.time, "time_ns", return_value=5_000 * 1_000_000):
+    with mock.patch.object(time, "time_ns", return_value=5_000 * 1_000_000):
         value = ids.uuid7()
     assert value.int >> 80 == 5_001
     assert value.version == 7

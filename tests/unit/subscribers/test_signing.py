@@ -10,6 +10,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from ripple.subscribers.dispatcher import message_body, signing_secrets
 from ripple.subscribers.signing import decode_secret, generate_secret, sign, signature_header
+from ripple.subscribers.targets import WebhookTarget
 
 # The reference library's published test vector.
 VECTOR_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -70,8 +71,33 @@ def test_signing_secrets__previous_secret_only_during_overlap() -> None:
 def test_decode_secret__rejects_non_base64_and_accepts_unpadded() -> None:
     with pytest.raises(ValueError, match="whsec_"):
         decode_secret("whsec_not base64!!")
-    assert decode_secret("whsec_YWJj") == b"abc"
-    assert decode_secret("whsec_YWI") == b"ab"
+    assert decode_secret("whsec_YWJjZGVmZ2hpamtsbQ==") == b"abcdefghijklm"
+    assert decode_secret("whsec_YWJjZGVmZ2hpamtsbQ") == b"abcdefghijklm"
+
+
+def test_issue_13_one_secret_rule_for_targets_and_signing() -> None:
+    """`WebhookTarget` accepts exactly the secrets signing accepts (it used to require the
+    prefix and 16 characters but not base64, while signing took any base64 key)."""
+    cases = {
+        "whsec_YWJjZGVmZ2hpamts": True,  # 12 bytes
+        "YWJjZGVmZ2hpamts": True,  # the prefix is optional, as in the reference library
+        "whsec_YWJjZGVmZ2hpams": False,  # 11 bytes
+        "whsec_YWJj": False,
+        "whsec_!!!!!!!!!!!!!!!!!!!!": False,  # long enough, not base64
+        "whsec_": False,
+    }
+    for secret, accepted in cases.items():
+        try:
+            decode_secret(secret)
+            signs = True
+        except ValueError:
+            signs = False
+        try:
+            WebhookTarget("https://example.com/hook", secret=secret)
+            targets = True
+        except ValueError:
+            targets = False
+        assert signs == targets == accepted, secret
 
 
 def test_message_body__shape_is_type_timestamp_data() -> None:

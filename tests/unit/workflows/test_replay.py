@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,9 +49,23 @@ class MemoryWriter:
             self.journal[entry.key] = entry
 
     async def flush(
-        self, entries: list[Entry], step_count: int, trim: Any = (), *, renew: bool = False
+        self,
+        entries: list[Entry],
+        step_count: int,
+        trim: Sequence[str] = (),
+        *,
+        renew: bool = False,
     ) -> None:
         self._put(entries)
+        for prefix in trim:
+            for key in [k for k in self.journal if k.startswith(prefix)]:
+                del self.journal[key]
+
+    async def settle_race(
+        self, entries: list[Entry], step_count: int, losers: Sequence[str]
+    ) -> list[str]:
+        self._put(entries)
+        return []
 
     async def register_wait(
         self, entries: list[Entry], step_count: int, wait: WaitSpec
@@ -58,9 +73,10 @@ class MemoryWriter:
         self._put([*entries, wait.entry])
         return False, None
 
-    async def start_child(self, entries: list[Entry], step_count: int, child: ChildSpec) -> str:
+    async def start_child(self, entries: list[Entry], step_count: int, child: ChildSpec) -> Entry:
+        # As the real writer: the step's entry (pending on the new child) is what comes back.
         self._put([*entries, child.entry])
-        return child.run_id
+        return child.entry
 
     async def time_out(
         self, entries: list[Entry], step_count: int, entry: Entry, is_wait: bool

@@ -112,6 +112,6 @@ def test_definition__names_versions_and_types() -> None:
 
     with pytest.raises(TypeError):
 
-        @workflow(name="sync")
-        def not_async(ctx: WorkflowContext) -> None:  # type: ignore[arg-type]
+        @workflow(name="sync")  # type: ignore[arg-type]
+        def not_async(ctx: WorkflowContext) -> None:
             return None

@@ -1,0 +1,83 @@
+"""The patterns the OpenAPI declares accept exactly what the server's own validators accept."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+import pytest
+from pydantic import TypeAdapter, ValidationError
+
+from ripple.platform.api.models import DateTimeIn
+from ripple.platform.api.queues import QUEUE_NAME_PATTERN, RECEIPT_PATTERN
+from ripple.platform.api.topics import SUBSCRIPTION_PATTERN, TOPIC_PATTERN
+from ripple.platform.errors import InvalidInput
+from ripple.platform.queues import _parse_receipt, validate_queue_name
+from ripple.platform.topics import validate_pattern, validate_topic
+
+SAMPLES = [
+    "audit",
+    "a",
+    "A.b-c_d",
+    "user.signup",
+    "user.*",
+    "billing.#",
+    "#",
+    "*",
+    "a..b",
+    ".a",
+    "a.",
+    "-a",
+    "_a",
+    "Audit",
+    "a b",
+    "a/b",
+    "ü",
+    "a\n",
+    "1.2",
+    "12345678901234567890.1",
+    "123456789012345678.123456789",
+    "1.1234567890",
+    "x" * 128,
+    "x" * 129,
+    "",
+]
+
+
+def _accepts(validate: object, value: str) -> bool:
+    try:
+        validate(value)  # type: ignore[operator]
+    except InvalidInput:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("pattern", "validate"),
+    [
+        (QUEUE_NAME_PATTERN, validate_queue_name),
+        (TOPIC_PATTERN, validate_topic),
+        (SUBSCRIPTION_PATTERN, validate_pattern),
+        (RECEIPT_PATTERN, _parse_receipt),
+    ],
+)
+def test_api_patterns__declared_pattern_matches_the_validator(
+    pattern: str, validate: object
+) -> None:
+    for value in SAMPLES:
+        # JSON Schema patterns are ECMA regexes searched in the value; `$` ends the text there.
+        declared = re.search(pattern.replace("$", r"\Z"), value) is not None
+        if pattern in (TOPIC_PATTERN, SUBSCRIPTION_PATTERN):
+            declared = declared and len(value) <= 255
+        assert declared == _accepts(validate, value), (pattern, value)
+
+
+def test_api_patterns__date_times_are_rfc3339_with_an_offset_never_numbers() -> None:
+    adapter = TypeAdapter(DateTimeIn)
+    assert adapter.validate_python("2026-01-31T09:30:00Z") == datetime(
+        2026, 1, 31, 9, 30, tzinfo=UTC
+    )
+    assert adapter.validate_json('"2026-01-31T09:30:00.5+02:00"').microsecond == 500_000
+    for bad in ("0.5", 0, 0.5, "2026-01-31", "2026-01-31 09:30:00Z", "2026-01-31T09:30:00"):
+        with pytest.raises(ValidationError):
+            adapter.validate_python(bad)

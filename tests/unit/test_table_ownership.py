@@ -1,0 +1,139 @@
+"""One owner per table: only a table's store module has SQL that names it.
+
+Scans the string literals of every module under platform/, subscribers/ and workflows/ that
+look like SQL and fails when a module that does not own a table names it, unless the use is in
+the allow-list below (each entry says why it stays, for now). docs/architecture.md has the same
+map in prose ("Table ownership"); change both together.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CODE = ("platform", "subscribers", "workflows")
+
+OWNERS: dict[str, str] = {
+    "ripple_migrations": "platform/migrate.py",
+    "ripple_events": "platform/event_store.py",
+    "ripple_backfill_events": "platform/backfill_store.py",
+    "ripple_subscriptions": "platform/subscription_store.py",
+    "ripple_subscription_version": "platform/subscription_store.py",
+    "ripple_queues": "platform/queue_store.py",
+    "ripple_queue_messages": "platform/queue_store.py",
+    "ripple_schedules": "platform/schedule_store.py",
+    "ripple_webhook_deliveries": "subscribers/delivery_store.py",
+    "ripple_webhook_attempts": "subscribers/delivery_store.py",
+    "ripple_webhook_health": "subscribers/delivery_store.py",
+    **{
+        table: "workflows/store.py"
+        for table in (
+            "ripple_runs",
+            "ripple_steps",
+            "ripple_waits",
+            "ripple_signals",
+            "ripple_signal_keys",
+            "ripple_workers",
+            "ripple_concurrency_slots",
+            "ripple_flow_controls",
+            "ripple_throttle_windows",
+        )
+    },
+}
+
+# Uses by a module that does not own the table, each with the reason it stays for now. Shrink
+# this list; never grow it without a reason a reviewer accepts.
+ALLOWED: dict[str, set[str]] = {
+    # Retention deletes expired rows of every table in one sweep; the foundation may not import
+    # the workflow store. Next: a retention port each owner implements.
+    "platform/sweeper_store.py": {
+        "ripple_events",
+        "ripple_runs",
+        "ripple_steps",
+        "ripple_waits",
+        "ripple_signals",
+        "ripple_signal_keys",
+        "ripple_webhook_deliveries",
+        "ripple_webhook_attempts",
+    },
+    # Read-only aggregates for the Prometheus gauges (queue depth, stranded runs, failing
+    # endpoints, live workers).
+    "platform/observability_store.py": {
+        "ripple_runs",
+        "ripple_workers",
+        "ripple_queues",
+        "ripple_queue_messages",
+        "ripple_subscriptions",
+        "ripple_webhook_health",
+    },
+    # Read-only views of the dashboard (issue 17 owns this module).
+    "platform/ui/store.py": {
+        "ripple_runs",
+        "ripple_steps",
+        "ripple_workers",
+        "ripple_waits",
+        "ripple_signals",
+        "ripple_queues",
+        "ripple_queue_messages",
+        "ripple_webhook_deliveries",
+    },
+    # Read-only run counts for GET /v1/workflows.
+    "platform/api/workflow_stats.py": {"ripple_runs"},
+    # Publish probes whether any wait listens on a topic before calling the EventWaitResolver
+    # port (which owns resolving them).
+    "platform/event_store.py": {"ripple_waits"},
+    # A backfill reads the retained events and records its progress on the subscription row.
+    "platform/backfill_store.py": {"ripple_events", "ripple_subscriptions"},
+    # The delivery claim joins each delivery's subscription (status, target) in one statement.
+    "subscribers/delivery_store.py": {"ripple_subscriptions"},
+}
+
+_SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|FROM|JOIN|INTO)\b", re.IGNORECASE)
+_TABLE = re.compile(r"\bripple_[a-z_]+\b")
+
+
+def _tables_by_module() -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for folder in CODE:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            module = path.relative_to(ROOT).as_posix()
+            for node in ast.walk(ast.parse(path.read_text(), module)):
+                text = node.value if isinstance(node, ast.Constant) else None
+                if isinstance(text, str) and _SQL.search(text):
+                    found.setdefault(module, set()).update(_TABLE.findall(text))
+    return found
+
+
+def test_table_ownership__only_owners_and_listed_readers_name_a_table() -> None:
+    wrong = []
+    for module, tables in _tables_by_module().items():
+        for table in sorted(tables):
+            owner = OWNERS.get(table)
+            if owner is None:
+                wrong.append(f"{module}: {table} has no owner in OWNERS (add it, and to the docs)")
+            elif owner != module and table not in ALLOWED.get(module, set()):
+                wrong.append(f"{module}: names {table}, owned by {owner}; go through the owner")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_table_ownership__every_migrated_table_has_an_owner() -> None:
+    created = set()
+    for migration in (ROOT / "infra" / "sql").glob("*.sql"):
+        created |= set(
+            re.findall(r"CREATE TABLE (?:IF NOT EXISTS )?(ripple_[a-z_]+)", migration.read_text())
+        )
+    assert created, "no CREATE TABLE found in infra/sql"
+    assert created <= set(OWNERS), f"tables without an owner: {sorted(created - set(OWNERS))}"
+
+
+def test_table_ownership__the_allow_list_has_no_stale_entries() -> None:
+    found = _tables_by_module()
+    stale = {
+        f"{module}: {table}"
+        for module, tables in ALLOWED.items()
+        for table in tables
+        if table not in found.get(module, set())
+    }
+    assert not stale, f"remove these allow-list entries, the module no longer uses them: {stale}"
