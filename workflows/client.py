@@ -290,6 +290,11 @@ class WorkflowClient:
         output_type = definition.output_type if definition is not None else serde.NO_TYPE
         return RunHandle(self, run_id, output_type)
 
+    @property
+    def start_batches(self) -> int:
+        """Transactions this client's group-committed starts have used so far."""
+        return self._starts.batches
+
     async def _write_starts(self, batch: list[dict[str, Any]]) -> list[str | None]:
         """One statement for many starts: each one's run id if it created the run, else None
         (its idempotency key names an existing run)."""
