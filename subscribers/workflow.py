@@ -48,6 +48,7 @@ class WorkflowKind:
                 idempotency_key=f"event:{event.event_id}:{sub.id}"
                 + ("" if event.replay_id is None else f":replay:{event.replay_id}"),
                 trace=event.trace,
+                input_json=event.payload_text(),
             )
             for event, subscriptions in items
             for sub in subscriptions

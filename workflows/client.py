@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from ripple.platform import metrics, tracing
 from ripple.platform.config import Settings
-from ripple.platform.db import Connection, Pool, map_errors, transaction
+from ripple.platform.db import Connection, Pool, dumps, map_errors, transaction
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
 from ripple.platform.group_commit import GroupCommit
 from ripple.platform.ids import new_id
@@ -54,6 +54,7 @@ __all__ = [
 
 OutT = TypeVar("OutT")
 _MAX_KEY = 255
+_UNSET: Any = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,9 @@ class RunRequest:
     input: Any
     idempotency_key: str
     trace: dict[str, str] | None = None
+    #: `input` already encoded as JSON text by a caller that validated it (a publish encodes
+    #: each payload once): written as is, not encoded again.
+    input_json: str | None = None
 
 
 class RunHandle(Generic[OutT]):
@@ -334,10 +338,16 @@ class WorkflowClient:
             return 0
         if self._unsynced:
             await self.sync_definitions()
-        rows: list[dict[str, Any]] = []
+        #: run ids, workflows, inputs (JSON text), idempotency keys, traces (JSON text),
+        #: retention seconds: the parallel arrays INSERT_RUNS_BATCH takes
+        columns: tuple[list[Any], ...] = ([], [], [], [], [], [])
         debounced: list[dict[str, Any]] = []
+        retentions: dict[str, Any] = {}
+        checked: set[str] = set()
         for req in requests:
-            check_workflow_name(req.workflow)
+            if req.workflow not in checked:
+                check_workflow_name(req.workflow)
+                checked.add(req.workflow)
             known = self.definitions.get(req.workflow)
             if known is not None and known.debounce is not None:
                 debounced.append(
@@ -355,31 +365,30 @@ class WorkflowClient:
                 continue
             # Not validated against the input type here: one subscriber's bad type must not
             # fail the publish. The run fails at execution with a clear InvalidInput error.
-            rows.append(
-                {
-                    "run_id": new_id(),
-                    "workflow": req.workflow,
-                    "input": self._prepare_input(None, req.workflow, req.input),
-                    "idempotency_key": req.idempotency_key,
-                    "trace": req.trace,
-                    # known here when this process registered the workflow; else the default
-                    "retention_seconds": self._retention_seconds(
-                        self.definitions.get(req.workflow)
-                    ),
-                }
-            )
+            retention = retentions.get(req.workflow, _UNSET)
+            if retention is _UNSET:
+                # known here when this process registered the workflow; else the default
+                retention = retentions[req.workflow] = self._retention_seconds(known)
+            columns[0].append(new_id())
+            columns[1].append(req.workflow)
+            if req.input_json is not None:
+                text: str | None = None if req.input_json == "null" else req.input_json
+            else:
+                value = self._prepare_input(None, req.workflow, req.input)
+                text = None if value is None else dumps(value)
+            columns[2].append(text)
+            columns[3].append(req.idempotency_key)
+            columns[4].append(None if req.trace is None else dumps(req.trace))
+            columns[5].append(retention)
         created = 0
         with map_errors():
-            if rows:
-                status = await conn.execute(store.INSERT_RUNS_BATCH, rows)
+            if columns[0]:
+                status = await conn.execute(store.INSERT_RUNS_BATCH, *columns)
                 created = int(status.rsplit(" ", 1)[-1])
             # every start counts as delivered, also the ones collapsed into a pending run
             # (a publish's events are new: a repeat, skipped, returns no row)
             if debounced and await conn.fetch(store.DEBOUNCE_RUNS_BATCH, debounced):
                 created += len(debounced)
-        if created == len(requests):
-            for req in requests:
-                metrics.RUNS_STARTED.labels(req.workflow).inc()
         return created
 
     def _retention_seconds(self, definition: WorkflowDefinition[Any, Any] | None) -> float | None:

@@ -172,15 +172,17 @@ SELECT run_id, status, output, error FROM ripple_runs
 WHERE workflow = $1 AND idempotency_key = $2
 """
 
-# $1 jsonb array of {run_id, workflow, input, idempotency_key, trace, retention_seconds}
+# Runs created inside a publisher's transaction (topic fan-out), as parallel arrays. Inputs and
+# traces arrive as JSON text (a publish encodes each payload once and every row reuses it).
+# $1 run ids text[], $2 workflows text[], $3 inputs text[] (JSON), $4 idempotency keys text[],
+# $5 traces text[] (JSON), $6 retention seconds float8[]
 INSERT_RUNS_BATCH: Final = f"""
 INSERT INTO ripple_runs (run_id, workflow, input, idempotency_key, trace, retention_seconds,
                          {_FLOW_COLUMNS})
-SELECT r.run_id, r.workflow, r.input, r.idempotency_key, r.trace, r.retention_seconds, 0,
-       {_FLOW_VALUES.format(input="r.input")}
-FROM jsonb_to_recordset($1::jsonb)
-     AS r(run_id text, workflow text, input jsonb, idempotency_key text, trace jsonb,
-          retention_seconds double precision)
+SELECT r.run_id, r.workflow, r.input::jsonb, r.idempotency_key, r.trace::jsonb,
+       r.retention_seconds, 0, {_FLOW_VALUES.format(input="r.input::jsonb")}
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::float8[])
+     AS r(run_id, workflow, input, idempotency_key, trace, retention_seconds)
 LEFT JOIN ripple_flow_controls f ON f.workflow = r.workflow
 ON CONFLICT (workflow, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 """  # noqa: S608
