@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -37,6 +37,15 @@ if shutil.which("pgbouncer") is None and not shutil.which("/usr/sbin/pgbouncer")
     )
 
 
+def server_address(url: str) -> tuple[str, int]:
+    """Where PgBouncer reaches the Postgres of `url`: a TCP host, or the Unix socket directory
+    of an embedded Postgres (`postgresql://postgres:@/postgres?host=/dir`), and its port."""
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    host = parts.hostname or query.get("host", ["/var/run/postgresql"])[0]
+    return host, parts.port or int(query.get("port", ["5432"])[0])
+
+
 def through(bouncer: PgBouncer, url: str) -> str:
     """`url`'s database, reached through `bouncer`."""
     return bouncer.url(urlsplit(url).path.lstrip("/"))
@@ -45,10 +54,7 @@ def through(bouncer: PgBouncer, url: str) -> str:
 @pytest.fixture(scope="session")
 def pgbouncer(pg_admin_url: str) -> Iterator[PgBouncer]:
     """One PgBouncer for the session, in front of the test Postgres (every database)."""
-    parts = urlsplit(pg_admin_url)
-    if parts.hostname is None:  # the embedded Postgres listens on a socket only
-        pytest.skip("PgBouncer tests need the test Postgres on TCP")
-    bouncer = PgBouncer(parts.hostname, parts.port or 5432)
+    bouncer = PgBouncer(*server_address(pg_admin_url))
     bouncer.start()
     yield bouncer
     bouncer.stop()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 
+import asyncpg
 import pytest
 
 from ripple.platform.client import Client
@@ -14,7 +15,7 @@ from ripple.platform.config import Settings
 from ripple.platform.db import DedicatedConnection
 from ripple.platform.errors import ConfigError
 from tests.conftest import _admin, with_database
-from tests.pgbouncer.conftest import through
+from tests.pgbouncer.conftest import server_address, through
 from tests.servers import PgBouncer
 
 
@@ -58,3 +59,27 @@ async def test_pgbouncer__the_claimer_sets_its_settings_locally(settings: Settin
         assert await conn.fetchval("SHOW synchronous_commit") == "on"
     finally:
         await claimer.close()
+
+
+async def test_pgbouncer__reaches_a_postgres_on_its_unix_socket(pg_admin_url: str) -> None:
+    """The embedded Postgres (no server on the machine) listens on a Unix socket only: its
+    URL names the socket directory (`?host=/dir`), and PgBouncer is pointed there."""
+    conn = await asyncpg.connect(pg_admin_url)
+    try:
+        directory = str(await conn.fetchval("SHOW unix_socket_directories")).split(",")[0].strip()
+        port = int(await conn.fetchval("SHOW port"))
+    finally:
+        await conn.close()
+    socket_url = f"postgresql://postgres:@/postgres?host={directory}&port={port}"
+    assert server_address(socket_url) == (directory, port)
+    bouncer = PgBouncer(*server_address(socket_url))
+    bouncer.start()
+    try:
+        pooled = await asyncpg.connect(bouncer.url("postgres"), statement_cache_size=0)
+        try:
+            # No client address on the server side: the connection came over the socket.
+            assert await pooled.fetchval("SELECT inet_client_addr() IS NULL") is True
+        finally:
+            await pooled.close()
+    finally:
+        bouncer.stop()
