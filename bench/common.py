@@ -163,6 +163,15 @@ def postgres_cpu_seconds(postmaster: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def parent_pid(pid: int) -> int | None:
+    """The parent of process `pid` (for a Postgres backend of a local server: the
+    postmaster), or None when /proc cannot tell."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def machine_cpu() -> tuple[float, float]:
     """(busy, total) CPU seconds of the whole machine so far, from /proc/stat: tells a level
     limited by its own processes from one squeezed by other tenants of a shared machine."""

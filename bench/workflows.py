@@ -10,6 +10,8 @@ from bench.app import looper, noop3, noop3_sync, one_step, sleeper
 from bench.common import (
     bench_database,
     cpu_seconds,
+    parent_pid,
+    postgres_cpu_seconds,
     report,
     subprocess_module,
     summary,
@@ -49,6 +51,8 @@ async def throughput(definition: WorkflowDefinition[Any, Any] = noop3, label: st
         async with subprocess_module("bench.worker", "100", env=env) as worker:
             before = await write_xacts()
             start_batches = client.workflows.start_batches
+            postmaster = parent_pid(await client.pool.fetchval("SELECT pg_backend_pid()"))
+            pg_before = postgres_cpu_seconds(postmaster) if postmaster else float("nan")
             cpu_before = cpu_seconds(worker.pid)
             started = time.perf_counter()
             for batch in range(0, RUNS, 100):
@@ -60,6 +64,7 @@ async def throughput(definition: WorkflowDefinition[Any, Any] = noop3, label: st
                 await asyncio.sleep(0.005)
             elapsed = time.perf_counter() - started
             worker_cpu = cpu_seconds(worker.pid) - cpu_before
+            pg_cpu = (postgres_cpu_seconds(postmaster) if postmaster else float("nan")) - pg_before
             after = await write_xacts()
             start_xacts = client.workflows.start_batches - start_batches
             completed = await client.pool.fetchval(
@@ -78,6 +83,10 @@ async def throughput(definition: WorkflowDefinition[Any, Any] = noop3, label: st
             f"{per_run - start_xacts / RUNS:.3f} by the worker",
         )
         report("  worker process CPU per run", f"{worker_cpu / RUNS * 1e6:.0f} µs")
+        report(
+            "  Postgres CPU per run",
+            f"{pg_cpu / RUNS * 1e6:.0f} µs (the whole local server: run on a quiet one)",
+        )
 
 
 async def latency() -> None:
