@@ -6,10 +6,10 @@ meanwhile gather and go together in the next batch, as Postgres's own group comm
 Kafka's linger do: the busier the process, the larger the batches and the cheaper each
 request. There is no timer.
 
-A batch the writer refuses as a whole is retried one request at a time, so one bad request
-fails alone; an outage (`Unavailable`) fails the batch at once (retrying each request would
-only wait out the outage again). A caller that is canceled while it waits cancels only its
-own wait, never the batch.
+A batch the writer refuses as a whole (any exception) is retried one request at a time, so
+one bad request fails alone; an outage (`Unavailable`) fails the batch at once (retrying each
+request would only wait out the outage again). A caller that is canceled while it waits
+cancels only its own wait, never the batch.
 """
 
 from __future__ import annotations
@@ -52,9 +52,12 @@ class GroupCommit(Generic[Req, Res]):
         name: str,
         max_batch: int = 500,
         flushers: int = 1,
+        refused_event: str = "group_commit_refused",
     ) -> None:
         self._write = write
         self.name = name
+        #: The log event of a batch refused as a whole (then retried request by request).
+        self.refused_event = refused_event
         self.max_batch = max_batch
         self.flushers = flushers
         self._queue: list[_Waiting[Req, Res]] = []
@@ -97,17 +100,17 @@ class GroupCommit(Generic[Req, Res]):
             for waiting in batch:
                 _settle(waiting, exc)
             return
-        except RippleError as exc:
+        except Exception as exc:
             if len(batch) == 1:
                 _settle(batch[0], exc)
                 return
-            log.warning("group_commit_refused", name=self.name, size=len(batch), error=str(exc))
+            log.warning(self.refused_event, name=self.name, size=len(batch), error=str(exc))
             for waiting in batch:
                 await self._commit([waiting])
             return
-        except BaseException as exc:  # every waiter must hear how the batch ended
+        except BaseException as exc:  # canceled: every waiter must hear how the batch ended
             for waiting in batch:
-                _settle(waiting, exc if isinstance(exc, Exception) else RippleError(str(exc)))
+                _settle(waiting, RippleError(f"{self.name} was interrupted ({exc!r}); retry"))
             raise
         self.batches += 1
         self.written += len(batch)

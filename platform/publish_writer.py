@@ -9,7 +9,6 @@ alone. Knows no subscriber kind: each kind's `fan_out` writes a whole batch at o
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ import structlog
 
 from ripple.platform import db, event_store, metrics
 from ripple.platform.fanout import EventWaitResolver, PublishedEvent, SubscriptionRow, TargetKind
+from ripple.platform.group_commit import GroupCommit
 
 __all__ = [
     "GroupCommitter",
@@ -51,7 +51,6 @@ class PendingEvent:
     by_kind: dict[str, list[SubscriptionRow]]
     #: The subscription-set version `by_kind` was matched against (stored with the event).
     subscriptions_version: int | None = None
-    future: asyncio.Future[WrittenEvent] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,11 +152,10 @@ def count_written(written: Sequence[WrittenEvent]) -> None:
 
 
 class GroupCommitter:
-    """Commits concurrent publishes together: one transaction (and one WAL flush) per group.
-
-    A publish waits only for the group in flight ahead of it; with no concurrency each
-    publish is its own group, so latency does not grow when idle.
-    """
+    """Commits concurrent publishes together: one transaction (and one WAL flush) per group
+    (`GroupCommit`: a publish waits only for the group in flight ahead of it; with no
+    concurrency each publish is its own group, so latency does not grow when idle; a group
+    that fails is retried event by event, so one bad event fails alone)."""
 
     def __init__(
         self,
@@ -170,54 +168,23 @@ class GroupCommitter:
         self._kinds = kinds
         self._resolver = resolver
         self._after_commit = after_commit
-        self._pending: list[PendingEvent] = []
-        self._flushers = 0
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._group: GroupCommit[PendingEvent, WrittenEvent] = GroupCommit(
+            self._write,
+            name="ripple-publish-commit",
+            max_batch=MAX_GROUP,
+            flushers=MAX_FLUSHERS,
+            refused_event="publish_group_failed",
+        )
 
     async def submit(self, item: PendingEvent) -> WrittenEvent:
-        item.future = asyncio.get_running_loop().create_future()
-        self._pending.append(item)
-        if self._flushers < MAX_FLUSHERS:
-            self._flushers += 1
-            task = asyncio.create_task(self._flush_loop())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        return await item.future
+        return await self._group.submit(item)
 
-    async def _flush_loop(self) -> None:
-        try:
-            while self._pending:
-                group, self._pending = self._pending[:MAX_GROUP], self._pending[MAX_GROUP:]
-                await self._flush(group)
-        finally:
-            self._flushers -= 1
-
-    async def _flush(self, group: list[PendingEvent]) -> None:
-        try:
-            async with db.transaction(self._pool) as conn:
-                written = await write_events(conn, group, self._kinds, self._resolver)
-        except Exception as exc:
-            if len(group) == 1:
-                _settle(group[0], exc)
-                return
-            log.warning("publish_group_failed", size=len(group), error=str(exc))
-            for item in group:  # isolate the failing event: one transaction each
-                await self._flush([item])
-            return
-        for item, outcome in zip(group, written, strict=True):
-            _settle(item, outcome)
+    async def _write(self, group: list[PendingEvent]) -> list[WrittenEvent]:
+        async with db.transaction(self._pool) as conn:
+            written = await write_events(conn, group, self._kinds, self._resolver)
         try:
             count_written(written)
             self._after_commit(written)
         except Exception:  # hints never fail a committed publish
             log.exception("after_commit_failed")
-
-
-def _settle(item: PendingEvent, outcome: WrittenEvent | BaseException) -> None:
-    future = item.future
-    if future is None or future.done():
-        return
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
+        return written

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from structlog.testing import capture_logs
 
 from ripple.platform.errors import InvalidInput, Unavailable
 from ripple.platform.group_commit import GroupCommit
@@ -116,3 +117,28 @@ async def test_group_commit__a_canceled_waiter_leaves_the_batch_alone() -> None:
     with pytest.raises(asyncio.CancelledError):
         await one
     assert writer.batches == [[1, 2]]
+
+
+async def test_group_commit__any_batch_error_is_isolated_and_the_committer_keeps_going() -> None:
+    """Not only RippleErrors: a batch that fails with, say, a TypeError (an entry the encoder
+    cannot take) is retried request by request, logged under `refused_event`, and the next
+    request is served."""
+    batches: list[list[object]] = []
+
+    async def write(batch: list[object]) -> list[object | BaseException]:
+        batches.append(list(batch))
+        if any(isinstance(item, set) for item in batch):
+            raise TypeError("Object of type set is not JSON serializable")
+        return list(batch)
+
+    group: GroupCommit[object, object] = GroupCommit(write, name="t", refused_event="t_refused")
+    with capture_logs() as logs:
+        results = await asyncio.gather(
+            group.submit(1), group.submit({2}), group.submit(3), return_exceptions=True
+        )
+    assert results[0] == 1
+    assert results[2] == 3
+    assert isinstance(results[1], TypeError)
+    assert [e["size"] for e in logs if e["event"] == "t_refused"] == [3]
+    assert batches == [[1, {2}, 3], [1], [{2}], [3]]
+    assert await group.submit(4) == 4
