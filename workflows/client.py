@@ -21,8 +21,6 @@ from ripple.platform.group_commit import GroupCommit
 from ripple.platform.ids import new_id
 from ripple.platform.wake import (
     NullWaker,
-    RunCanceled,
-    RunFinished,
     RunReady,
     hint_around_caller_commit,
     run_channel,
@@ -40,7 +38,7 @@ from ripple.workflows.records import (
     StepRecord,
 )
 from ripple.workflows.retry import seconds
-from ripple.workflows.writer import complete_parent_step
+from ripple.workflows.writer import notify_canceled, settle_canceled
 
 __all__ = [
     "Page",
@@ -471,26 +469,8 @@ class WorkflowClient:
                 return False
             while more := await conn.fetch(store.CANCEL_TREE, run_id, error):
                 rows += more
-            ids = [row["run_id"] for row in rows]
-            await conn.execute(store.DELETE_WAITS_OF, ids)
-            canceled = set(ids)
-            for row in rows:
-                parent = row["parent_run_id"]
-                if parent is not None and parent not in canceled:
-                    await complete_parent_step(
-                        conn,
-                        parent,
-                        row["parent_step_key"],
-                        row["parent_step_seq"],
-                        row["run_id"],
-                        "failed",
-                        None,
-                        error,
-                    )
-        for row in rows:
-            metrics.RUNS_COMPLETED.labels(row["workflow"], "canceled").inc()
-        self.waker.notify(RunCanceled(run_ids=ids), *(RunFinished(run_id=i) for i in ids))
-        self.waker.notify(RunReady())
+            await settle_canceled(conn, rows)
+        notify_canceled(self.waker, rows)
         return True
 
     # -- signals -----------------------------------------------------------------------------

@@ -17,13 +17,13 @@ from ripple.platform import metrics
 from ripple.platform.db import Connection, map_errors, transaction
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
 from ripple.platform.ids import new_id
-from ripple.platform.wake import RunCanceled, RunFinished, RunReady, run_channel
+from ripple.platform.wake import RunReady, run_channel
 from ripple.workflows import serde, store
 from ripple.workflows.client import RunHandle, WorkflowClient
 from ripple.workflows.definition import check_workflow_name
 from ripple.workflows.records import ACTIVE, TERMINAL, Run, RunStatus
 from ripple.workflows.retry import seconds
-from ripple.workflows.writer import complete_parent_step
+from ripple.workflows.writer import notify_canceled, settle_canceled
 
 __all__ = ["BULK_BATCH", "RunFilter", "RunOperations", "WaitOutcome"]
 
@@ -197,31 +197,8 @@ class RunOperations:
             rows = list(await conn.fetch(store.CANCEL_TREES, ids))
             while more := await conn.fetch(store.CANCEL_TREES, ids):
                 rows += more
-            canceled = [r["run_id"] for r in rows]
-            await conn.execute(store.DELETE_WAITS_OF, canceled)
-            done = set(canceled)
-            for r in rows:
-                parent = r["parent_run_id"]
-                if parent is not None and parent not in done:
-                    await complete_parent_step(
-                        conn,
-                        parent,
-                        r["parent_step_key"],
-                        r["parent_step_seq"],
-                        r["run_id"],
-                        "failed",
-                        None,
-                        r["error"],
-                    )
-
-            def after() -> None:
-                for r in rows:
-                    metrics.RUNS_COMPLETED.labels(r["workflow"], "canceled").inc()
-                waker = self._client.waker
-                waker.notify(RunCanceled(run_ids=canceled), *(RunFinished(i) for i in canceled))
-                waker.notify(RunReady())
-
-            return after
+            await settle_canceled(conn, rows)
+            return lambda: notify_canceled(self._client.waker, rows)
 
         count = await self._batches(flt, statuses, act)
         log.info("runs_canceled_in_bulk", count=count, workflow=flt.workflow)

@@ -507,13 +507,6 @@ WITH req AS (
 SELECT o.run_id, run.created_at, run.completed_at FROM owned o LEFT JOIN run USING (run_id)
 """
 
-# Delete a run's journal entries under key prefixes (trimmed loop iterations), after the fence.
-# $1 run_id, $2 prefixes text[]
-TRIM_STEPS: Final = """
-DELETE FROM ripple_steps s USING unnest($2::text[]) AS t(prefix)
-WHERE s.run_id = $1 AND left(s.key, length(t.prefix)) = t.prefix
-"""
-
 # A race was decided: drop the waits of the losing branches (a later signal is not delivered to
 # them). Runs after the fence. $1 run_id, $2 key prefixes of the losing branches text[]
 DELETE_WAITS_UNDER: Final = """
@@ -736,7 +729,7 @@ SET status = 'canceled', epoch = r.epoch + 1, error = $2, completed_at = now(),
 FROM tree
 WHERE r.run_id = tree.run_id AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
 RETURNING r.run_id, r.workflow, r.parent_run_id, r.parent_step_key, r.parent_step_seq,
-          r.created_at
+          r.created_at, r.error
 """
 
 # $1 run ids text[]

@@ -25,7 +25,13 @@ from ripple.workflows.engine import ChildSpec, WaitSpec
 from ripple.workflows.errors import LeaseLost
 from ripple.workflows.journal import Entry, StepStatus
 
-__all__ = ["PgRunWriter", "StepCommitter", "complete_parent_step"]
+__all__ = [
+    "PgRunWriter",
+    "StepCommitter",
+    "complete_parent_step",
+    "notify_canceled",
+    "settle_canceled",
+]
 
 log = structlog.get_logger("ripple.workflows.writer")
 
@@ -159,6 +165,39 @@ async def complete_parent_step(
     await conn.execute(store.COMPLETE_PARENT_STEP, parent_run_id, entry.to_json())
 
 
+async def settle_canceled(conn: Connection, rows: Sequence[Any]) -> list[str]:
+    """After CANCEL_TREE(S) canceled `rows` (run_id, parent link, error): drop their waits and
+    report each canceled run whose parent stays active as its parent's failed step, in the
+    caller's transaction. Returns the canceled run ids (`notify_canceled` after commit)."""
+    ids = [row["run_id"] for row in rows]
+    await conn.execute(store.DELETE_WAITS_OF, ids)
+    canceled = set(ids)
+    for row in rows:
+        parent = row["parent_run_id"]
+        if parent is not None and parent not in canceled:
+            await complete_parent_step(
+                conn,
+                parent,
+                row["parent_step_key"],
+                row["parent_step_seq"],
+                row["run_id"],
+                "failed",
+                None,
+                row["error"],
+            )
+    return ids
+
+
+def notify_canceled(waker: NullWaker, rows: Sequence[Any]) -> None:
+    """After the commit of a cancel: metrics, and wake whoever waits on those runs (and the
+    parents that got a result)."""
+    ids = [row["run_id"] for row in rows]
+    for row in rows:
+        metrics.RUNS_COMPLETED.labels(row["workflow"], "canceled").inc()
+    waker.notify(RunCanceled(run_ids=ids), *(RunFinished(run_id=i) for i in ids))
+    waker.notify(RunReady())
+
+
 class PgRunWriter:
     """Fenced writes of one claimed run."""
 
@@ -173,8 +212,8 @@ class PgRunWriter:
         lease: float,
         trace: dict[str, str] | None,
         may_have_waits: bool,
+        committer: StepCommitter,
         parent_run_id: str | None = None,
-        committer: StepCommitter | None = None,
         keyed: bool = False,
     ) -> None:
         self.pool = pool
@@ -214,18 +253,7 @@ class PgRunWriter:
         *,
         renew: bool = False,
     ) -> None:
-        if self.committer is not None:
-            await self.committer.flush(
-                self.run_id, self.epoch, step_count, entries, trim, renew=renew
-            )
-            return
-        if not trim:
-            with map_errors():
-                await self._fence(self.pool, entries, step_count)
-            return
-        async with transaction(self.pool) as conn:
-            await self._fence(conn, entries, step_count)
-            await conn.execute(store.TRIM_STEPS, self.run_id, list(trim))
+        await self.committer.flush(self.run_id, self.epoch, step_count, entries, trim, renew=renew)
 
     async def settle_race(
         self, entries: list[Entry], step_count: int, losers: Sequence[str]
@@ -372,7 +400,7 @@ class PgRunWriter:
         output: Any,
         error: dict[str, Any] | None,
     ) -> None:
-        if self.parent_run_id is None and not self.may_have_waits and self.committer is not None:
+        if self.parent_run_id is None and not self.may_have_waits:
             row = await self.committer.finish(
                 self.run_id, self.epoch, step_count, entries, status, output, error
             )
@@ -387,13 +415,6 @@ class PgRunWriter:
             error,
             step_count,
         )
-        if self.parent_run_id is None and not self.may_have_waits:
-            with map_errors():
-                row = await self.pool.fetchrow(store.FINISH_RUN, *args)
-            if row is None:
-                raise LeaseLost(self.run_id)
-            self._finished(status, row, None)
-            return
         async with transaction(self.pool) as conn:
             if self.parent_run_id is not None:
                 # Parent before child, the order cancel takes them in (no deadlock).

@@ -19,7 +19,7 @@ from ripple.workflows import (
 )
 from ripple.workflows.errors import LeaseLost
 from ripple.workflows.records import RunStatus
-from ripple.workflows.writer import PgRunWriter
+from ripple.workflows.writer import PgRunWriter, StepCommitter
 from tests.helpers import assert_eventually
 from tests.integration.workflows.conftest import App, close_app, make_app
 
@@ -251,6 +251,7 @@ async def test_child_finish_and_cancel_take_locks_parent_first(app: App) -> None
         lease=30.0,
         trace=None,
         may_have_waits=False,
+        committer=StepCommitter(app.pool, lease=30.0),
         parent_run_id=parent_id,
     )
     error = {"type": "WorkflowCanceled", "message": "canceled"}

@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 from ripple.workflows import RetryPolicy, WorkflowContext, WorkflowFailed, store, workflow
 from ripple.workflows.errors import LeaseLost
 from ripple.workflows.records import RunStatus
-from ripple.workflows.writer import PgRunWriter
+from ripple.workflows.writer import PgRunWriter, StepCommitter
 from tests.helpers import assert_eventually
 from tests.integration.workflows.conftest import App
 
@@ -277,6 +277,7 @@ async def test_fencing__a_claim_lost_in_a_database_crash_does_not_share_its_epoc
         lease=30.0,
         trace=None,
         may_have_waits=False,
+        committer=StepCommitter(app.pool, lease=30.0),
     )
     with pytest.raises(LeaseLost):
         await stale.flush([], 0)
