@@ -6,9 +6,23 @@ import os
 import threading
 import time
 import uuid
-from typing import NewType
+from typing import Final, NewType
 
-__all__ = ["EventId", "MessageId", "RunId", "SubscriptionId", "new_id", "uuid7"]
+from ripple.platform.errors import InvalidInput
+
+__all__ = [
+    "MAX_IDEMPOTENCY_KEY",
+    "EventId",
+    "MessageId",
+    "RunId",
+    "SubscriptionId",
+    "check_idempotency_key",
+    "new_id",
+    "uuid7",
+]
+
+#: Longest idempotency key (characters) a publish, a start or an operator call accepts.
+MAX_IDEMPOTENCY_KEY: Final = 255
 
 RunId = NewType("RunId", str)
 EventId = NewType("EventId", str)
@@ -70,3 +84,20 @@ def new_id() -> str:
     """A new time-ordered id as text (`uuid7()`'s canonical form, without a UUID object)."""
     h = f"{_uuid7_int():032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def check_idempotency_key(value: object, field: str = "idempotencyKey") -> None:
+    """Refuse a key that is not a string of 1-255 characters or holds a NUL (U+0000), which
+    Postgres cannot store; None (no key) passes."""
+    if value is None:
+        return
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_IDEMPOTENCY_KEY:
+        raise InvalidInput(
+            f"idempotency_key must be a string of 1-{MAX_IDEMPOTENCY_KEY} characters", field=field
+        )
+    if "\x00" in value:
+        raise InvalidInput(
+            "idempotency_key contains the NUL character (U+0000), which Postgres cannot store; "
+            "remove it",
+            field=field,
+        )

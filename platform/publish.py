@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 import structlog
 
@@ -20,7 +20,7 @@ from ripple.platform import db, event_store, tracing, wake
 from ripple.platform.config import Settings
 from ripple.platform.errors import InvalidInput
 from ripple.platform.fanout import EventWaitResolver, PublishedEvent, SubscriptionRow, TargetKind
-from ripple.platform.ids import new_id
+from ripple.platform.ids import check_idempotency_key, new_id
 from ripple.platform.publish_writer import (
     GroupCommitter,
     PendingEvent,
@@ -35,8 +35,6 @@ from ripple.platform.wake import NullWaker, RunReady
 __all__ = ["Explanation", "PublishResult", "Publisher", "SubscriptionVerdict"]
 
 log = structlog.get_logger("ripple.publish")
-
-MAX_IDEMPOTENCY_KEY: Final = 255
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,14 +124,7 @@ class Publisher:
             max_depth=self._settings.max_json_depth,
             max_bytes=self._settings.max_body_bytes,
         )
-        if idempotency_key is not None and (
-            not isinstance(idempotency_key, str)
-            or not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY
-        ):
-            raise InvalidInput(
-                f"idempotency_key must be a string of 1-{MAX_IDEMPOTENCY_KEY} characters",
-                field="idempotency_key",
-            )
+        check_idempotency_key(idempotency_key, field="idempotency_key")
         return text
 
     async def publish(

@@ -109,7 +109,7 @@ class Schedules:
         if (workflow is None) == (topic is None):
             raise InvalidInput("give a schedule exactly one of `workflow` or `topic`")
         if workflow is not None and (
-            not isinstance(workflow, str) or not re.match(r"^[a-z0-9_-]{1,64}$", workflow)
+            not isinstance(workflow, str) or not re.fullmatch(r"[a-z0-9_-]{1,64}", workflow)
         ):
             raise InvalidInput(f"invalid workflow name {workflow!r}", field="workflow")
         if topic is not None:

@@ -18,7 +18,7 @@ from ripple.platform.config import Settings
 from ripple.platform.db import Connection, Pool, dumps, map_errors, transaction
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
 from ripple.platform.group_commit import GroupCommit
-from ripple.platform.ids import new_id
+from ripple.platform.ids import check_idempotency_key, new_id
 from ripple.platform.wake import (
     NullWaker,
     RunReady,
@@ -51,7 +51,6 @@ __all__ = [
 ]
 
 OutT = TypeVar("OutT")
-_MAX_KEY = 255
 _UNSET: Any = object()
 
 
@@ -225,8 +224,7 @@ class WorkflowClient:
         else:
             name = check_workflow_name(workflow)
             definition = self.definitions.get(name)
-        if idempotency_key is not None and not 0 < len(idempotency_key) <= _MAX_KEY:
-            raise InvalidInput("idempotency_key must be 1-255 characters", field="idempotencyKey")
+        check_idempotency_key(idempotency_key)
         if version is not None and (not isinstance(version, int) or version < 1):
             raise InvalidInput("version must be an integer >= 1", field="version")
         check_priority(priority)
@@ -494,9 +492,11 @@ class WorkflowClient:
         A repeat with the same `idempotency_key` (per run) returns the first call's result and
         changes nothing, also after the run ended.
         """
-        if not isinstance(name, str) or not 0 < len(name) <= 255:
-            raise InvalidInput("signal name must be 1-255 characters", field="name")
-        _check_key(idempotency_key)
+        if not isinstance(name, str) or not 0 < len(name) <= 255 or "\x00" in name:
+            raise InvalidInput(
+                "signal name must be 1-255 characters without NUL (U+0000)", field="name"
+            )
+        check_idempotency_key(idempotency_key)
         payload = self._payload(payload)
         scope = f"run:{run_id}"
         with tracing.span("workflow.signal", run_id=run_id, signal=name):
@@ -539,9 +539,9 @@ class WorkflowClient:
         A repeat with the same `idempotency_key` (per event name) returns the first call's
         count and resumes nothing.
         """
-        if not isinstance(event, str) or not 0 < len(event) <= 255:
-            raise InvalidInput("event must be 1-255 characters", field="event")
-        _check_key(idempotency_key)
+        if not isinstance(event, str) or not 0 < len(event) <= 255 or "\x00" in event:
+            raise InvalidInput("event must be 1-255 characters without NUL (U+0000)", field="event")
+        check_idempotency_key(idempotency_key)
         payload = self._payload(payload)
         scope = f"event:{event}"
         async with transaction(self.pool) as conn:
@@ -556,16 +556,6 @@ class WorkflowClient:
             metrics.SIGNALS.labels("delivered").inc(count)
             self.waker.notify(RunReady())
         return count
-
-
-def _check_key(idempotency_key: str | None) -> None:
-    if idempotency_key is not None and (
-        not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= _MAX_KEY
-    ):
-        raise InvalidInput(
-            f"idempotency_key must be a string of 1-{_MAX_KEY} characters",
-            field="idempotencyKey",
-        )
 
 
 async def _claim_key(

@@ -33,7 +33,7 @@ DEFAULT_RUN_RETRY = RetryPolicy(max_attempts=1)
 
 def check_workflow_name(name: str) -> str:
     """Return `name` if it is a valid workflow name, else raise InvalidInput."""
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise InvalidInput(
             f"invalid workflow name {name!r}: use 1-64 characters of a-z, 0-9, '_' and '-'",
             field="workflow",

@@ -372,8 +372,11 @@ class RunExecution:
     def _allocate(self, name: str, kind: str) -> tuple[str, int, Entry | None]:
         if self._fatal is not None:
             raise self._fatal
-        if not isinstance(name, str) or not name or name.startswith("$"):
-            raise InvalidInput(f"invalid step name {name!r}: use a non-empty name without '$'")
+        if not isinstance(name, str) or not name or name.startswith("$") or "\x00" in name:
+            raise InvalidInput(
+                f"invalid step name {name!r}: use a non-empty name that does not start with '$' "
+                "and has no NUL (U+0000)"
+            )
         try:
             return self.journal.allocate(name, kind, current_scope.get())
         except NonDeterminismError as exc:

@@ -25,14 +25,14 @@ __all__ = [
 
 #: Priorities are integers in [0, MAX_PRIORITY]; 0 is the default and the lowest.
 MAX_PRIORITY = 1000
-_KEY_PATH = re.compile(r"^[A-Za-z0-9_-]{1,64}(\.[A-Za-z0-9_-]{1,64}){0,15}$")
+_KEY_PATH = re.compile(r"[A-Za-z0-9_-]{1,64}(\.[A-Za-z0-9_-]{1,64}){0,15}")
 
 
 def check_key_path(key: str | None, field: str) -> str | None:
     """Return `key` if it is None or a dotted path into the input (`"customer.id"`)."""
     if key is None:
         return None
-    if not isinstance(key, str) or not _KEY_PATH.match(key):
+    if not isinstance(key, str) or not _KEY_PATH.fullmatch(key):
         raise InvalidInput(
             f"invalid key path {key!r}: use a dotted name such as 'customerId' or "
             "'customer.id' (letters, digits, '_' and '-' between the dots)",

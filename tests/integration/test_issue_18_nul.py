@@ -135,3 +135,35 @@ async def test_issue_18_rest_answers_422_for_nul(client: Client, http: httpx.Asy
     # the escaped text "\\u0000" (a backslash, then u0000) is ordinary and accepted
     ok = await http.post("/v1/topics/nul.event/events", json={"payload": {"s": "\\u0000"}})
     assert ok.status_code == 202, ok.text
+
+
+@workflow(name="nul-step-name")
+async def nul_step_name(ctx: WorkflowContext) -> str:
+    return await ctx.step.run(f"a{NUL}b", lambda: "x")
+
+
+async def test_nul_in_keys_and_names_is_refused_with_a_clear_error(client: Client) -> None:
+    """Idempotency keys, signal names and step names are text columns: a NUL in one is refused
+    before anything is written, naming the character (it used to surface as the driver's
+    "invalid byte sequence" or "unsupported Unicode escape sequence")."""
+    calls = [
+        lambda: client.start(echo, {}, idempotency_key=f"k{NUL}"),
+        lambda: client.publish("user.signup", {}, idempotency_key=f"k{NUL}"),
+        lambda: client.workflows.signal_matching("evt", {}, idempotency_key=f"k{NUL}"),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidInput, match=r"U\+0000"):
+            await call()
+    assert await _count(client, "ripple_runs") == 0
+    assert await _count(client, "ripple_events") == 0
+    run = await client.start(echo, {})
+    with pytest.raises(InvalidInput, match=r"U\+0000"):
+        await client.workflows.signal(run.run_id, f"go{NUL}", {})
+    assert await _count(client, "ripple_signals") == 0
+
+    handle = await client.start(nul_step_name)
+    async with Worker(client, [nul_step_name], webhooks=False, sweeper=False):
+        with pytest.raises(WorkflowFailed) as caught:
+            await handle.result(timeout=20)
+    assert caught.value.error["type"] == "InvalidInput"
+    assert "U+0000" in caught.value.error["message"]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from ripple.platform.errors import InvalidInput, RippleError
+from ripple.platform.ids import check_idempotency_key
 from ripple.platform.topics import check_json, validate_pattern, validate_topic
 from ripple.workflows.definition import check_workflow_name
+from ripple.workflows.flow import check_key_path
 
 
 def test_invalid_input__is_a_value_error_and_a_ripple_error() -> None:
@@ -27,4 +29,20 @@ def test_invalid_input__is_a_value_error_and_a_ripple_error() -> None:
 )
 def test_invalid_input__caught_by_except_value_error(call: object) -> None:
     with pytest.raises(ValueError, match=r"."):
+        call()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: check_workflow_name("orders\n"),
+        lambda: check_key_path("customer.id\n", "key"),
+        lambda: check_idempotency_key("k\x00"),
+        lambda: check_idempotency_key(""),
+        lambda: check_idempotency_key("k" * 256),
+    ],
+)
+def test_names_and_keys__a_trailing_newline_or_nul_is_refused(call: object) -> None:
+    # `re.match` with `^…$` accepts "name\n" ($ matches before a final newline): fullmatch.
+    with pytest.raises(InvalidInput):
         call()  # type: ignore[operator]
