@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import structlog
 
-from ripple.platform import db, event_store, tracing, wake
+from ripple.platform import db, tracing, wake
 from ripple.platform.config import Settings
 from ripple.platform.errors import InvalidInput
 from ripple.platform.fanout import EventWaitResolver, PublishedEvent, SubscriptionRow, TargetKind
@@ -210,9 +210,11 @@ class Publisher:
         verdicts = []
         for compiled in await self._subscriptions.compiled():
             verdicts.append(_verdict(compiled, topic, payload))
-        with db.map_errors():
-            async with self._pool.acquire() as conn:
-                run_ids = await event_store.matching_wait_runs(conn, topic, payload)
+        run_ids: list[str] = []
+        if self._resolver is not None:
+            with db.map_errors():
+                async with self._pool.acquire() as conn:
+                    run_ids = await self._resolver.matching_wait_runs(conn, topic, payload)
         waits = len(run_ids)
         return Explanation(topic, verdicts, waits, run_ids)
 

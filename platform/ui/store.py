@@ -495,4 +495,4 @@ async def stranded_sample(pool: Pool, live_seconds: float) -> list[StrandedGauge
         rows = await pool.fetch(
             SELECT_STRANDED_SAMPLE, live_seconds, STRANDED_PER_WORKFLOW, STRANDED_WORKFLOWS
         )
-    return [StrandedGauge.from_row(row) for row in rows]
+    return [StrandedGauge(row["workflow"], row["version"], int(row["runs"])) for row in rows]
