@@ -17,6 +17,7 @@ from typing import Any, Final
 import structlog
 
 from ripple.platform import db, tracing, wake
+from ripple.platform.commit_watch import CommitWatch
 from ripple.platform.config import Settings
 from ripple.platform.errors import InvalidInput
 from ripple.platform.fanout import EventWaitResolver, PublishedEvent, SubscriptionRow, TargetKind
@@ -111,6 +112,8 @@ class Publisher:
         self._kinds = kinds
         self._resolver = wait_resolver
         self._committer = GroupCommitter(pool, kinds, wait_resolver, self._after_commit)
+        #: Counts what a publish in a caller's transaction wrote once that transaction commits.
+        self.commit_watch = CommitWatch(pool)
 
     def _validate(self, topic: str, payload: Any, idempotency_key: str | None) -> str:
         """Check the publish's arguments; the payload as compact JSON text (encoded once, and
@@ -178,10 +181,9 @@ class Publisher:
             return await self._committer.submit(item)
         async with db.transaction(self._pool, conn) as tx:
             (written,) = await write_events(tx, [item], self._kinds, self._resolver)
-        # The caller commits later: hint now and again shortly. Counted now, as the write is
-        # handed back: a commit we cannot see is the caller's.
-        count_written([written])
+        # The caller commits later: hint now and again shortly; counted once it committed.
         wake.hint_around_caller_commit(lambda: self._after_commit([written]))
+        await self.commit_watch.after_caller_commit(conn, lambda: count_written([written]))
         return written
 
     def _after_commit(self, written: Sequence[WrittenEvent]) -> None:

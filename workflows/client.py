@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import ValidationError
 
 from ripple.platform import metrics, tracing
+from ripple.platform.commit_watch import CommitWatch
 from ripple.platform.config import Settings
 from ripple.platform.db import Connection, Pool, dumps, map_errors, transaction
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
@@ -178,6 +179,8 @@ class WorkflowClient:
         #: The workflow store's side of the retention and statistics ports (the sweeper,
         #: the gauges and the API reach the workflow tables through it).
         self.upkeep = store.RunUpkeep()
+        #: Counts what starts in a caller's transaction create once that transaction commits.
+        self.commit_watch = CommitWatch(pool)
         #: Concurrent starts of this process, written together (see `start`).
         self._starts: GroupCommit[dict[str, Any], str | None] = GroupCommit(
             self._write_starts, name="ripple-start-commit"
@@ -303,18 +306,19 @@ class WorkflowClient:
             if created is None and debounce is None:
                 run_id = await self._existing(target, name, idempotency_key)
         if created is not None:
-            # Counted once the run's insert committed (the group commit's, or the debounce's
-            # own statement); in a caller's transaction, once it is handed back, as publish
-            # counts: a commit we cannot see is the caller's.
-            metrics.RUNS_STARTED.labels(name).inc()
             hint = RunReady(workflow=name)
             if conn is None:
+                # the run's insert committed (the group commit's, or its own statement)
+                metrics.RUNS_STARTED.labels(name).inc()
                 self.waker.notify(hint)
                 # Let the wake layer's publisher send the hint before the caller goes on (it
                 # usually awaits result() next, whose first read would delay the hint).
                 await asyncio.sleep(0)
-            else:  # the caller commits later: hint now and again shortly
+            else:  # the caller commits later: hint now and again shortly; count on commit
                 hint_around_caller_commit(lambda: self.waker.notify(hint))
+                await self.commit_watch.after_caller_commit(
+                    conn, lambda: metrics.RUNS_STARTED.labels(name).inc()
+                )
         output_type = definition.output_type if definition is not None else serde.NO_TYPE
         return RunHandle(self, run_id, output_type)
 
