@@ -24,6 +24,7 @@ STORES: Final = (
     "ripple.workflows.store.claim",
     "ripple.workflows.store.operations",
     "ripple.workflows.store.upkeep",
+    "ripple.workflows.store.views",
     "ripple.platform.event_store",
     "ripple.platform.queue_store",
     "ripple.platform.subscription_store",
@@ -55,9 +56,8 @@ CROSS_RUN: Final = {
     "ripple.workflows.store.operations._COUNT_RUN_FILTER": "bulk operations: count matching runs",
     "ripple.workflows.store.operations._SELECT_RUN_BATCH": "bulk operations: a page of runs",
     "ripple.workflows.store.upkeep._COUNT_RUNS_BY_WORKFLOW": "run counts by workflow and status",
-    "ripple.platform.ui.store.SELECT_RECENT_RUNS": "dashboard sparkline",
-    "ripple.platform.ui.store.SELECT_STRANDED_SAMPLE": "dashboard: runs no worker serves",
-    "ripple.platform.ui.store.SELECT_RUN_ID": "dashboard: run of an event delivery, by key",
+    "ripple.workflows.store.views._SELECT_RECENT_RUNS": "dashboard sparkline",
+    "ripple.workflows.store.views._SELECT_STRANDED_SAMPLE": "dashboard: runs no worker serves",
     "ripple.workflows.store.upkeep._SELECT_STRANDED_RUNS": "gauge over all runs",
     # Publish: whether each inserted event's topic has event waits at all (the probe that
     # decides whether wait resolution runs), in the event insert.

@@ -6,7 +6,7 @@ transaction. Every write a worker makes for a run names the fencing epoch it cla
 Modules by concern: `runs` (create, read, list, lock, cancel), `journal` (the journal and the
 fenced writes of claimed runs), `waits` (waits, signals, signal keys), `claim` (claims under
 flow control, the worker registry), `operations` (retry, fork, bulk), `upkeep` (retention and
-statistics behind the foundation's ports).
+statistics behind the foundation's ports), `views` (bounded reads for the dashboard).
 """
 
 from __future__ import annotations
