@@ -98,7 +98,7 @@ _FLUSH_RUN: Final = _FLUSH_HEAD + _STEPS_AFTER_RUN + "SELECT run_id FROM run"  #
 # Group commit: the step flushes and simple completions of many runs in one statement. Each
 # run is fenced by its own epoch: a run this worker no longer owns is left out (its entries are
 # not journaled) without failing the others; the statement returns the runs it wrote. Rows are
-# locked in run_id order (as _LOCK_EVENT_WAIT_RUNS does), so two writers never deadlock. A run
+# locked in run_id order (as `lock_event_wait_runs` does), so two writers never deadlock. A run
 # listed in $7 also finishes (as _FINISH_RUN does; runs with a parent or open waits finish
 # apart, in their own transaction). The others stay running: their row is only locked (the
 # fence), not rewritten, unless $8 asks to renew the lease (and store the step count) — a
@@ -160,8 +160,8 @@ SELECT o.run_id, run.created_at, run.completed_at FROM owned o LEFT JOIN run USI
 """
 
 # One round trip: fence, journal and finish a run (with its row locked to commit). Returns no
-# row when fenced out. A run with open waits or a parent follows it with _DELETE_RUN_WAITS and
-# _LOCK_RUN + _COMPLETE_PARENT_STEP in the same transaction.
+# row when fenced out. A run with open waits or a parent follows it with `delete_run_waits` and
+# `lock_run` + `complete_parent_step` in the same transaction.
 # $1 run_id, $2 epoch, $3 status, $4 output, $5 entries, $6 error, $7 step_count
 _FINISH_HEAD: Final = """
 WITH run AS (
@@ -230,7 +230,7 @@ RETURNING r.run_id
 """
 
 # A child run ended: record it as its parent's step result and make the parent available (run
-# after _LOCK_RUN on the parent, so a parent suspending at this moment sees the result).
+# after `lock_run` on the parent, so a parent suspending at this moment sees the result).
 # $1 parent run_id, $2 entry jsonb {key, seq, kind, status, attempts, output, error}
 _COMPLETE_PARENT_STEP: Final = """
 WITH journaled AS (

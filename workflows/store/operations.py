@@ -88,7 +88,7 @@ WHERE r.run_id = runs.run_id
 RETURNING r.run_id, r.workflow
 """
 
-# Cancel runs and all their active descendants (bulk _CANCEL_TREE). $1 root run ids text[]
+# Cancel runs and all their active descendants (bulk `runs.cancel_tree`). $1 root run ids text[]
 _CANCEL_TREES: Final = """
 WITH RECURSIVE tree(run_id) AS (
     SELECT run_id FROM ripple_runs WHERE run_id = ANY($1::text[])

@@ -57,7 +57,7 @@ _DELETE_WAIT: Final = "DELETE FROM ripple_waits WHERE run_id = $1 AND step_key =
 # $1 run_id
 _DELETE_RUN_WAITS: Final = "DELETE FROM ripple_waits WHERE run_id = $1"
 
-# Signal to one run, after _LOCK_RUN (so a run suspending at this moment sees the outcome):
+# Signal to one run, after `lock_run` (so a run suspending at this moment sees the outcome):
 # resolve its earliest wait `name` whose match the payload contains, journaling the payload as
 # that wait's result and making the run available; else keep the signal in the run's inbox.
 # Returns whether a wait was resolved. $1 run_id, $2 name, $3 payload
