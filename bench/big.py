@@ -124,7 +124,9 @@ async def measure(client: Client, conn: asyncpg.Connection[Any]) -> None:
     for batch in range(20):
         await asyncio.gather(*(client.start("noop3", {"b": batch}) for _ in range(100)))
     pairs = [("noop3", 1)]
-    claims = await _timed(lambda: store.claim_runs(conn, "bench", 30.0, 10, pairs), 150)
+    claims = await _timed(
+        lambda: store.claim_runs(conn, worker_id="bench", lease=30.0, limit=10, pairs=pairs), 150
+    )
     report("claim latency (10 of 2,000 pending)", summary(claims))
     n = iter(range(10**9))
     publishes = await _timed(lambda: client.publish("big.t1", {"n": next(n)}), 200)
@@ -174,8 +176,12 @@ async def measure(client: Client, conn: asyncpg.Connection[Any]) -> None:
     async def sweep_runs() -> int:
         total = 0
         while True:
-            counts, more = await sweeper_store.delete_expired_runs(
-                conn, 90 * DAY, 500, 30 * DAY, 5000
+            counts, more = await store.RunUpkeep().delete_expired_runs(
+                conn,
+                max_retention=90 * DAY,
+                default_retention=30 * DAY,
+                batch=500,
+                journal_budget=5000,
             )
             total += counts["runs"] + counts["steps"]
             if not more:

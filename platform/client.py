@@ -115,7 +115,7 @@ class Client:
         self.schedules = Schedules(pool, _Firing(self))
         self.deliveries = Deliveries(pool, waker, self.settings, read_pool=read_pool)
         #: Refreshes the gauges computed from Postgres (call before exposing `/metrics`).
-        self.gauges = GaugeCollector(pool, self.settings)
+        self.gauges = GaugeCollector(pool, self.settings, runs=self.workflows.upkeep)
         return self
 
     async def close(self) -> None:
@@ -169,7 +169,7 @@ class Client:
         if webhooks:
             services.append(WebhookDispatcher(self.pool, self.waker, self.settings))
         if sweeper:
-            services.append(Sweeper(self.pool, self.settings))
+            services.append(Sweeper(self.pool, self.settings, runs=self.workflows.upkeep))
         services.append(Scheduler(self.schedules, self.settings, self._prepare_worker))
         return services
 
@@ -183,7 +183,9 @@ class Client:
 
     async def hold(self, run_id: str, hold: bool = True) -> bool:
         """Exempt a run from retention (`hold=False` clears it); False if there is no such run."""
-        return await Sweeper(self.pool, self.settings).hold(run_id, hold)
+        return await Sweeper(self.pool, self.settings, runs=self.workflows.upkeep).hold(
+            run_id, hold
+        )
 
     # -- workflows ---------------------------------------------------------------------------
 

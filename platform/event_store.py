@@ -15,7 +15,6 @@ __all__ = [
     "find_events_by_keys",
     "get_event",
     "insert_events",
-    "matching_wait_runs",
 ]
 
 # $1 ids uuid[], $2 topics text[], $3 payloads text[] (JSON text, encoded once by publish),
@@ -47,14 +46,6 @@ SELECT_EVENT: Final = """
 SELECT id, topic, payload, idempotency_key, trace, created_at FROM ripple_events WHERE id = $1
 """
 
-# $1 topic, $2 payload: runs whose workflow waits an event would resolve (read-only, for
-# explain; the table belongs to the workflow runtime, see infra/sql/0002_workflows.sql)
-SELECT_MATCHING_WAIT_RUNS: Final = """
-SELECT DISTINCT run_id FROM ripple_waits
-WHERE event = $1 AND (match IS NULL OR $2::jsonb @> match)
-ORDER BY run_id
-"""
-
 
 @dataclass(frozen=True, slots=True)
 class EventRecord:
@@ -82,13 +73,6 @@ class EventRecord:
 async def get_event(conn: Connection, event_id: str) -> EventRecord | None:
     row = await conn.fetchrow(SELECT_EVENT, event_id)
     return None if row is None else EventRecord.from_row(row)
-
-
-async def matching_wait_runs(conn: Connection, topic: str, payload: Any) -> list[str]:
-    """Ids of runs with a wait that an event on `topic` with `payload` would resolve."""
-    return [
-        str(row["run_id"]) for row in await conn.fetch(SELECT_MATCHING_WAIT_RUNS, topic, payload)
-    ]
 
 
 async def insert_events(

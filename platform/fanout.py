@@ -93,3 +93,8 @@ class EventWaitResolver(Protocol):
         The caller sends a `RunReady` hint after commit when the count is not zero.
         """
         ...
+
+    async def matching_wait_runs(self, conn: Connection, topic: str, payload: Any) -> list[str]:
+        """Runs with a wait an event on `topic` with `payload` would resolve (read-only, for
+        `Publisher.explain`)."""
+        ...

@@ -6,7 +6,8 @@ failing webhook endpoints), so any process can compute them: `GaugeCollector` re
 periodically (a `BackgroundService`) and on demand before a scrape. Every process computes the
 same values; when Prometheus scrapes several, aggregate these gauges with `max`.
 
-This module never changes a row.
+This module never changes a row. Run counts come from the workflow store through the
+`RunStats` port (platform/ports.py), which `Client` wires in.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ripple.platform import metrics, observability_store
 from ripple.platform.config import Settings
 from ripple.platform.db import Pool, map_errors
 from ripple.platform.errors import RippleError
+from ripple.platform.ports import RunStats
 
 __all__ = ["UNPINNED_VERSION", "GaugeCollector", "metrics_exposition", "serve_metrics"]
 
@@ -54,13 +56,15 @@ class GaugeCollector:
     Args:
         pool: the database to read.
         settings: `metrics_interval` (period of `run()`) and `lease_seconds` (worker liveness).
+        runs: the workflow store's statistics (stranded runs); None leaves that gauge alone.
     """
 
     name = "metrics"
 
-    def __init__(self, pool: Pool, settings: Settings) -> None:
+    def __init__(self, pool: Pool, settings: Settings, *, runs: RunStats | None = None) -> None:
         self._pool = pool
         self._settings = settings
+        self._runs = runs
         self._stopping = asyncio.Event()
         self._lock = asyncio.Lock()
         self._refreshed_at = float("-inf")
@@ -101,11 +105,13 @@ class GaugeCollector:
         _replace(metrics.QUEUE_OLDEST_AGE, ("queue",), {(r.queue,): r.oldest_age for r in rows})
 
     async def _refresh_stranded(self) -> None:
+        if self._runs is None:
+            return
         live = self._settings.lease_seconds * LIVE_LEASES
         try:
             with map_errors():
                 async with self._pool.acquire() as conn:
-                    rows = await observability_store.select_stranded_runs(conn, live)
+                    rows = await self._runs.stranded_runs(conn, live_seconds=live)
         except RippleError as exc:
             log.warning("gauges_refresh_failed", gauges="stranded_runs", error=exc.message)
             return

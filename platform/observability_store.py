@@ -1,4 +1,5 @@
-"""SQL behind the gauges computed from Postgres: queue depth/age, stranded runs, failing webhooks.
+"""SQL behind the gauges computed from Postgres: queue depth/age, failing webhooks (stranded
+runs come from the workflow store through the `RunStats` port).
 
 Read-only: these statements aggregate other concepts' tables and never change a row.
 """
@@ -9,13 +10,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ripple.platform.db import Connection
+from ripple.platform.ports import StrandedGauge
 
 __all__ = [
     "QueueGauge",
     "StrandedGauge",
     "WebhookGauge",
     "select_queue_gauges",
-    "select_stranded_runs",
     "select_webhook_gauges",
 ]
 
@@ -35,28 +36,6 @@ SELECT coalesce(c.queue, q.name) AS queue,
        coalesce(extract(epoch FROM now() - c.oldest_visible), 0)::float8 AS oldest_age
 FROM counts c
 FULL JOIN ripple_queues q ON q.name = c.queue
-"""
-
-# $1 liveness window in seconds (a worker is live while its heartbeat is younger).
-# live: every (workflow, version) some live worker serves.
-# Active runs (not terminal) whose workflow no live worker serves at their pinned version; a run
-# whose version is not pinned yet (NULL) is stranded only if no live worker serves the workflow
-# at any version.
-SELECT_STRANDED_RUNS: Final = """
-WITH live AS (
-    SELECT DISTINCT s ->> 'workflow' AS workflow, (s ->> 'version')::int AS version
-    FROM ripple_workers w
-    CROSS JOIN LATERAL jsonb_array_elements(w.serves) AS s
-    WHERE w.heartbeat_at > now() - make_interval(secs => $1)
-)
-SELECT r.workflow, r.version, count(*) AS runs
-FROM ripple_runs r
-WHERE r.status IN ('pending', 'running', 'sleeping', 'waiting')
-  AND NOT EXISTS (
-      SELECT 1 FROM live l
-      WHERE l.workflow = r.workflow AND (r.version IS NULL OR l.version = r.version)
-  )
-GROUP BY r.workflow, r.version
 """
 
 # No parameters. Webhook subscriptions with a health row: whether they are failing now.
@@ -79,18 +58,6 @@ class QueueGauge:
 
 
 @dataclass(frozen=True, slots=True)
-class StrandedGauge:
-    workflow: str
-    #: None while no worker has pinned the run's version yet.
-    version: int | None
-    runs: int
-
-    @classmethod
-    def from_row(cls, row: Any) -> StrandedGauge:
-        return cls(row["workflow"], row["version"], int(row["runs"]))
-
-
-@dataclass(frozen=True, slots=True)
 class WebhookGauge:
     subscription_id: str
     failing: bool
@@ -102,11 +69,6 @@ class WebhookGauge:
 
 async def select_queue_gauges(conn: Connection) -> list[QueueGauge]:
     return [QueueGauge.from_row(row) for row in await conn.fetch(SELECT_QUEUE_GAUGES)]
-
-
-async def select_stranded_runs(conn: Connection, live_seconds: float) -> list[StrandedGauge]:
-    rows = await conn.fetch(SELECT_STRANDED_RUNS, live_seconds)
-    return [StrandedGauge.from_row(row) for row in rows]
 
 
 async def select_webhook_gauges(conn: Connection) -> list[WebhookGauge]:

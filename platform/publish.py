@@ -16,7 +16,8 @@ from typing import Any
 
 import structlog
 
-from ripple.platform import db, event_store, tracing, wake
+from ripple.platform import db, tracing, wake
+from ripple.platform.commit_watch import CommitWatch
 from ripple.platform.config import Settings
 from ripple.platform.errors import InvalidInput
 from ripple.platform.fanout import EventWaitResolver, PublishedEvent, SubscriptionRow, TargetKind
@@ -109,6 +110,8 @@ class Publisher:
         self._kinds = kinds
         self._resolver = wait_resolver
         self._committer = GroupCommitter(pool, kinds, wait_resolver, self._after_commit)
+        #: Counts what a publish in a caller's transaction wrote once that transaction commits.
+        self.commit_watch = CommitWatch(pool)
 
     def _validate(self, topic: str, payload: Any, idempotency_key: str | None) -> str:
         """Check the publish's arguments; the payload as compact JSON text (encoded once, and
@@ -169,10 +172,9 @@ class Publisher:
             return await self._committer.submit(item)
         async with db.transaction(self._pool, conn) as tx:
             (written,) = await write_events(tx, [item], self._kinds, self._resolver)
-        # The caller commits later: hint now and again shortly. Counted now, as the write is
-        # handed back: a commit we cannot see is the caller's.
-        count_written([written])
+        # The caller commits later: hint now and again shortly; counted once it committed.
         wake.hint_around_caller_commit(lambda: self._after_commit([written]))
+        await self.commit_watch.after_caller_commit(conn, lambda: count_written([written]))
         return written
 
     def _after_commit(self, written: Sequence[WrittenEvent]) -> None:
@@ -201,9 +203,11 @@ class Publisher:
         verdicts = []
         for compiled in await self._subscriptions.compiled():
             verdicts.append(_verdict(compiled, topic, payload))
-        with db.map_errors():
-            async with self._pool.acquire() as conn:
-                run_ids = await event_store.matching_wait_runs(conn, topic, payload)
+        run_ids: list[str] = []
+        if self._resolver is not None:
+            with db.map_errors():
+                async with self._pool.acquire() as conn:
+                    run_ids = await self._resolver.matching_wait_runs(conn, topic, payload)
         waits = len(run_ids)
         return Explanation(topic, verdicts, waits, run_ids)
 

@@ -14,7 +14,11 @@ What goes, each sweep (settings in parentheses):
 Each batch (`sweep_batch_size` rows, `FOR UPDATE SKIP LOCKED`; a runs batch also stops at
 20 journal rows per run on average) is its own short transaction; a kind is swept until a
 batch comes back short. Several workers may sweep at once: locked rows are skipped, not
-waited for. Counts go to `sweeper_deleted_total{kind}`.
+waited for. Counts go to `sweeper_deleted_total{kind}`, once each batch committed.
+
+The workflow tables belong to the workflow store: the sweeper asks it to delete what expired
+through the `RunRetention` port (platform/ports.py), which `Client` wires in. A sweeper without
+one (a process that never runs workflows) sweeps events and webhook deliveries only.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import structlog
 from ripple.platform import db, metrics, sweeper_store
 from ripple.platform.config import Settings
 from ripple.platform.db import Connection, Pool
+from ripple.platform.errors import ConfigError
+from ripple.platform.ports import RunRetention
 
 __all__ = ["KINDS", "Sweeper"]
 
@@ -57,6 +63,8 @@ class Sweeper:
 
     Args:
         pool: the database.
+        runs: the workflow store's retention (runs, their journals, waits, signals and signal
+            keys); None sweeps events and webhook deliveries only.
         settings: retention (`default_run_retention_days`, `max_run_retention_days`,
             `event_retention_days`), the period of
             `run()` (`sweep_interval`) and the batch size (`sweep_batch_size`).
@@ -64,9 +72,10 @@ class Sweeper:
 
     name = "sweeper"
 
-    def __init__(self, pool: Pool, settings: Settings) -> None:
+    def __init__(self, pool: Pool, settings: Settings, *, runs: RunRetention | None = None) -> None:
         self._pool = pool
         self._settings = settings
+        self._runs = runs
         self._stopping = asyncio.Event()
 
     async def sweep_once(self) -> dict[str, int]:
@@ -77,9 +86,16 @@ class Sweeper:
         events = self._settings.event_retention_days * _DAY
         totals = dict.fromkeys(KINDS, 0)
 
+        retention = self._runs
+
         async def runs(conn: Connection) -> tuple[dict[str, int], bool]:
-            return await sweeper_store.delete_expired_runs(
-                conn, max_run, batch, default_run, batch * _JOURNAL_ROWS_PER_RUN
+            assert retention is not None
+            return await retention.delete_expired_runs(
+                conn,
+                max_retention=max_run,
+                default_retention=default_run,
+                batch=batch,
+                journal_budget=batch * _JOURNAL_ROWS_PER_RUN,
             )
 
         async def old_events(conn: Connection) -> tuple[dict[str, int], bool]:
@@ -87,7 +103,8 @@ class Sweeper:
             return {"events": deleted}, deleted >= batch
 
         async def signal_keys(conn: Connection) -> tuple[dict[str, int], bool]:
-            deleted = await sweeper_store.delete_old_signal_keys(conn, events, batch)
+            assert retention is not None
+            deleted = await retention.delete_old_signal_keys(conn, retention=events, batch=batch)
             return {"signal_keys": deleted}, deleted >= batch
 
         async def deliveries(conn: Connection) -> tuple[dict[str, int], bool]:
@@ -98,7 +115,10 @@ class Sweeper:
             deleted = await sweeper_store.delete_old_webhook_attempts(conn, events, batch)
             return {"webhook_attempts": deleted}, deleted >= batch
 
-        for step in (runs, old_events, signal_keys, deliveries, attempts):
+        steps: list[_Batch] = [old_events, deliveries, attempts]
+        if retention is not None:
+            steps = [runs, old_events, signal_keys, deliveries, attempts]
+        for step in steps:
             await self._drain(step, totals)
         if any(totals.values()):
             log.info("sweep_finished", **totals)
@@ -131,5 +151,9 @@ class Sweeper:
 
     async def hold(self, run_id: str, hold: bool = True) -> bool:
         """Exempt a run from retention (or clear that); False if there is no such run."""
+        if self._runs is None:
+            raise ConfigError(
+                "this Sweeper has no run retention: pass runs= (Client.hold wires it)"
+            )
         async with db.transaction(self._pool) as conn:
-            return await sweeper_store.set_hold(conn, run_id, hold)
+            return await self._runs.set_hold(conn, run_id=run_id, hold=hold)

@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import ValidationError
 
 from ripple.platform import metrics, tracing
+from ripple.platform.commit_watch import CommitWatch
 from ripple.platform.config import Settings
 from ripple.platform.db import Connection, Pool, dumps, map_errors, transaction
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
@@ -92,24 +93,59 @@ class RunHandle(Generic[OutT]):
         async with waker.listen(run_channel(self.run_id)) as listener:
             while True:
                 with map_errors():
-                    run = await self._client.pool.fetchrow(store.SELECT_RUN_OUTCOME, self.run_id)
+                    run = await store.run_outcome(self._client.pool, run_id=self.run_id)
                 if run is None:
                     raise NotFound(f"no run {self.run_id}")
-                status = run["status"]
+                status = run.status
                 if status == RunStatus.COMPLETED:
                     try:
-                        value: OutT = serde.load(run["output"], self._output_type)
+                        value: OutT = serde.load(run.output, self._output_type)
                     except ValidationError:
-                        value = run["output"]
+                        value = run.output
                     return value
                 if status == RunStatus.FAILED:
-                    raise WorkflowFailed(self.run_id, run["error"])
+                    raise WorkflowFailed(self.run_id, run.error)
                 if status == RunStatus.CANCELED:
                     raise WorkflowCanceled(self.run_id)
                 remaining = None if end is None else end - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"run {self.run_id} did not finish within {limit}s")
                 await listener.wait(remaining)
+
+
+@dataclass(frozen=True, slots=True)
+class _NewRun:
+    """The columns of a top-level run a start creates."""
+
+    run_id: str
+    workflow: str
+    version: int | None
+    input: Any
+    idempotency_key: str | None
+    deadline: datetime | None
+    retention_seconds: float | None
+    trace: dict[str, str] | None
+    priority: int
+
+    def columns(self) -> dict[str, Any]:
+        """The keyword arguments of `store.insert_run` / `store.debounce_run`."""
+        return {
+            "run_id": self.run_id,
+            "workflow": self.workflow,
+            "version": self.version,
+            "input": self.input,
+            "idempotency_key": self.idempotency_key,
+            "deadline": self.deadline,
+            "retention_seconds": self.retention_seconds,
+            "trace": self.trace,
+            "priority": self.priority,
+        }
+
+    def start_row(self) -> dict[str, Any]:
+        """The run as one element of `store.start_runs`' JSON array."""
+        row = self.columns()
+        row["deadline"] = None if self.deadline is None else self.deadline.isoformat()
+        return row
 
 
 def _deadline_at(deadline: datetime | timedelta | float | None) -> datetime | None:
@@ -139,6 +175,11 @@ class WorkflowClient:
         self.definitions: dict[str, WorkflowDefinition[Any, Any]] = {}
         #: Definitions whose flow-control options are not yet stored (`sync_definitions`).
         self._unsynced: dict[str, WorkflowDefinition[Any, Any]] = {}
+        #: The workflow store's side of the retention and statistics ports (the sweeper,
+        #: the gauges and the API reach the workflow tables through it).
+        self.upkeep = store.RunUpkeep()
+        #: Counts what starts in a caller's transaction create once that transaction commits.
+        self.commit_watch = CommitWatch(pool)
         #: Concurrent starts of this process, written together (see `start`).
         self._starts: GroupCommit[dict[str, Any], str | None] = GroupCommit(
             self._write_starts, name="ripple-start-commit"
@@ -163,7 +204,7 @@ class WorkflowClient:
         rows = [(name, d.flow_control) for name, d in pending.items()]
         with map_errors():
             async with transaction(self.pool) as conn:
-                await store.sync_flow_controls(conn, rows)
+                await store.sync_flow_controls(conn, rows=rows)
         for name, definition in pending.items():
             if self._unsynced.get(name) is definition:
                 del self._unsynced[name]
@@ -237,56 +278,45 @@ class WorkflowClient:
         if deadline_at is None and definition is not None and definition.deadline is not None:
             deadline_at = datetime.now(UTC) + definition.deadline
         retention_s = self._retention_seconds(definition)
-        run_id = new_id()
-        args = (
-            run_id,
-            name,
-            version,
-            value,
-            idempotency_key,
-            deadline_at,
-            retention_s,
-            tracing.current_context(),
-            None,
-            None,
-            None,
-            priority,
+        run = _NewRun(
+            run_id=new_id(),
+            workflow=name,
+            version=version,
+            input=value,
+            idempotency_key=idempotency_key,
+            deadline=deadline_at,
+            retention_seconds=retention_s,
+            trace=tracing.current_context(),
+            priority=priority,
         )
+        run_id = run.run_id
         debounce = definition.debounce if definition is not None else None
         with map_errors():
             # One statement: without a caller's transaction it commits on its own, together
             # with the other starts of this process in flight at that moment (group commit).
             target = conn if conn is not None else self.pool
             if debounce is not None:
-                created, run_id = await self._debounce(target, debounce, args)
+                created, run_id = await self._debounce(target, debounce, run)
             elif conn is None:
-                created = await self._starts.submit(
-                    {
-                        "run_id": run_id,
-                        "workflow": name,
-                        "version": version,
-                        "input": value,
-                        "idempotency_key": idempotency_key,
-                        "deadline": None if deadline_at is None else deadline_at.isoformat(),
-                        "retention_seconds": retention_s,
-                        "trace": args[7],
-                        "priority": priority,
-                    }
-                )
+                created = await self._starts.submit(run.start_row())
             else:
-                created = await conn.fetchval(store.INSERT_RUN_PRIORITIZED, *args)
+                created = run_id if await store.insert_run(conn, **run.columns()) else None
             if created is None and debounce is None:
-                run_id = await target.fetchval(store.SELECT_RUN_BY_KEY, name, idempotency_key)
+                run_id = await self._existing(target, name, idempotency_key)
         if created is not None:
-            metrics.RUNS_STARTED.labels(name).inc()
             hint = RunReady(workflow=name)
             if conn is None:
+                # the run's insert committed (the group commit's, or its own statement)
+                metrics.RUNS_STARTED.labels(name).inc()
                 self.waker.notify(hint)
                 # Let the wake layer's publisher send the hint before the caller goes on (it
                 # usually awaits result() next, whose first read would delay the hint).
                 await asyncio.sleep(0)
-            else:  # the caller commits later: hint now and again shortly
+            else:  # the caller commits later: hint now and again shortly; count on commit
                 hint_around_caller_commit(lambda: self.waker.notify(hint))
+                await self.commit_watch.after_caller_commit(
+                    conn, lambda: metrics.RUNS_STARTED.labels(name).inc()
+                )
         output_type = definition.output_type if definition is not None else serde.NO_TYPE
         return RunHandle(self, run_id, output_type)
 
@@ -299,32 +329,43 @@ class WorkflowClient:
         """One statement for many starts: each one's run id if it created the run, else None
         (its idempotency key names an existing run)."""
         with map_errors():
-            rows = await self.pool.fetch(store.START_RUNS, batch)
-        created = {row["run_id"] for row in rows}
+            created = await store.start_runs(self.pool, starts=batch)
         return [start["run_id"] if start["run_id"] in created else None for start in batch]
 
+    async def _existing(
+        self, target: Connection | Pool, workflow: str, idempotency_key: str | None
+    ) -> str:
+        """The run a start's idempotency key created before (its insert created none)."""
+        assert idempotency_key is not None  # only a key makes an insert create nothing
+        run_id = await store.find_run_by_key(
+            target, workflow=workflow, idempotency_key=idempotency_key
+        )
+        if run_id is None:
+            raise Conflict(
+                f"the run of {workflow} with idempotency key {idempotency_key!r} was deleted "
+                "(retention) while this start ran; start it again"
+            )
+        return run_id
+
     async def _debounce(
-        self, target: Connection | Pool, debounce: Debounce, args: tuple[Any, ...]
+        self, target: Connection | Pool, debounce: Debounce, run: _NewRun
     ) -> tuple[str | None, str]:
         """Collapse this start into the key's pending debounced run, or create one. Returns
         (the id if created, else None; the run's id)."""
-        name, idempotency_key = args[1], args[4]
-        if idempotency_key is not None:
-            existing = await target.fetchval(store.SELECT_RUN_BY_KEY, name, idempotency_key)
+        if run.idempotency_key is not None:
+            existing = await store.find_run_by_key(
+                target, workflow=run.workflow, idempotency_key=run.idempotency_key
+            )
             if existing is not None:
-                return None, str(existing)
-        path = _key_path(debounce)
-        row = await target.fetchrow(
-            store.DEBOUNCE_RUN,
-            *args[:8],
-            args[11],
-            debounce.period_seconds,
-            debounce.max_wait_seconds,
-            path,
+                return None, existing
+        debounced = await store.debounce_run(
+            target,
+            **run.columns(),
+            period=debounce.period_seconds,
+            max_wait=debounce.max_wait_seconds,
+            key_path=_key_path(debounce),
         )
-        assert row is not None  # inserted or updated
-        run_id = str(row["run_id"])
-        return (run_id if row["created"] else None), run_id
+        return (debounced.run_id if debounced.created else None), debounced.run_id
 
     async def create_runs(self, conn: Connection, requests: Sequence[RunRequest]) -> int:
         """Insert pending runs inside the caller's transaction; idempotent per
@@ -335,7 +376,7 @@ class WorkflowClient:
         if self._unsynced:
             await self.sync_definitions()
         #: run ids, workflows, inputs (JSON text), idempotency keys, traces (JSON text),
-        #: retention seconds: the parallel arrays INSERT_RUNS_BATCH takes
+        #: retention seconds: the parallel arrays `store.insert_runs` takes
         columns: tuple[list[Any], ...] = ([], [], [], [], [], [])
         debounced: list[dict[str, Any]] = []
         retentions: dict[str, Any] = {}
@@ -379,11 +420,18 @@ class WorkflowClient:
         created = 0
         with map_errors():
             if columns[0]:
-                status = await conn.execute(store.INSERT_RUNS_BATCH, *columns)
-                created = int(status.rsplit(" ", 1)[-1])
+                created = await store.insert_runs(
+                    conn,
+                    run_ids=columns[0],
+                    workflows=columns[1],
+                    inputs=columns[2],
+                    idempotency_keys=columns[3],
+                    traces=columns[4],
+                    retention_seconds=columns[5],
+                )
             # every start counts as delivered, also the ones collapsed into a pending run
             # (a publish's events are new: a repeat, skipped, returns no row)
-            if debounced and await conn.fetch(store.DEBOUNCE_RUNS_BATCH, debounced):
+            if debounced and await store.debounce_runs(conn, runs=debounced):
                 created += len(debounced)
         return created
 
@@ -407,20 +455,18 @@ class WorkflowClient:
     async def get_run(self, run_id: str) -> Run | None:
         """The run, or None."""
         with map_errors():
-            row = await self.pool.fetchrow(store.SELECT_RUN, run_id)
-        return None if row is None else Run.from_row(row)
+            return await store.get_run(self.pool, run_id=run_id)
 
     async def is_active(self, run_id: str, conn: Connection | None = None) -> bool:
         """Whether the run exists and is pending, running, sleeping or waiting."""
         with map_errors():
-            row = await (conn or self.pool).fetchrow(store.SELECT_RUN_OUTCOME, run_id)
-        return row is not None and row["status"] not in TERMINAL
+            row = await store.run_outcome(conn or self.pool, run_id=run_id)
+        return row is not None and row.status not in TERMINAL
 
     async def list_steps(self, run_id: str) -> list[StepRecord]:
         """The run's journal in call order."""
         with map_errors():
-            rows = await self.pool.fetch(store.SELECT_STEPS, run_id)
-        return [StepRecord.from_row(row) for row in rows]
+            return await store.list_steps(self.pool, run_id=run_id)
 
     async def list_runs(
         self,
@@ -443,11 +489,18 @@ class WorkflowClient:
         if not 1 <= limit <= self.settings.max_page_size:
             raise InvalidInput(f"limit must be 1-{self.settings.max_page_size}", field="limit")
         with map_errors():
-            rows = await self.read_pool.fetch(
-                store.LIST_RUNS, workflow, status, since, until, parent_run_id, cursor, limit + 1
+            runs = await store.list_runs(
+                self.read_pool,
+                workflow=workflow,
+                status=status,
+                since=since,
+                until=until,
+                parent_run_id=parent_run_id,
+                cursor=cursor,
+                limit=limit + 1,
             )
-        items = [Run.from_row(row) for row in rows[:limit]]
-        next_cursor = items[-1].run_id if len(rows) > limit else None
+        items = runs[:limit]
+        next_cursor = items[-1].run_id if len(runs) > limit else None
         return Page(items, next_cursor)
 
     # -- cancel ------------------------------------------------------------------------------
@@ -460,12 +513,12 @@ class WorkflowClient:
             # commits before the tree is read. Then repeat until no active descendant is
             # left: a child started by a descendant whose lock this one waited for becomes
             # visible only to a later statement.
-            if await conn.fetchval(store.LOCK_RUN, run_id) is None:
+            if await store.lock_run(conn, run_id=run_id) is None:
                 raise NotFound(f"no run {run_id}")
-            rows = list(await conn.fetch(store.CANCEL_TREE, run_id, error))
+            rows = await store.cancel_tree(conn, run_id=run_id, error=error)
             if not rows:
                 return False
-            while more := await conn.fetch(store.CANCEL_TREE, run_id, error):
+            while more := await store.cancel_tree(conn, run_id=run_id, error=error):
                 rows += more
             await settle_canceled(conn, rows)
         notify_canceled(self.waker, rows)
@@ -505,15 +558,16 @@ class WorkflowClient:
                 if earlier is not None:
                     delivered = bool(earlier.get("delivered"))
                     return SignalResult(delivered=delivered, buffered=not delivered)
-                status = await conn.fetchval(store.LOCK_RUN, run_id)
+                status = await store.lock_run(conn, run_id=run_id)
                 if status is None:
                     raise NotFound(f"no run {run_id}: check the run id")
                 if status in TERMINAL:
                     raise Conflict(f"run {run_id} is {status}; signals go to active runs only")
-                delivered = bool(await conn.fetchval(store.SIGNAL_RUN, run_id, name, payload))
+                delivered = await store.signal_run(conn, run_id=run_id, name=name, payload=payload)
                 if idempotency_key is not None:
-                    result = {"delivered": delivered}
-                    await conn.execute(store.RECORD_SIGNAL_KEY, scope, idempotency_key, result)
+                    await store.record_signal_key(
+                        conn, scope=scope, key=idempotency_key, result={"delivered": delivered}
+                    )
         metrics.SIGNALS.labels("delivered" if delivered else "buffered").inc()
         if delivered:
             self.waker.notify(RunReady())
@@ -523,13 +577,17 @@ class WorkflowClient:
         """Resolve, in the caller's transaction, every wait on `topic` whose match `payload`
         contains; returns how many (send RunReady after commit when not zero)."""
         with map_errors():
-            locked = await conn.fetch(store.LOCK_EVENT_WAIT_RUNS, topic, payload)
+            locked = await store.lock_event_wait_runs(conn, event=topic, payload=payload)
             if not locked:
                 return 0  # the common case: no run waits on this topic
-            count: int = await conn.fetchval(
-                store.RESOLVE_EVENT_WAITS, topic, payload, [row["run_id"] for row in locked]
+            return await store.resolve_event_waits(
+                conn, event=topic, payload=payload, run_ids=locked
             )
-        return count
+
+    async def matching_wait_runs(self, conn: Connection, topic: str, payload: Any) -> list[str]:
+        """Runs with a wait an event on `topic` with `payload` would resolve (read-only)."""
+        with map_errors():
+            return await store.matching_wait_runs(conn, event=topic, payload=payload)
 
     async def signal_matching(
         self, event: str, payload: Any, *, idempotency_key: str | None = None
@@ -550,8 +608,9 @@ class WorkflowClient:
                 return int(earlier.get("resumed", 0))
             count = await self.resolve_event_waits(conn, event, payload)
             if idempotency_key is not None:
-                result = {"resumed": count}
-                await conn.execute(store.RECORD_SIGNAL_KEY, scope, idempotency_key, result)
+                await store.record_signal_key(
+                    conn, scope=scope, key=idempotency_key, result={"resumed": count}
+                )
         if count:
             metrics.SIGNALS.labels("delivered").inc(count)
             self.waker.notify(RunReady())
@@ -568,9 +627,7 @@ async def _claim_key(
     """
     if idempotency_key is None:
         return None
-    if await conn.fetchval(store.CLAIM_SIGNAL_KEY, scope, idempotency_key) is not None:
+    if await store.claim_signal_key(conn, scope=scope, key=idempotency_key):
         return None
-    result: dict[str, Any] | None = await conn.fetchval(
-        store.SELECT_SIGNAL_KEY, scope, idempotency_key
-    )
+    result = await store.signal_key_result(conn, scope=scope, key=idempotency_key)
     return result if result is not None else {}

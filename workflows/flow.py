@@ -1,5 +1,5 @@
 """Flow-control options of a workflow (`Concurrency`, `Throttle`, `Debounce`) and the key rule;
-pure: no I/O. Postgres enforces them (see `workflows/store.py` CLAIM_RUNS and migration 0011):
+pure: no I/O. Postgres enforces them (see `store.claim_runs` and migration 0011):
 this module only validates and describes them.
 """
 

@@ -138,7 +138,7 @@ class Entry:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The form `UPSERT_STEPS` reads (timestamps as ISO text)."""
+        """The form the journal writes of `store` read (timestamps as ISO text)."""
         return {
             "key": self.key,
             "seq": self.seq,

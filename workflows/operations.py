@@ -1,12 +1,13 @@
 """Operating runs after the fact: retry in place, fork from a step, bulk cancel and retry, and
 waiting for a run's end with a time limit (REST long-polls). Each single-run action is one
 transaction; bulk actions walk the matching runs in run id order, one transaction per batch,
-so they are safe while workers run (see `store.SELECT_RUN_BATCH`). Hints follow each commit.
+so they are safe while workers run (see `store.select_run_batch`). Hints follow each commit.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -77,18 +78,18 @@ class RunOperations:
     async def retry(self, run_id: str) -> RunHandle[Any]:
         """Resume a failed or canceled run in place; raises NotFound or Conflict."""
         async with transaction(self._client.pool) as conn:
-            row = await conn.fetchrow(store.LOCK_RUN_FOR_OPERATION, run_id)
+            row = await store.lock_for_operation(conn, run_id=run_id)
             if row is None:
                 raise NotFound(f"no run {run_id}: check the run id")
-            status = row["status"]
+            status = row.status
             if status not in _RETRYABLE:
                 what = "still active" if status in _ACTIVE else "completed"
                 raise Conflict(
                     f"run {run_id} is {status} ({what}); only failed or canceled runs can be "
                     "retried" + ("; fork it to run it again" if status == "completed" else "")
                 )
-            await conn.fetch(store.RETRY_RUNS, [run_id])
-        self._retried([row["workflow"]])
+            retried = await store.retry_runs(conn, run_ids=[run_id])
+        self._retried(retried)
         log.info("run_retried", run_id=run_id)
         return self._client.handle(run_id)
 
@@ -100,24 +101,26 @@ class RunOperations:
             raise InvalidInput("from_step must be a step key of the run", field="fromStep")
         new_run = new_id()
         async with transaction(self._client.pool) as conn:
-            row = await conn.fetchrow(store.LOCK_RUN_FOR_OPERATION, run_id)
+            row = await store.lock_for_operation(conn, run_id=run_id)
             if row is None:
                 raise NotFound(f"no run {run_id}: check the run id")
-            seq = await conn.fetchval(store.SELECT_STEP_SEQ, run_id, from_step)
+            seq = await store.step_seq(conn, run_id=run_id, key=from_step)
             if seq is None or seq < 0:
-                keys = [r["key"] for r in await conn.fetch(store.SELECT_STEP_KEYS, run_id)]
+                keys = await store.step_keys(conn, run_id=run_id)
                 raise InvalidInput(
                     f"step {from_step!r} is not in the journal of run {run_id}; its steps are: "
                     + (", ".join(keys) if keys else "(none)"),
                     field="fromStep",
                 )
             if input is None:
-                value = row["input"]
+                value = row.input
             else:
-                definition = self._client.resolve(row["workflow"])
-                value = self._client.prepare_input(definition, row["workflow"], input)
-            workflow = await conn.fetchval(store.INSERT_FORK, new_run, run_id, value)
-            await conn.execute(store.COPY_JOURNAL, new_run, run_id, seq)
+                definition = self._client.resolve(row.workflow)
+                value = self._client.prepare_input(definition, row.workflow, input)
+            workflow = await store.insert_fork(
+                conn, run_id=new_run, source_run_id=run_id, input=value
+            )
+            await store.copy_journal(conn, run_id=new_run, source_run_id=run_id, before_seq=seq)
         metrics.RUNS_STARTED.labels(workflow).inc()
         self._client.waker.notify(RunReady(workflow=workflow))
         log.info("run_forked", run_id=new_run, forked_from=run_id, from_step=from_step)
@@ -125,9 +128,10 @@ class RunOperations:
         output_type = definition.output_type if definition is not None else serde.NO_TYPE
         return RunHandle(self._client, new_run, output_type)
 
-    def _retried(self, workflows: list[str]) -> None:
-        for name in workflows:
-            metrics.RUNS_STARTED.labels(name).inc()
+    def _retried(self, runs: Sequence[store.RunRef]) -> None:
+        """After the retry's commit: each retried run counts as started once."""
+        for run in runs:
+            metrics.RUNS_STARTED.labels(run.workflow).inc()
         self._client.waker.notify(RunReady())
 
     # -- bulk -------------------------------------------------------------------------------
@@ -157,10 +161,13 @@ class RunOperations:
     async def _count(self, flt: RunFilter, statuses: list[str]) -> int:
         since, before = self._bounds(flt)
         with map_errors():
-            count: int = await self._client.pool.fetchval(
-                store.COUNT_RUN_FILTER, flt.workflow, statuses, since, before
+            return await store.count_run_filter(
+                self._client.pool,
+                workflow=flt.workflow,
+                statuses=statuses,
+                since=since,
+                before=before,
             )
-        return count
 
     async def _batches(self, flt: RunFilter, statuses: list[str], act: Any) -> int:
         since, before = self._bounds(flt)
@@ -168,18 +175,17 @@ class RunOperations:
         total = 0
         while True:
             async with transaction(self._client.pool) as conn:
-                rows = await conn.fetch(
-                    store.SELECT_RUN_BATCH,
-                    flt.workflow,
-                    statuses,
-                    since,
-                    before,
-                    cursor,
-                    BULK_BATCH,
+                ids = await store.select_run_batch(
+                    conn,
+                    workflow=flt.workflow,
+                    statuses=statuses,
+                    since=since,
+                    before=before,
+                    cursor=cursor,
+                    limit=BULK_BATCH,
                 )
-                if not rows:
+                if not ids:
                     break
-                ids = [r["run_id"] for r in rows]
                 after = await act(conn, ids)
             total += len(ids)
             cursor = ids[-1]
@@ -194,8 +200,8 @@ class RunOperations:
             return await self._count(flt, statuses)
 
         async def act(conn: Connection, ids: list[str]) -> Any:
-            rows = list(await conn.fetch(store.CANCEL_TREES, ids))
-            while more := await conn.fetch(store.CANCEL_TREES, ids):
+            rows = await store.cancel_trees(conn, run_ids=ids)
+            while more := await store.cancel_trees(conn, run_ids=ids):
                 rows += more
             await settle_canceled(conn, rows)
             return lambda: notify_canceled(self._client.waker, rows)
@@ -212,8 +218,8 @@ class RunOperations:
             return await self._count(flt, statuses)
 
         async def act(conn: Connection, ids: list[str]) -> Any:
-            rows = await conn.fetch(store.RETRY_RUNS, ids)
-            return lambda: self._retried(sorted({r["workflow"] for r in rows}))
+            retried = await store.retry_runs(conn, run_ids=ids)
+            return lambda: self._retried(retried)
 
         count = await self._batches(flt, statuses, act)
         log.info("runs_retried_in_bulk", count=count, workflow=flt.workflow)

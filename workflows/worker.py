@@ -296,12 +296,12 @@ class Worker:
 
     async def _register(self) -> None:
         with map_errors():
-            await self.pool.execute(
-                store.REGISTER_WORKER,
-                self.worker_id,
-                socket.gethostname(),
-                os.getpid(),
-                self._serves(),
+            await store.register_worker(
+                self.pool,
+                worker_id=self.worker_id,
+                hostname=socket.gethostname(),
+                pid=os.getpid(),
+                serves=self._serves(),
             )
 
     async def _open_connections(self) -> None:
@@ -322,7 +322,7 @@ class Worker:
 
     async def _unregister(self) -> None:
         with contextlib.suppress(RippleError), map_errors():
-            await self.pool.execute(store.DELETE_WORKER, self.worker_id)
+            await store.delete_worker(self.pool, worker_id=self.worker_id)
 
     # -- the claim loop ----------------------------------------------------------------------
 
@@ -380,7 +380,7 @@ class Worker:
         try:
             conn = await self._claimer.get()
             with map_errors():
-                return await store.next_due(conn, self._pairs)
+                return await store.next_due(conn, pairs=self._pairs)
         except RippleError as exc:
             self._claimer.discard()
             log.warning("worker_poll_failed", error=str(exc))
@@ -393,10 +393,14 @@ class Worker:
                 # scoped(): behind a transaction pooler, SET LOCAL synchronous_commit instead.
                 async with self._claimer.scoped(conn):
                     claims = await store.claim_runs(
-                        conn, self.worker_id, self.settings.lease_seconds, limit, self._pairs
+                        conn,
+                        worker_id=self.worker_id,
+                        lease=self.settings.lease_seconds,
+                        limit=limit,
+                        pairs=self._pairs,
                     )
                     resumed = [c.run_id for c in claims if not c.fresh]
-                    journals = await store.load_journals(conn, resumed) if resumed else {}
+                    journals = await store.load_journals(conn, run_ids=resumed) if resumed else {}
         except RippleError as exc:
             self._claimer.discard()
             log.warning("worker_claim_failed", error=str(exc))
@@ -498,16 +502,15 @@ class Worker:
             try:
                 with map_errors():
                     async with self.pool.acquire() as conn:
-                        await conn.execute(store.HEARTBEAT_WORKER, self.worker_id)
+                        await store.heartbeat_worker(conn, worker_id=self.worker_id)
                         if slots:
                             sent = asyncio.get_running_loop().time()
-                            rows = await conn.fetch(
-                                store.EXTEND_LEASES,
-                                [s.run_id for s in slots],
-                                [s.epoch for s in slots],
-                                self.settings.lease_seconds,
+                            kept = await store.extend_leases(
+                                conn,
+                                run_ids=[s.run_id for s in slots],
+                                epochs=[s.epoch for s in slots],
+                                lease=self.settings.lease_seconds,
                             )
-                            kept = {row["run_id"] for row in rows}
                             for slot in slots:
                                 if slot.run_id in kept and slot.engine is not None:
                                     slot.engine.renew_lease(sent)
@@ -524,11 +527,12 @@ class Worker:
                     continue
                 try:
                     with map_errors():
-                        rows = await self.pool.fetch(store.SELECT_CANCELED, list(self._inflight))
+                        canceled = await store.canceled_among(
+                            self.pool, run_ids=list(self._inflight)
+                        )
                 except RippleError as exc:
                     log.warning("worker_cancel_check_failed", error=str(exc))
                     continue
-                canceled = {row["run_id"] for row in rows}
                 self._abort(
                     [s for s in list(self._inflight.values()) if s.run_id in canceled], "canceled"
                 )
@@ -547,7 +551,7 @@ class Worker:
         await asyncio.gather(*pending, return_exceptions=True)
         for slot in stuck:
             with contextlib.suppress(RippleError), map_errors():
-                await self.pool.execute(store.RELEASE_RUN, slot.run_id, slot.epoch)
+                await store.release_run(self.pool, run_id=slot.run_id, epoch=slot.epoch)
         if stuck:
             log.warning("worker_released_runs", count=len(stuck))
         if sync_bodies_running():

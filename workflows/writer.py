@@ -105,31 +105,31 @@ class StepCommitter:
         status: str,
         output: Any,
         error: dict[str, Any] | None,
-    ) -> Any:
-        """Commit `entries` of one run and finish it with `status`: the run's row
+    ) -> store.RunTimes:
+        """Commit `entries` of one run and finish it with `status`: the run's times
         (`created_at`, `completed_at`); raises `LeaseLost` if the run is no longer owned.
         Only for a run with no parent and no open waits (those finish in a transaction of
         their own, `PgRunWriter.finish`)."""
         final = {"run_id": run_id, "status": status, "output": output, "error": error}
-        return await self._group.submit(
+        times: store.RunTimes = await self._group.submit(
             _Flush(run_id, epoch, step_count, _rows(run_id, entries), (), final)
         )
+        return times
 
     async def _write(self, batch: list[_Flush]) -> list[Any]:
         ordered = sorted(batch, key=lambda r: r.run_id)  # lock order: no deadlock
         with map_errors():
-            rows = await self.pool.fetch(
-                store.COMMIT_RUNS,
-                [r.run_id for r in ordered],
-                [r.epoch for r in ordered],
-                [r.step_count for r in ordered],
-                self.lease,
-                [row for r in ordered for row in r.entries],
-                [{"run_id": r.run_id, "prefix": p} for r in ordered for p in r.trim],
-                [r.final for r in ordered if r.final is not None],
-                [r.renew for r in ordered],
+            owned = await store.commit_runs(
+                self.pool,
+                run_ids=[r.run_id for r in ordered],
+                epochs=[r.epoch for r in ordered],
+                step_counts=[r.step_count for r in ordered],
+                lease=self.lease,
+                entries=[row for r in ordered for row in r.entries],
+                trims=[{"run_id": r.run_id, "prefix": p} for r in ordered for p in r.trim],
+                finals=[r.final for r in ordered if r.final is not None],
+                renew=[r.renew for r in ordered],
             )
-        owned = {row["run_id"]: row for row in rows}
         return [owned.get(r.run_id) or LeaseLost(r.run_id) for r in batch]
 
 
@@ -156,44 +156,46 @@ async def complete_parent_step(
 
     The parent row is locked first so a parent that is suspending at this moment sees it.
     """
-    await conn.fetchval(store.LOCK_RUN, parent_run_id)
+    await store.lock_run(conn, run_id=parent_run_id)
     pending = Entry(step_key, step_seq, "child", StepStatus.PENDING)
     if status == "completed":
         entry = pending.completed(output, None)
     else:
         entry = pending.failed(error, None, output={"runId": child_run_id})
-    await conn.execute(store.COMPLETE_PARENT_STEP, parent_run_id, entry.to_json())
+    await store.complete_parent_step(conn, parent_run_id=parent_run_id, entry=entry.to_json())
 
 
-async def settle_canceled(conn: Connection, rows: Sequence[Any]) -> list[str]:
-    """After CANCEL_TREE(S) canceled `rows` (run_id, parent link, error): drop their waits and
-    report each canceled run whose parent stays active as its parent's failed step, in the
-    caller's transaction. Returns the canceled run ids (`notify_canceled` after commit)."""
-    ids = [row["run_id"] for row in rows]
-    await conn.execute(store.DELETE_WAITS_OF, ids)
+async def settle_canceled(conn: Connection, rows: Sequence[store.CanceledRun]) -> list[str]:
+    """After `store.cancel_tree(s)` canceled `rows`: drop their waits and report each canceled
+    run whose parent stays active as its parent's failed step, in the caller's transaction.
+    Returns the canceled run ids (`notify_canceled` after commit)."""
+    ids = [row.run_id for row in rows]
+    await store.delete_waits_of(conn, run_ids=ids)
     canceled = set(ids)
     for row in rows:
-        parent = row["parent_run_id"]
+        parent = row.parent_run_id
         if parent is not None and parent not in canceled:
+            assert row.parent_step_key is not None
+            assert row.parent_step_seq is not None
             await complete_parent_step(
                 conn,
                 parent,
-                row["parent_step_key"],
-                row["parent_step_seq"],
-                row["run_id"],
+                row.parent_step_key,
+                row.parent_step_seq,
+                row.run_id,
                 "failed",
                 None,
-                row["error"],
+                row.error,
             )
     return ids
 
 
-def notify_canceled(waker: NullWaker, rows: Sequence[Any]) -> None:
+def notify_canceled(waker: NullWaker, rows: Sequence[store.CanceledRun]) -> None:
     """After the commit of a cancel: metrics, and wake whoever waits on those runs (and the
     parents that got a result)."""
-    ids = [row["run_id"] for row in rows]
+    ids = [row.run_id for row in rows]
     for row in rows:
-        metrics.RUNS_COMPLETED.labels(row["workflow"], "canceled").inc()
+        metrics.RUNS_COMPLETED.labels(row.workflow, "canceled").inc()
     waker.notify(RunCanceled(run_ids=ids), *(RunFinished(run_id=i) for i in ids))
     waker.notify(RunReady())
 
@@ -234,15 +236,15 @@ class PgRunWriter:
         """Lock the run if this worker still owns it, extend the lease, and journal `entries`:
         one round trip. As the first statement of a multi-statement write, the UPDATE holds the
         row lock to commit, so later statements see every resolution committed before it."""
-        owned = await conn.fetchval(
-            store.FLUSH_RUN,
-            self.run_id,
-            self.epoch,
-            self.lease,
-            step_count,
-            [e.to_json() for e in entries],
+        owned = await store.flush_run(
+            conn,
+            run_id=self.run_id,
+            epoch=self.epoch,
+            lease=self.lease,
+            step_count=step_count,
+            entries=[e.to_json() for e in entries],
         )
-        if owned is None:
+        if not owned:
             raise LeaseLost(self.run_id)
 
     async def flush(
@@ -262,20 +264,20 @@ class PgRunWriter:
         their waits, and their child runs (canceled with their descendants). Returns the
         canceled run ids."""
         error = {"type": "WorkflowCanceled", "message": "its branch lost a race"}
-        canceled: list[Any] = []
+        canceled: list[store.CanceledRun] = []
         async with transaction(self.pool) as conn:
             await self._fence(conn, entries, step_count)
-            await conn.execute(store.DELETE_WAITS_UNDER, self.run_id, list(losers))
-            for row in await conn.fetch(store.SELECT_CHILDREN_UNDER, self.run_id, list(losers)):
+            await store.delete_waits_under(conn, run_id=self.run_id, prefixes=losers)
+            for child in await store.children_under(conn, run_id=self.run_id, prefixes=losers):
                 # As cancel() does: repeat until no active descendant is left.
-                while more := await conn.fetch(store.CANCEL_TREE, row["run_id"], error):
+                while more := await store.cancel_tree(conn, run_id=child, error=error):
                     canceled += more
-            ids = [row["run_id"] for row in canceled]
+            ids = [row.run_id for row in canceled]
             if ids:
-                await conn.execute(store.DELETE_WAITS_OF, ids)
+                await store.delete_waits_of(conn, run_ids=ids)
         if ids:
             for row in canceled:
-                metrics.RUNS_COMPLETED.labels(row["workflow"], "canceled").inc()
+                metrics.RUNS_COMPLETED.labels(row.workflow, "canceled").inc()
             self.waker.notify(RunCanceled(run_ids=ids), *(RunFinished(run_id=i) for i in ids))
         return ids
 
@@ -287,24 +289,29 @@ class PgRunWriter:
             # The wait's entry is journaled pending with the fence; a buffered signal that
             # matches completes it below instead of registering the wait.
             await self._fence(conn, [*entries, entry], step_count)
-            row = await conn.fetchrow(store.CONSUME_SIGNAL, self.run_id, wait.name, wait.match)
-            if row is not None:
-                done = entry.completed(row["payload"], entry.started_at)
-                await conn.execute(store.UPSERT_STEPS, self.run_id, [done.to_json()])
-                metrics.SIGNALS.labels("consumed_from_inbox").inc()
+            signal = await store.consume_signal(
+                conn, run_id=self.run_id, name=wait.name, match=wait.match
+            )
+            if signal is not None:
+                done = entry.completed(signal.payload, entry.started_at)
+                await store.upsert_steps(conn, run_id=self.run_id, entries=[done.to_json()])
             else:
-                await conn.execute(
-                    store.INSERT_WAIT,
-                    self.run_id,
-                    entry.key,
-                    entry.seq,
-                    wait.name,
-                    wait.event,
-                    wait.match,
-                    entry.due_at,
+                await store.insert_wait(
+                    conn,
+                    run_id=self.run_id,
+                    step_key=entry.key,
+                    step_seq=entry.seq,
+                    name=wait.name,
+                    event=wait.event,
+                    match=wait.match,
+                    expires_at=entry.due_at,
                 )
                 self.may_have_waits = True
-        return (row is not None, row["payload"] if row is not None else None)
+        if signal is None:
+            return (False, None)
+        # counted once the signal left the inbox for good (the transaction committed)
+        metrics.SIGNALS.labels("consumed_from_inbox").inc()
+        return (True, signal.payload)
 
     async def start_child(self, entries: list[Entry], step_count: int, child: ChildSpec) -> Entry:
         entry = child.entry
@@ -313,39 +320,37 @@ class PgRunWriter:
             # the child exists already (its entry was lost with an earlier attempt), it is
             # corrected below.
             await self._fence(conn, [*entries, entry], step_count)
-            child_id = await conn.fetchval(
-                store.INSERT_RUN,
-                child.run_id,
-                child.workflow,
-                child.version,
-                child.input,
-                child.key,
-                None,
-                None,
-                self.trace,
-                self.run_id,
-                entry.key,
-                entry.seq,
+            created = await store.insert_child_run(
+                conn,
+                run_id=child.run_id,
+                workflow=child.workflow,
+                version=child.version,
+                input=child.input,
+                idempotency_key=child.key,
+                trace=self.trace,
+                parent_run_id=self.run_id,
+                parent_step_key=entry.key,
+                parent_step_seq=entry.seq,
             )
-            if child_id is None:
+            if not created:
                 entry = await self._existing_child(conn, child)
-            else:
-                metrics.RUNS_STARTED.labels(child.workflow).inc()
+        if created:  # counted once the child's insert committed
+            metrics.RUNS_STARTED.labels(child.workflow).inc()
         self.waker.notify(RunReady(workflow=child.workflow))
         return entry
 
     async def _existing_child(self, conn: Connection, child: ChildSpec) -> Entry:
         """The step's entry for a child that exists already: pending on it, or, if it ended,
         its result (nothing else would ever report it)."""
-        row = await conn.fetchrow(store.SELECT_CHILD_BY_KEY, child.workflow, child.key)
+        row = await store.child_by_key(conn, workflow=child.workflow, idempotency_key=child.key)
         assert row is not None  # the insert conflicted on this key, and runs are not deleted
-        existing = {"runId": row["run_id"]}
+        existing = {"runId": row.run_id}
         entry = replace(child.entry, attempts=1, output=existing, error=None)
-        if row["status"] == "completed":
-            entry = entry.completed(row["output"], None)
-        elif row["status"] in ("failed", "canceled"):
-            entry = entry.failed(row["error"], None, output=existing)
-        await conn.execute(store.UPSERT_STEPS, self.run_id, [entry.to_json()])
+        if row.status == "completed":
+            entry = entry.completed(row.output, None)
+        elif row.status in ("failed", "canceled"):
+            entry = entry.failed(row.error, None, output=existing)
+        await store.upsert_steps(conn, run_id=self.run_id, entries=[entry.to_json()])
         return entry
 
     async def time_out(
@@ -355,19 +360,19 @@ class PgRunWriter:
             await self._fence(conn, entries, step_count)
             final: Entry | None = None
             if is_wait:
-                if await conn.fetchval(store.DELETE_WAIT, self.run_id, entry.key) is not None:
+                if await store.delete_wait(conn, run_id=self.run_id, step_key=entry.key):
                     final = entry.completed(None, None)
-                    await conn.execute(store.UPSERT_STEPS, self.run_id, [final.to_json()])
+                    await store.upsert_steps(conn, run_id=self.run_id, entries=[final.to_json()])
             else:
                 error = {
                     "type": "StepTimeout",
                     "message": f"step {entry.key!r} of run {self.run_id} timed out waiting for "
                     "its child run (the child keeps running)",
                 }
-                if await conn.fetchval(store.TIME_OUT_STEP, self.run_id, entry.key, error):
+                if await store.time_out_step(conn, run_id=self.run_id, key=entry.key, error=error):
                     final = entry.failed(error, None, output=entry.output)
             if final is None:
-                row = await conn.fetchrow(store.SELECT_STEP, self.run_id, entry.key)
+                row = await store.get_step(conn, run_id=self.run_id, key=entry.key)
                 final = Entry.from_row(row) if row is not None else entry
         return final
 
@@ -381,14 +386,14 @@ class PgRunWriter:
     ) -> datetime:
         async with transaction(self.pool) as conn:
             await self._fence(conn, entries, step_count)
-            available: datetime = await conn.fetchval(
-                store.SUSPEND_RUN,
-                self.run_id,
-                self.epoch,
-                status,
-                wake_at,
-                step_count,
-                blocking_keys,
+            available = await store.suspend_run(
+                conn,
+                run_id=self.run_id,
+                epoch=self.epoch,
+                status=status,
+                wake_at=wake_at,
+                step_count=step_count,
+                blocking_keys=blocking_keys,
             )
         return available
 
@@ -401,48 +406,58 @@ class PgRunWriter:
         error: dict[str, Any] | None,
     ) -> None:
         if self.parent_run_id is None and not self.may_have_waits:
-            row = await self.committer.finish(
+            times = await self.committer.finish(
                 self.run_id, self.epoch, step_count, entries, status, output, error
             )
-            self._finished(status, row, None)
+            self._finished(status, times.created_at, times.completed_at, None)
             return
-        args = (
-            self.run_id,
-            self.epoch,
-            status,
-            output,
-            [e.to_json() for e in entries],
-            error,
-            step_count,
-        )
         async with transaction(self.pool) as conn:
             if self.parent_run_id is not None:
                 # Parent before child, the order cancel takes them in (no deadlock).
-                await conn.fetchval(store.LOCK_RUN, self.parent_run_id)
-            row = await conn.fetchrow(store.FINISH_RUN, *args)
+                await store.lock_run(conn, run_id=self.parent_run_id)
+            row = await store.finish_run(
+                conn,
+                run_id=self.run_id,
+                epoch=self.epoch,
+                status=status,
+                output=output,
+                error=error,
+                entries=[e.to_json() for e in entries],
+                step_count=step_count,
+            )
             if row is None:
                 raise LeaseLost(self.run_id)
             if self.may_have_waits:
-                await conn.execute(store.DELETE_RUN_WAITS, self.run_id)
-            parent = row["parent_run_id"]
+                await store.delete_run_waits(conn, run_id=self.run_id)
+            parent = row.parent_run_id
             if parent is not None:
+                assert row.parent_step_key is not None
+                assert row.parent_step_seq is not None
                 await complete_parent_step(
                     conn,
                     parent,
-                    row["parent_step_key"],
-                    row["parent_step_seq"],
+                    row.parent_step_key,
+                    row.parent_step_seq,
                     self.run_id,
                     status,
                     output,
                     error,
                 )
-        self._finished(status, row, parent)
+        self._finished(status, row.created_at, row.completed_at, parent)
 
-    def _finished(self, status: str, row: Any, parent: str | None) -> None:
+    def _finished(
+        self,
+        status: str,
+        created_at: datetime | None,
+        completed_at: datetime | None,
+        parent: str | None,
+    ) -> None:
+        """After the finishing commit: metrics and hints."""
         metrics.RUNS_COMPLETED.labels(self.workflow, status).inc()
-        metrics.RUN_DURATION.labels(self.workflow).observe(
-            max(0.0, (row["completed_at"] - row["created_at"]).total_seconds())
-        )
+        if created_at is not None and completed_at is not None:
+            metrics.RUN_DURATION.labels(self.workflow).observe(
+                max(0.0, (completed_at - created_at).total_seconds())
+            )
         self.waker.notify(RunFinished(run_id=self.run_id))
         if parent is not None:
             self.waker.notify(RunReady())
@@ -454,9 +469,16 @@ class PgRunWriter:
     ) -> None:
         async with transaction(self.pool) as conn:
             await self._fence(conn, entries, step_count)
-            await conn.execute(store.RETRY_RUN, self.run_id, self.epoch, delay, error, step_count)
-            await conn.execute(store.DELETE_UNFINISHED_STEPS, self.run_id)
+            await store.retry_run(
+                conn,
+                run_id=self.run_id,
+                epoch=self.epoch,
+                delay=delay,
+                error=error,
+                step_count=step_count,
+            )
+            await store.delete_unfinished_steps(conn, run_id=self.run_id)
             if self.may_have_waits:
-                await conn.execute(store.DELETE_RUN_WAITS, self.run_id)
+                await store.delete_run_waits(conn, run_id=self.run_id)
         if self.keyed:  # its slot is free until the retry is due
             self.waker.notify(RunReady(workflow=self.workflow))

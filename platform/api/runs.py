@@ -203,7 +203,7 @@ async def _page(client: ClientDep, **query: Any) -> RunPage:
 @router.get("/workflows", response_model=list[WorkflowSummary])
 async def list_workflows(client: ClientDep) -> list[WorkflowSummary]:
     """Workflow names that have runs, with run counts by status."""
-    counts = await workflow_counts(client.pool)
+    counts = await workflow_counts(client.pool, client.workflows.upkeep)
     return [WorkflowSummary(name=name, runs=runs) for name, runs in sorted(counts.items())]
 
 

@@ -1,13 +1,13 @@
-"""Read-only SQL the dashboard needs beyond the stores' own reads.
+"""Read-only data the dashboard needs beyond the `Client`'s calls.
 
 Everything else (runs, steps, events, explain, deliveries, dead letters, subscriptions,
-schedules) goes through the `Client`. These statements are indexed and bounded, so a page view
-costs the same with millions of rows: the run counts read at most `COUNT_CAP` runs through the
-primary key (run ids are time-ordered uuid7 text); stranded runs, queue names and queue counts
-walk partial indexes with limits (skip scans for the distinct workflows and queues); the trace
-lookups use the unique keys fan-out writes (queue deduplication id, (event, subscription) of a
-delivery, (workflow, idempotency key) of a run); a schedule's runs use the partial index of
-migration 0013.
+schedules) goes through the `Client`. The workflow tables are read through their owner,
+`ripple.workflows.store` (its `views` module: bounded run counts, the stranded sample, a run's
+first steps, waits, signals and trace, a schedule's runs); the SQL here covers queues and
+webhook deliveries. Every read is indexed and bounded, so a page view costs the same with
+millions of rows: queue names and counts walk partial indexes with limits (skip scans for the
+distinct queues); the trace lookups use the unique keys fan-out writes (queue deduplication id,
+(event, subscription) of a delivery, (workflow, idempotency key) of a run).
 """
 
 from __future__ import annotations
@@ -18,8 +18,11 @@ from typing import Any, Final
 from uuid import UUID
 
 from ripple.platform.db import Pool, map_errors
-from ripple.platform.observability_store import StrandedGauge
+from ripple.platform.ports import StrandedGauge
+from ripple.workflows import store as wf_store
 from ripple.workflows.records import StepRecord
+from ripple.workflows.store import views
+from ripple.workflows.store.views import WaitRow
 
 __all__ = [
     "COUNT_CAP",
@@ -56,68 +59,6 @@ QUEUE_CAP: Final = 10_000
 STRANDED_PER_WORKFLOW: Final = 100
 STRANDED_WORKFLOWS: Final = 50
 
-# $1 lowest run id (uuid7 text of the window start), $2 cap, $3 start of the recent part,
-# $4 bucket width in seconds: the newest <= $2 runs of the window, read through the primary key
-# (run ids are time-ordered), counted here by workflow, status and recent bucket (NULL: before
-# the recent part), so only a few rows come back.
-SELECT_RECENT_RUNS: Final = """
-WITH newest AS (
-    SELECT workflow, status, created_at FROM ripple_runs
-    WHERE run_id >= $1
-    ORDER BY run_id DESC
-    LIMIT $2
-)
-SELECT workflow, status,
-       CASE WHEN created_at >= $3
-            THEN floor(extract(epoch FROM created_at - $3) / $4)::int END AS bucket,
-       count(*)::int AS n
-FROM newest
-GROUP BY 1, 2, 3
-"""
-
-# $1 liveness window in seconds, $2 runs per workflow, $3 workflows. The bounded form of
-# observability_store's SELECT_STRANDED_RUNS for page views: the same liveness rule over the $2
-# active runs due soonest of each of the first $3 workflows with active runs. The workflows come
-# from a skip scan of the claim index (one probe each), the runs from a walk of it per workflow,
-# so a view reads at most $2 * $3 runs however many are active.
-SELECT_STRANDED_SAMPLE: Final = """
-WITH RECURSIVE live AS (
-    SELECT DISTINCT s ->> 'workflow' AS workflow, (s ->> 'version')::int AS version
-    FROM ripple_workers w
-    CROSS JOIN LATERAL jsonb_array_elements(w.serves) AS s
-    WHERE w.heartbeat_at > now() - make_interval(secs => $1)
-),
-workflows AS (
-    (SELECT workflow FROM ripple_runs
-     WHERE status IN ('pending', 'running', 'sleeping', 'waiting')
-     ORDER BY workflow LIMIT 1)
-    UNION ALL
-    SELECT (SELECT r.workflow FROM ripple_runs r
-            WHERE r.status IN ('pending', 'running', 'sleeping', 'waiting')
-              AND r.workflow > w.workflow
-            ORDER BY r.workflow LIMIT 1)
-    FROM workflows w
-    WHERE w.workflow IS NOT NULL
-),
-active AS (
-    SELECT w.workflow, a.version
-    FROM (SELECT workflow FROM workflows WHERE workflow IS NOT NULL LIMIT $3) AS w
-    CROSS JOIN LATERAL (
-        SELECT r.version FROM ripple_runs r
-        WHERE r.workflow = w.workflow AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
-        ORDER BY r.available_at
-        LIMIT $2
-    ) AS a
-)
-SELECT a.workflow, a.version, count(*) AS runs
-FROM active a
-WHERE NOT EXISTS (
-    SELECT 1 FROM live l
-    WHERE l.workflow = a.workflow AND (a.version IS NULL OR l.version = a.version)
-)
-GROUP BY a.workflow, a.version
-ORDER BY a.workflow, a.version
-"""
 
 # $1 limit: names of queues with live or dead messages, or settings. Each kind of message is a
 # skip scan of its partial index (one probe per queue), not a scan of the messages.
@@ -210,43 +151,6 @@ SELECT_DELIVERY_ID: Final = """
 SELECT id::text FROM ripple_webhook_deliveries WHERE event_id = $1 AND subscription_id = $2
 """
 
-# $1 workflow, $2 idempotency key (fan-out writes "event:{event_id}:{subscription_id}")
-SELECT_RUN_ID: Final = """
-SELECT run_id FROM ripple_runs WHERE workflow = $1 AND idempotency_key = $2
-"""
-
-# $1 run id, $2 limit: the first $2 journal entries of a run (the columns of the workflow
-# store's SELECT_STEPS), so a run with a huge journal still renders quickly.
-SELECT_RUN_STEPS: Final = """
-SELECT key, seq, kind, status, attempts, output, error, due_at, started_at, completed_at
-FROM ripple_steps WHERE run_id = $1 ORDER BY seq, started_at LIMIT $2
-"""
-
-# $1 run id
-SELECT_WAITS: Final = """
-SELECT step_key, name, event, match, expires_at, created_at
-FROM ripple_waits WHERE run_id = $1 ORDER BY created_at, step_key
-"""
-
-# $1 run id
-SELECT_RUN_TRACE: Final = "SELECT trace FROM ripple_runs WHERE run_id = $1"
-
-# $1 run id, $2 limit: signals received and not consumed yet
-SELECT_SIGNALS: Final = """
-SELECT name, payload, created_at FROM ripple_signals WHERE run_id = $1 ORDER BY id LIMIT $2
-"""
-
-
-# $1 workflow, $2 key prefix "schedule:{name}:", $3 limit: a schedule's newest runs (ticks and
-# manual triggers carry "schedule:{name}:..." keys), through the partial index of runs started
-# by schedules (migration 0013), newest first.
-SELECT_SCHEDULE_RUNS: Final = """
-SELECT run_id, status, created_at FROM ripple_runs
-WHERE workflow = $1 AND idempotency_key LIKE 'schedule:%' AND starts_with(idempotency_key, $2)
-ORDER BY run_id DESC
-LIMIT $3
-"""
-
 
 # $1 queue, $2 limit: the live (not dead-lettered) messages next in claim order, read-only:
 # ungrouped ones by visibility and FIFO groups by id, each through its claim index.
@@ -333,16 +237,6 @@ class QueueMessageRow:
         return "in flight" if self.receive_count > 0 else "delayed"
 
 
-@dataclass(frozen=True, slots=True)
-class WaitRow:
-    step_key: str
-    name: str
-    event: str | None
-    match: Any
-    expires_at: datetime | None
-    created_at: datetime
-
-
 def uuid7_floor(when: datetime) -> str:
     """The lowest uuid7 text created at `when` (ids compare as text in time order)."""
     hex_ms = f"{int(when.timestamp() * 1000) & ((1 << 48) - 1):012x}"
@@ -368,15 +262,19 @@ async def recent_runs(
     """One bounded read of the window's newest runs, counted by workflow, status and time."""
     width = recent.total_seconds() / buckets
     with map_errors():
-        rows = await pool.fetch(
-            SELECT_RECENT_RUNS, uuid7_floor(since), COUNT_CAP, now - recent, width
+        rows = await views.recent_run_counts(
+            pool,
+            lowest_run_id=uuid7_floor(since),
+            cap=COUNT_CAP,
+            recent_since=now - recent,
+            bucket_seconds=width,
         )
     counts: dict[str, dict[str, int]] = {}
     recent_counts: dict[str, dict[str, int]] = {}
     created, failed = [0] * buckets, [0] * buckets
     total = 0
     for row in rows:
-        workflow, status, bucket, n = row["workflow"], row["status"], row["bucket"], row["n"]
+        workflow, status, bucket, n = row
         total += n
         by = counts.setdefault(workflow, {})
         by[status] = by.get(status, 0) + n
@@ -440,33 +338,32 @@ async def delivery_id_for(pool: Pool, event_id: str, subscription_id: str) -> st
 
 async def run_id_for(pool: Pool, workflow: str, idempotency_key: str) -> str | None:
     with map_errors():
-        found: str | None = await pool.fetchval(SELECT_RUN_ID, workflow, idempotency_key)
-    return found
+        return await wf_store.find_run_by_key(
+            pool, workflow=workflow, idempotency_key=idempotency_key
+        )
 
 
 async def run_steps(pool: Pool, run_id: str, limit: int) -> tuple[list[StepRecord], bool]:
     """The run's first `limit` journal entries in call order, and whether there are more."""
     with map_errors():
-        rows = await pool.fetch(SELECT_RUN_STEPS, run_id, limit + 1)
-    return [StepRecord.from_row(row) for row in rows[:limit]], len(rows) > limit
+        steps = await views.first_steps(pool, run_id=run_id, limit=limit + 1)
+    return steps[:limit], len(steps) > limit
 
 
 async def pending_waits(pool: Pool, run_id: str) -> list[WaitRow]:
     with map_errors():
-        rows = await pool.fetch(SELECT_WAITS, run_id)
-    return [WaitRow(**dict(row)) for row in rows]
+        return await views.open_waits(pool, run_id=run_id)
 
 
 async def pending_signals(pool: Pool, run_id: str, limit: int = 50) -> list[dict[str, Any]]:
     with map_errors():
-        rows = await pool.fetch(SELECT_SIGNALS, run_id, limit)
-    return [dict(row) for row in rows]
+        return await views.buffered_signals(pool, run_id=run_id, limit=limit)
 
 
 async def run_trace_id(pool: Pool, run_id: str) -> str | None:
     """The W3C trace id the run was started under, if tracing was on."""
     with map_errors():
-        trace = await pool.fetchval(SELECT_RUN_TRACE, run_id)
+        trace = await views.run_trace(pool, run_id=run_id)
     parts = str(trace.get("traceparent", "")).split("-") if isinstance(trace, dict) else []
     return parts[1] if len(parts) > 2 else None
 
@@ -476,8 +373,7 @@ async def schedule_runs(
 ) -> list[dict[str, Any]]:
     """The newest `limit` runs a workflow schedule started (by tick or trigger)."""
     with map_errors():
-        rows = await pool.fetch(SELECT_SCHEDULE_RUNS, workflow, f"schedule:{schedule}:", limit)
-    return [dict(row) for row in rows]
+        return await views.schedule_runs(pool, workflow=workflow, schedule=schedule, limit=limit)
 
 
 def is_uuid(value: str) -> bool:
@@ -492,7 +388,9 @@ async def stranded_sample(pool: Pool, live_seconds: float) -> list[StrandedGauge
     """Stranded runs among the STRANDED_PER_WORKFLOW active runs due soonest of each of the
     first STRANDED_WORKFLOWS workflows (by name) with active runs."""
     with map_errors():
-        rows = await pool.fetch(
-            SELECT_STRANDED_SAMPLE, live_seconds, STRANDED_PER_WORKFLOW, STRANDED_WORKFLOWS
+        return await views.stranded_sample(
+            pool,
+            live_seconds=live_seconds,
+            per_workflow=STRANDED_PER_WORKFLOW,
+            workflows=STRANDED_WORKFLOWS,
         )
-    return [StrandedGauge.from_row(row) for row in rows]

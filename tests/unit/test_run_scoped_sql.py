@@ -18,7 +18,13 @@ from typing import Final
 import pytest
 
 STORES: Final = (
-    "ripple.workflows.store",
+    "ripple.workflows.store.runs",
+    "ripple.workflows.store.journal",
+    "ripple.workflows.store.waits",
+    "ripple.workflows.store.claim",
+    "ripple.workflows.store.operations",
+    "ripple.workflows.store.upkeep",
+    "ripple.workflows.store.views",
     "ripple.platform.event_store",
     "ripple.platform.queue_store",
     "ripple.platform.subscription_store",
@@ -43,26 +49,25 @@ KEYED: Final = (
 #: runs on every shard and the caller merges (or, for reference data, on the coordinator).
 CROSS_RUN: Final = {
     # Claims: any due run of the worker's workflows, wherever it lives.
-    "ripple.workflows.store.CLAIM_RUNS": "claim",
-    "ripple.workflows.store.NEXT_DUE": "claim: when the next run becomes due",
+    "ripple.workflows.store.claim._CLAIM_RUNS": "claim",
+    "ripple.workflows.store.claim._NEXT_DUE": "claim: when the next run becomes due",
     # Listings and counts for operators and the dashboard (fan-out + merge by created order).
-    "ripple.workflows.store.LIST_RUNS": "listing",
-    "ripple.workflows.store.COUNT_RUN_FILTER": "bulk operations: count matching runs",
-    "ripple.workflows.store.SELECT_RUN_BATCH": "bulk operations: a page of matching runs",
-    "ripple.platform.ui.store.SELECT_RECENT_RUNS": "dashboard sparkline",
-    "ripple.platform.ui.store.SELECT_STRANDED_SAMPLE": "dashboard: runs no worker serves",
-    "ripple.platform.ui.store.SELECT_RUN_ID": "dashboard: run of an event delivery, by key",
-    "ripple.platform.observability_store.SELECT_STRANDED_RUNS": "gauge over all runs",
+    "ripple.workflows.store.runs._LIST_RUNS": "listing",
+    "ripple.workflows.store.operations._COUNT_RUN_FILTER": "bulk operations: count matching runs",
+    "ripple.workflows.store.operations._SELECT_RUN_BATCH": "bulk operations: a page of runs",
+    "ripple.workflows.store.upkeep._COUNT_RUNS_BY_WORKFLOW": "run counts by workflow and status",
+    "ripple.workflows.store.views._SELECT_RECENT_RUNS": "dashboard sparkline",
+    "ripple.workflows.store.views._SELECT_STRANDED_SAMPLE": "dashboard: runs no worker serves",
+    "ripple.workflows.store.upkeep._SELECT_STRANDED_RUNS": "gauge over all runs",
     # Publish: whether each inserted event's topic has event waits at all (the probe that
     # decides whether wait resolution runs), in the event insert.
     "ripple.platform.event_store.INSERT_EVENTS": "publish: topics with waits",
     # Retention sweeps delete expired runs of every shard in bounded batches.
-    "ripple.platform.sweeper_store.DELETE_EXPIRED_RUNS": "sweep",
-    "ripple.platform.sweeper_store.SET_HOLD": "sweep",
+    "ripple.workflows.store.upkeep._DELETE_EXPIRED_RUNS": "sweep",
     # Idempotency keys look a run up by (workflow, key), not by id: a unique index that a
     # sharded deployment keeps on the coordinator (or hashes by the key).
-    "ripple.workflows.store.SELECT_RUN_BY_KEY": "idempotency key lookup",
-    "ripple.workflows.store.SELECT_CHILD_BY_KEY": "child run by its idempotency key",
+    "ripple.workflows.store.runs._SELECT_RUN_BY_KEY": "idempotency key lookup",
+    "ripple.workflows.store.runs._SELECT_CHILD_BY_KEY": "child run by its idempotency key",
 }
 
 
@@ -81,8 +86,8 @@ STATEMENTS: Final = _statements()
 
 def test_run_scoped_sql__the_scan_finds_the_run_statements() -> None:
     names = {name for name, _ in STATEMENTS}
-    assert "ripple.workflows.store.CLAIM_RUNS" in names
-    assert "ripple.workflows.store.SELECT_STEPS" in names
+    assert "ripple.workflows.store.claim._CLAIM_RUNS" in names
+    assert "ripple.workflows.store.journal._SELECT_STEPS" in names
     assert len(names) > 40
 
 

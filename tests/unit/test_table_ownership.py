@@ -28,7 +28,7 @@ OWNERS: dict[str, str] = {
     "ripple_webhook_attempts": "subscribers/delivery_store.py",
     "ripple_webhook_health": "subscribers/delivery_store.py",
     **{
-        table: "workflows/store.py"
+        table: "workflows/store/"
         for table in (
             "ripple_runs",
             "ripple_steps",
@@ -43,46 +43,36 @@ OWNERS: dict[str, str] = {
     },
 }
 
+# An owner ending in "/" is a package: each of its modules may name the table.
+
 # Uses by a module that does not own the table, each with the reason it stays for now. Shrink
 # this list; never grow it without a reason a reviewer accepts.
 ALLOWED: dict[str, set[str]] = {
-    # Retention deletes expired rows of every table in one sweep; the foundation may not import
-    # the workflow store. Next: a retention port each owner implements.
+    # Retention of events and webhook deliveries (the workflow tables are swept by their owner
+    # through the RunRetention port). Next: a retention port for the delivery store too.
     "platform/sweeper_store.py": {
         "ripple_events",
-        "ripple_runs",
-        "ripple_steps",
-        "ripple_waits",
-        "ripple_signals",
-        "ripple_signal_keys",
         "ripple_webhook_deliveries",
         "ripple_webhook_attempts",
     },
-    # Read-only aggregates for the Prometheus gauges (queue depth, stranded runs, failing
-    # endpoints, live workers).
+    # Read-only aggregates for the Prometheus gauges (queue depth, failing endpoints; stranded
+    # runs come through the RunStats port).
     "platform/observability_store.py": {
-        "ripple_runs",
-        "ripple_workers",
         "ripple_queues",
         "ripple_queue_messages",
         "ripple_subscriptions",
         "ripple_webhook_health",
     },
-    # Read-only views of the dashboard (issue 17 owns this module).
+    # Read-only views of the dashboard (issue 17 owns this module; its workflow reads go
+    # through ripple.workflows.store.views).
     "platform/ui/store.py": {
-        "ripple_runs",
-        "ripple_steps",
-        "ripple_workers",
-        "ripple_waits",
-        "ripple_signals",
         "ripple_queues",
         "ripple_queue_messages",
         "ripple_webhook_deliveries",
     },
-    # Read-only run counts for GET /v1/workflows.
-    "platform/api/workflow_stats.py": {"ripple_runs"},
-    # Publish probes whether any wait listens on a topic before calling the EventWaitResolver
-    # port (which owns resolving them).
+    # Publish probes whether any wait listens on a topic in the event insert itself (one round
+    # trip per publish group, on the hot path) before calling the EventWaitResolver port
+    # (which owns resolving waits, and listing them for explain).
     "platform/event_store.py": {"ripple_waits"},
     # A backfill reads the retained events and records its progress on the subscription row.
     "platform/backfill_store.py": {"ripple_events", "ripple_subscriptions"},
@@ -106,6 +96,10 @@ def _tables_by_module() -> dict[str, set[str]]:
     return found
 
 
+def _owns(owner: str, module: str) -> bool:
+    return module.startswith(owner) if owner.endswith("/") else module == owner
+
+
 def test_table_ownership__only_owners_and_listed_readers_name_a_table() -> None:
     wrong = []
     for module, tables in _tables_by_module().items():
@@ -113,7 +107,7 @@ def test_table_ownership__only_owners_and_listed_readers_name_a_table() -> None:
             owner = OWNERS.get(table)
             if owner is None:
                 wrong.append(f"{module}: {table} has no owner in OWNERS (add it, and to the docs)")
-            elif owner != module and table not in ALLOWED.get(module, set()):
+            elif not _owns(owner, module) and table not in ALLOWED.get(module, set()):
                 wrong.append(f"{module}: names {table}, owned by {owner}; go through the owner")
     assert not wrong, "\n".join(wrong)
 

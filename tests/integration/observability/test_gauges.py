@@ -16,6 +16,7 @@ from ripple.platform.observability import (
     metrics_exposition,
     serve_metrics,
 )
+from ripple.workflows.store import RunUpkeep
 
 
 def gauge(name: str, **labels: str) -> float | None:
@@ -52,7 +53,7 @@ async def test_gauges__queue_depth_and_oldest_visible_age(pool: Pool, settings: 
     await send(pool, q, age=5)
     await send(pool, q, age=9000, dead=True)  # dead letters are not depth
     await pool.execute("INSERT INTO ripple_queues (name) VALUES ($1)", idle)
-    collector = GaugeCollector(pool, settings)
+    collector = GaugeCollector(pool, settings, runs=RunUpkeep())
 
     await collector.refresh()
 
@@ -101,7 +102,7 @@ async def test_gauges__stranded_runs_by_workflow_version(pool: Pool, settings: S
     await add_run(pool, old, 1, "completed")  # terminal runs are never stranded
     await add_run(pool, dead, 1, "pending")
     await add_run(pool, gone, None, "pending")
-    collector = GaugeCollector(pool, settings)
+    collector = GaugeCollector(pool, settings, runs=RunUpkeep())
 
     await collector.refresh()
 

@@ -9,14 +9,27 @@ from typing import Any
 import asyncpg
 from prometheus_client import REGISTRY
 
-from ripple.platform import sweeper_store
 from ripple.platform.config import Settings
 from ripple.platform.db import Pool
 from ripple.platform.sweeper import Sweeper
+from ripple.workflows.store import RunUpkeep
 from tests.helpers import assert_eventually
+
+UPKEEP = RunUpkeep()
 
 DAY = 86_400.0
 ACTIVE = ("pending", "running", "sleeping", "waiting")
+
+
+async def expire(conn: Any, *, batch: int, journal_budget: int) -> tuple[dict[str, int], bool]:
+    """One retention batch of the workflow store (90 days at most, 30 by default)."""
+    return await UPKEEP.delete_expired_runs(
+        conn,
+        max_retention=90 * DAY,
+        default_retention=30 * DAY,
+        batch=batch,
+        journal_budget=journal_budget,
+    )
 
 
 async def make_run(
@@ -94,7 +107,7 @@ async def test_sweeper__deletes_expired_terminal_runs_with_their_journal(
         await make_run(pool, status="completed", age_days=10),
         await make_run(pool, status="failed", age_days=0.5, retention_days=1),
     ]
-    sweeper = Sweeper(pool, settings)
+    sweeper = Sweeper(pool, settings, runs=UPKEEP)
 
     result = await sweeper.sweep_once()
 
@@ -116,7 +129,7 @@ async def test_sweeper__active_and_held_runs_survive(pool: Pool, settings: Setti
     active = [await make_run(pool, status=status, age_days=400) for status in ACTIVE]
     held = await make_run(pool, status="completed", age_days=400, hold=True)
     released = await make_run(pool, status="failed", age_days=400)
-    sweeper = Sweeper(pool, settings)
+    sweeper = Sweeper(pool, settings, runs=UPKEEP)
     assert await sweeper.hold(released) is True
     assert await sweeper.hold("run-that-does-not-exist") is False
 
@@ -145,7 +158,7 @@ async def test_sweeper__default_and_server_maximum_bound_each_runs_retention(
     unset = await make_run(pool, status="completed", age_days=21, retention_days=None)
     young_unset = await make_run(pool, status="completed", age_days=19, retention_days=None)
 
-    result = await Sweeper(pool, clamped).sweep_once()
+    result = await Sweeper(pool, clamped, runs=UPKEEP).sweep_once()
 
     assert result["runs"] == 2
     assert not await exists(pool, too_long)
@@ -155,7 +168,7 @@ async def test_sweeper__default_and_server_maximum_bound_each_runs_retention(
 
     too_big_default = clamped.model_copy(update={"default_run_retention_days": 365.0})
     old_unset = await make_run(pool, status="completed", age_days=61, retention_days=None)
-    assert (await Sweeper(pool, too_big_default).sweep_once())["runs"] == 1
+    assert (await Sweeper(pool, too_big_default, runs=UPKEEP).sweep_once())["runs"] == 1
     assert not await exists(pool, old_unset)
     assert await exists(pool, young_unset)
 
@@ -164,11 +177,11 @@ async def test_sweeper__batches_are_bounded_and_drained(pool: Pool, settings: Se
     for _ in range(7):
         await make_run(pool, status="completed", age_days=31, steps=1)
     async with pool.acquire() as conn, conn.transaction():
-        one_batch = await sweeper_store.delete_expired_runs(conn, 90 * DAY, 3, 30 * DAY, 1000)
+        one_batch = await expire(conn, batch=3, journal_budget=1000)
     assert one_batch == ({"runs": 3, "steps": 3, "waits": 3, "signals": 3}, True)
 
     small = settings.model_copy(update={"sweep_batch_size": 3})
-    result = await Sweeper(pool, small).sweep_once()
+    result = await Sweeper(pool, small, runs=UPKEEP).sweep_once()
 
     assert result["runs"] == 4
     assert await pool.fetchval("SELECT count(*) FROM ripple_runs") == 0
@@ -179,10 +192,10 @@ async def test_sweeper__a_batch_of_long_runs_is_cut_by_the_journal_budget(pool: 
     await pool.execute("UPDATE ripple_runs SET step_count = 4")
 
     async with pool.acquire() as conn, conn.transaction():
-        counts, more = await sweeper_store.delete_expired_runs(conn, 90 * DAY, 10, 30 * DAY, 9)
+        counts, more = await expire(conn, batch=10, journal_budget=9)
     assert (counts["runs"], counts["steps"], more) == (2, 8, True)  # 4 + 4 fit in 9, 12 not
     async with pool.acquire() as conn, conn.transaction():
-        counts, more = await sweeper_store.delete_expired_runs(conn, 90 * DAY, 10, 30 * DAY, 1)
+        counts, more = await expire(conn, batch=10, journal_budget=1)
     assert (counts["runs"], counts["steps"], more) == (1, 4, False)  # at least one run
     assert not [r for r in long_runs if await exists(pool, r)]
 
@@ -198,7 +211,7 @@ async def test_sweeper__skips_rows_locked_by_others(
         await tx.start()
         await other.execute("SELECT 1 FROM ripple_runs WHERE run_id = $1 FOR UPDATE", busy)
 
-        result = await asyncio.wait_for(Sweeper(pool, settings).sweep_once(), 10)
+        result = await asyncio.wait_for(Sweeper(pool, settings, runs=UPKEEP).sweep_once(), 10)
 
         assert result["runs"] == 1
         assert not await exists(pool, free)
@@ -206,7 +219,7 @@ async def test_sweeper__skips_rows_locked_by_others(
         await tx.rollback()
     finally:
         await other.close()
-    assert (await Sweeper(pool, settings).sweep_once())["runs"] == 1
+    assert (await Sweeper(pool, settings, runs=UPKEEP).sweep_once())["runs"] == 1
 
 
 async def insert_event(pool: Pool, age_days: float) -> str:
@@ -272,7 +285,7 @@ async def test_sweeper__deletes_old_events_and_delivery_logs(
     )
     before = deleted_total("events")
 
-    result = await Sweeper(pool, settings).sweep_once()
+    result = await Sweeper(pool, settings, runs=UPKEEP).sweep_once()
 
     assert result["events"] == 3
     assert result["webhook_deliveries"] == 2
@@ -294,7 +307,7 @@ async def test_sweeper__counts_deleted_rows_in_metrics(pool: Pool, settings: Set
     await make_run(pool, status="completed", age_days=31, steps=3)
     before = {kind: deleted_total(kind) for kind in ("runs", "steps", "waits", "signals")}
 
-    await Sweeper(pool, settings).sweep_once()
+    await Sweeper(pool, settings, runs=UPKEEP).sweep_once()
 
     after = {kind: deleted_total(kind) for kind in before}
     assert {k: after[k] - before[k] for k in before} == {
@@ -308,7 +321,7 @@ async def test_sweeper__counts_deleted_rows_in_metrics(pool: Pool, settings: Set
 async def test_sweeper__background_loop_sweeps_until_stopped(
     pool: Pool, settings: Settings
 ) -> None:
-    sweeper = Sweeper(pool, settings.model_copy(update={"sweep_interval": 0.05}))
+    sweeper = Sweeper(pool, settings.model_copy(update={"sweep_interval": 0.05}), runs=UPKEEP)
     task = asyncio.create_task(sweeper.run())
     try:
         run_id = await make_run(pool, status="completed", age_days=31)
@@ -323,7 +336,7 @@ async def test_sweeper__background_loop_sweeps_until_stopped(
 
 
 async def test_sweeper__stop_before_run_is_not_lost(pool: Pool, settings: Settings) -> None:
-    sweeper = Sweeper(pool, settings.model_copy(update={"sweep_interval": 3600}))
+    sweeper = Sweeper(pool, settings.model_copy(update={"sweep_interval": 3600}), runs=UPKEEP)
     sweeper.stop()
     await asyncio.wait_for(sweeper.run(), 5)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from ripple.platform import sweeper_store
 from ripple.platform.db import Pool
+from ripple.workflows.store import upkeep
 
 DAY = 86_400.0
 
@@ -54,9 +55,7 @@ async def test_sweeper_plans__runs_events_and_deliveries_use_indexes(pool: Pool)
     )
     await pool.execute("ANALYZE ripple_runs, ripple_events, ripple_webhook_deliveries")
 
-    runs = await plan_nodes(
-        pool, sweeper_store.DELETE_EXPIRED_RUNS, 90 * DAY, 500, 30 * DAY, 10_000
-    )
+    runs = await plan_nodes(pool, upkeep._DELETE_EXPIRED_RUNS, 90 * DAY, 500, 30 * DAY, 10_000)
     assert "Seq Scan" not in scans(runs, "ripple_runs"), runs
     assert any(n.get("Index Name") == "ripple_runs_terminal" for n in runs), runs
 

@@ -190,20 +190,20 @@ async def test_cancel__takes_a_child_started_while_it_waited_for_the_parent(app:
         starting = conn.transaction()
         await starting.start()
         entry = {"key": "k", "seq": 0, "kind": "child", "status": "pending", "attempts": 1}
-        assert await conn.fetchval(store.FLUSH_RUN, parent_id, 1, 30.0, 1, [entry]) == parent_id
-        await conn.fetchval(
-            store.INSERT_RUN,
-            child_id,
-            "child",
-            1,
-            1,
-            f"{parent_id}:k",
-            None,
-            None,
-            None,
-            parent_id,
-            "k",
-            0,
+        assert await store.flush_run(
+            conn, run_id=parent_id, epoch=1, lease=30.0, step_count=1, entries=[entry]
+        )
+        assert await store.insert_child_run(
+            conn,
+            run_id=child_id,
+            workflow="child",
+            version=1,
+            input=1,
+            idempotency_key=f"{parent_id}:k",
+            trace=None,
+            parent_run_id=parent_id,
+            parent_step_key="k",
+            parent_step_seq=0,
         )
         cancel = asyncio.create_task(app.workflows.cancel(parent_id))
         await assert_eventually(lambda: _waiting_on_a_lock(app))
@@ -258,11 +258,11 @@ async def test_child_finish_and_cancel_take_locks_parent_first(app: App) -> None
     async with app.pool.acquire() as conn:
         canceling = conn.transaction()
         await canceling.start()
-        await conn.fetchval(store.LOCK_RUN, parent_id)
+        await store.lock_run(conn, run_id=parent_id)
         finishing = asyncio.create_task(writer.finish([], 1, "completed", 42, None))
         await assert_eventually(lambda: _waiting_on_a_lock(app))
-        rows = await conn.fetch(store.CANCEL_TREE, parent_id, error)
+        rows = await store.cancel_tree(conn, run_id=parent_id, error=error)
         await canceling.commit()
-    assert {row["run_id"] for row in rows} == {parent_id, child_id}
+    assert {row.run_id for row in rows} == {parent_id, child_id}
     with pytest.raises(LeaseLost):
         await finishing

@@ -204,8 +204,10 @@ async def test_group_commit__completions_share_a_batch_with_flushes_and_stay_fen
     completed, failed_row = results[1], results[2]
     assert not isinstance(completed, BaseException), completed
     assert not isinstance(failed_row, BaseException), failed_row
-    assert completed["completed_at"] >= completed["created_at"]
-    assert failed_row["completed_at"] is not None
+    assert completed.created_at is not None
+    assert completed.completed_at is not None
+    assert completed.completed_at >= completed.created_at
+    assert failed_row.completed_at is not None
     assert isinstance(results[3], LeaseLost)
     assert committer.batches == 1
     rows = {

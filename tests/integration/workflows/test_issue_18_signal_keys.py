@@ -132,7 +132,7 @@ async def test_issue_18_signal_keys_expire_with_event_retention(app: App) -> Non
         "UPDATE ripple_signal_keys SET created_at = now() - interval '8 days' "
         "WHERE idempotency_key = 'old'"
     )
-    result = await Sweeper(app.pool, app.settings).sweep_once()
+    result = await Sweeper(app.pool, app.settings, runs=app.workflows.upkeep).sweep_once()
     assert result["signal_keys"] == 1
     left = await app.pool.fetch("SELECT idempotency_key FROM ripple_signal_keys")
     assert [r["idempotency_key"] for r in left] == ["new"]

@@ -13,6 +13,7 @@ import re
 import pytest
 
 from ripple.workflows import store
+from ripple.workflows.store import claim as claim_sql
 from tests.integration.workflows.conftest import App
 
 CLAIM_ARGS = ["w", 30.0, 10, ["wf"], ["wf"], [1]]
@@ -47,7 +48,7 @@ async def test_claim_and_next_due__walk_the_claim_index_with_bounded_work(
     await _fill(app)
     if analyzed:
         await app.pool.execute("ANALYZE ripple_runs")
-    for sql, args in [(store.NEXT_DUE, NEXT_DUE_ARGS), (store.CLAIM_RUNS, CLAIM_ARGS)]:
+    for sql, args in [(claim_sql._NEXT_DUE, NEXT_DUE_ARGS), (claim_sql._CLAIM_RUNS, CLAIM_ARGS)]:
         # (EXPLAIN ANALYZE executes the claim: ten runs become running, which is harmless.)
         rows = await app.pool.fetch("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, *args)
         plan = "\n".join(r[0] for r in rows)
@@ -68,12 +69,12 @@ async def test_claim__takes_the_oldest_due_runs_of_served_pairs_only(app: App) -
     )
     pairs = [("a", 1), ("b", 3), ("b", 2)]
     async with app.pool.acquire() as conn:
-        claims = await store.claim_runs(conn, "w", 30.0, 2, pairs)
+        claims = await store.claim_runs(conn, worker_id="w", lease=30.0, limit=2, pairs=pairs)
         assert [c.run_id for c in claims] == ["old-a", "old-b"]
         assert {c.run_id: c.version for c in claims} == {"old-a": 1, "old-b": 3}
-        rest = await store.claim_runs(conn, "w", 30.0, 10, pairs)
+        rest = await store.claim_runs(conn, worker_id="w", lease=30.0, limit=10, pairs=pairs)
         assert [c.run_id for c in rest] == ["new-a"]
-        due = await store.next_due(conn, pairs)
+        due = await store.next_due(conn, pairs=pairs)
     # 'later-b' is next (an hour away); the claimed runs' leases expire in 30 s.
     assert due is not None
     assert 25 < due <= 30
@@ -93,7 +94,7 @@ async def test_claim__parked_runs_are_not_rescanned(app: App) -> None:
         "FROM generate_series(1, 10) AS i"
     )
     rows = await app.pool.fetch(
-        "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + store.CLAIM_RUNS, *CLAIM_ARGS
+        "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + claim_sql._CLAIM_RUNS, *CLAIM_ARGS
     )
     plan = "\n".join(r[0] for r in rows)
     assert "Seq Scan on ripple_runs" not in plan, plan

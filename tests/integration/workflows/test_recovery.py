@@ -258,7 +258,9 @@ async def test_fencing__a_claim_lost_in_a_database_crash_does_not_share_its_epoc
     )
     pairs = [("two-steps", 1)]
     async with app.pool.acquire() as conn:
-        (lost,) = await store.claim_runs(conn, "worker-a", 30.0, 1, pairs)
+        (lost,) = await store.claim_runs(
+            conn, worker_id="worker-a", lease=30.0, limit=1, pairs=pairs
+        )
         # The crash: the claim never reached the disk.
         await conn.execute(
             "UPDATE ripple_runs SET status = $2, epoch = $3, lease_owner = $4, "
@@ -266,7 +268,9 @@ async def test_fencing__a_claim_lost_in_a_database_crash_does_not_share_its_epoc
             handle.run_id,
             *(before or {}).values(),
         )
-        (again,) = await store.claim_runs(conn, "worker-b", 30.0, 1, pairs)
+        (again,) = await store.claim_runs(
+            conn, worker_id="worker-b", lease=30.0, limit=1, pairs=pairs
+        )
     assert again.epoch != lost.epoch
     stale = PgRunWriter(
         app.pool,

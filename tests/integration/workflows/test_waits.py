@@ -14,6 +14,7 @@ from ripple.platform.errors import Conflict, NotFound
 from ripple.workflows import WorkflowContext, workflow
 from ripple.workflows import store as wf_store
 from ripple.workflows.records import RunStatus
+from ripple.workflows.store import waits as waits_sql
 from tests.helpers import assert_eventually
 from tests.integration.workflows.conftest import App
 
@@ -161,9 +162,9 @@ async def test_waits__are_found_by_index_not_by_scanning(app: App) -> None:
     )
     await app.pool.execute("ANALYZE ripple_waits")
     for sql, args in [
-        (wf_store.RESOLVE_EVENT_WAITS, ["topic.7", {"k": 7}, ["r7"]]),
-        (wf_store.LOCK_EVENT_WAIT_RUNS, ["topic.7", {"k": 7}]),
-        (wf_store.SIGNAL_RUN, ["r7", "n7", {"k": 7}]),
+        (waits_sql._RESOLVE_EVENT_WAITS, ["topic.7", {"k": 7}, ["r7"]]),
+        (waits_sql._LOCK_EVENT_WAIT_RUNS, ["topic.7", {"k": 7}]),
+        (waits_sql._SIGNAL_RUN, ["r7", "n7", {"k": 7}]),
     ]:
         rows = await app.pool.fetch("EXPLAIN " + sql, *args)
         plan = "\n".join(r[0] for r in rows)
@@ -192,24 +193,34 @@ async def test_event_wait__registered_while_a_publish_resolves_is_not_lost(app: 
             run_id,
         )
     pending = {"key": "w", "seq": 0, "kind": "wait", "status": "pending", "attempts": 1}
-    await app.pool.execute(wf_store.FLUSH_RUN, "q", 1, 30.0, 1, [pending])
-    await app.pool.execute(wf_store.INSERT_WAIT, "q", "w", 0, "w", "order.paid", None, None)
+    await _fence(app.pool, "q", [pending])
+    await _wait_on(app.pool, "q", "order.paid")
     async with transaction(app.pool) as publisher:
-        locked = await publisher.fetch(wf_store.LOCK_EVENT_WAIT_RUNS, "order.paid", {"id": 1})
-        assert [row["run_id"] for row in locked] == ["q"]
+        locked = await wf_store.lock_event_wait_runs(
+            publisher, event="order.paid", payload={"id": 1}
+        )
+        assert locked == ["q"]
         # run r registers its wait now (its own transaction commits)
         async with transaction(app.pool) as run_r:
-            await run_r.fetchval(wf_store.FLUSH_RUN, "r", 1, 30.0, 1, [pending])
-            await run_r.execute(wf_store.INSERT_WAIT, "r", "w", 0, "w", "order.paid", None, None)
+            await _fence(run_r, "r", [pending])
+            await _wait_on(run_r, "r", "order.paid")
         # ... and the publisher's second statement (as resolve_event_waits runs it) resolves
-        resolved = await publisher.fetchval(
-            wf_store.RESOLVE_EVENT_WAITS, "order.paid", {"id": 1}, ["q"]
+        resolved = await wf_store.resolve_event_waits(
+            publisher, event="order.paid", payload={"id": 1}, run_ids=["q"]
         )
         assert resolved == 1
     # run r suspends on its wait
     async with transaction(app.pool) as run_r:
-        await run_r.fetchval(wf_store.FLUSH_RUN, "r", 1, 30.0, 1, [])
-        await run_r.fetchval(wf_store.SUSPEND_RUN, "r", 1, "waiting", INFINITY, 1, ["w"])
+        await _fence(run_r, "r", [])
+        await wf_store.suspend_run(
+            run_r,
+            run_id="r",
+            epoch=1,
+            status="waiting",
+            wake_at=INFINITY,
+            step_count=1,
+            blocking_keys=["w"],
+        )
     step = await app.pool.fetchval(
         "SELECT status FROM ripple_steps WHERE run_id = 'r' AND key = 'w'"
     )
@@ -218,3 +229,23 @@ async def test_event_wait__registered_while_a_publish_resolves_is_not_lost(app: 
     )
     assert not (step == "completed" and parked_forever)
     assert step == "pending"  # still waiting for the next order.paid
+
+
+async def _fence(conn: Any, run_id: str, entries: list[dict[str, Any]]) -> None:
+    """Fence run `run_id` (epoch 1) and journal `entries`, as its worker would."""
+    assert await wf_store.flush_run(
+        conn, run_id=run_id, epoch=1, lease=30.0, step_count=1, entries=entries
+    )
+
+
+async def _wait_on(conn: Any, run_id: str, event: str) -> None:
+    await wf_store.insert_wait(
+        conn,
+        run_id=run_id,
+        step_key="w",
+        step_seq=0,
+        name="w",
+        event=event,
+        match=None,
+        expires_at=None,
+    )

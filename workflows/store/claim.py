@@ -1,0 +1,326 @@
+"""Claiming runs under flow control (concurrency slots, throttle windows), when the next run
+is due, the stored flow-control options, and the worker registry. SQL private to this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from ripple.workflows.store._types import Executor
+
+__all__ = [
+    "ClaimedRun",
+    "claim_runs",
+    "delete_worker",
+    "heartbeat_worker",
+    "next_due",
+    "register_worker",
+    "sync_flow_controls",
+]
+
+# A workflow's flow-control options as its definition declares them (see workflows/flow.py
+# flow_control_row). $1 workflow, $2 concurrency limit, $3 its key path text[], $4 throttle
+# limit, $5 period seconds, $6 key path, $7 debounce period, $8 max wait, $9 key path
+_UPSERT_FLOW_CONTROL: Final = """
+INSERT INTO ripple_flow_controls AS f (workflow, concurrency_limit, concurrency_key,
+    throttle_limit, throttle_period, throttle_key, debounce_period, debounce_max_wait,
+    debounce_key)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (workflow) DO UPDATE
+SET concurrency_limit = excluded.concurrency_limit, concurrency_key = excluded.concurrency_key,
+    throttle_limit = excluded.throttle_limit, throttle_period = excluded.throttle_period,
+    throttle_key = excluded.throttle_key, debounce_period = excluded.debounce_period,
+    debounce_max_wait = excluded.debounce_max_wait, debounce_key = excluded.debounce_key,
+    updated_at = now()
+WHERE (f.concurrency_limit, f.concurrency_key, f.throttle_limit, f.throttle_period,
+       f.throttle_key, f.debounce_period, f.debounce_max_wait, f.debounce_key)
+      IS DISTINCT FROM
+      (excluded.concurrency_limit, excluded.concurrency_key, excluded.throttle_limit,
+       excluded.throttle_period, excluded.throttle_key, excluded.debounce_period,
+       excluded.debounce_max_wait, excluded.debounce_key)
+"""
+
+# $1 workflow names text[]: they declare no flow control (any more).
+_DELETE_FLOW_CONTROLS: Final = "DELETE FROM ripple_flow_controls WHERE workflow = ANY($1::text[])"
+
+# Claim due runs of the registered (workflow, version) pairs. A claim of a run that was
+# `running` under another owner (its lease expired: the worker died or stalled) counts one
+# recovery, the crash budget the engine checks (apart from any step's attempts).
+# $1 worker_id, $2 lease seconds, $3 limit, $4 distinct workflow names text[],
+# $5 names text[], $6 versions int[] (parallel arrays: the pairs this worker serves).
+# due: per served workflow, its due active runs in availability order from ripple_runs_claim
+# (stopping after $3), skipping rows other claimers hold; urgent: the same from
+# ripple_runs_priority for pending runs with priority > 0; c: the $3 first of both, by
+# priority then availability (FIFO within a priority).
+# A run with NULL version is pinned to the newest version this worker serves for its name.
+# The new epoch is higher than the last by a random amount (1 to 2^32), not by one: workers
+# commit claims asynchronously, and a claim lost in a Postgres crash must not hand its epoch to
+# the next claimer (see Worker); random, so it holds whatever the clocks do.
+# Flow control (migration 0011), for pending runs with keys only (the rest pass untouched):
+# t_*: a first start of a throttled run needs a start in its key's sliding window; the window
+# row is upserted (ON CONFLICT locks it and sees its latest value, so concurrent claimers never
+# grant more than the limit); runs over it are parked until the window has room for them, in
+# order. k_*: then a pending run of a concurrency key needs a slot, granted the same way from
+# ripple_concurrency_slots; runs over the limit are parked (available_at infinity) until a
+# slot is freed (the trigger of migration 0011 wakes the next one). Rows are locked in key order.
+_CLAIM_RUNS: Final = """
+WITH due AS (
+    SELECT x.*
+    FROM unnest($4::text[]) AS n(workflow)
+    CROSS JOIN LATERAL (
+        SELECT r.run_id, r.workflow, r.status AS prev_status, r.lease_owner AS prev_owner,
+               r.started_at IS NULL AS fresh, r.available_at, r.priority, r.concurrency_key,
+               r.concurrency_limit, r.throttle_key, r.throttle_limit, r.throttle_period
+        FROM ripple_runs r
+        WHERE r.workflow = n.workflow
+          AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
+          AND r.available_at <= now()
+          AND (r.version IS NULL OR (r.workflow, r.version) IN
+               (SELECT p.w, p.v FROM unnest($5::text[], $6::int[]) AS p(w, v)))
+        ORDER BY r.available_at
+        LIMIT $3
+        FOR UPDATE OF r SKIP LOCKED
+    ) AS x
+), urgent AS (
+    SELECT x.*
+    FROM unnest($4::text[]) AS n(workflow)
+    CROSS JOIN LATERAL (
+        SELECT r.run_id, r.workflow, r.status AS prev_status, r.lease_owner AS prev_owner,
+               r.started_at IS NULL AS fresh, r.available_at, r.priority, r.concurrency_key,
+               r.concurrency_limit, r.throttle_key, r.throttle_limit, r.throttle_period
+        FROM ripple_runs r
+        WHERE r.workflow = n.workflow
+          AND r.status = 'pending' AND r.priority > 0 AND r.available_at < 'infinity'
+          AND r.available_at <= now()
+          AND (r.version IS NULL OR (r.workflow, r.version) IN
+               (SELECT p.w, p.v FROM unnest($5::text[], $6::int[]) AS p(w, v)))
+        ORDER BY r.priority DESC, r.available_at
+        LIMIT $3
+        FOR UPDATE OF r SKIP LOCKED
+    ) AS x
+), c AS (
+    SELECT u.* FROM (SELECT * FROM due UNION SELECT * FROM urgent) AS u
+    ORDER BY u.priority DESC, u.available_at, u.run_id
+    LIMIT $3
+), t_rank AS (
+    SELECT c.run_id, c.workflow, c.throttle_key AS key,
+           row_number() OVER (PARTITION BY c.workflow, c.throttle_key
+                              ORDER BY c.priority DESC, c.available_at, c.run_id) AS rk
+    FROM c WHERE c.throttle_key IS NOT NULL AND c.fresh AND c.prev_status = 'pending'
+), t_slots AS (
+    INSERT INTO ripple_throttle_windows AS w (workflow, key, starts, lim, period, granted)
+    SELECT c.workflow, c.throttle_key,
+           array_fill(now(), ARRAY[least(count(*), max(c.throttle_limit))::int]),
+           max(c.throttle_limit), max(c.throttle_period), least(count(*), max(c.throttle_limit))
+    FROM c WHERE c.throttle_key IS NOT NULL AND c.fresh AND c.prev_status = 'pending'
+    GROUP BY c.workflow, c.throttle_key
+    ORDER BY c.workflow, c.throttle_key
+    ON CONFLICT (workflow, key) DO UPDATE
+    SET granted = greatest(0, least(excluded.granted, excluded.lim - (
+            SELECT count(*) FROM unnest(w.starts) AS s(t)
+            WHERE s.t > now() - excluded.period * interval '1 second'))),
+        starts = ARRAY(
+            SELECT s.t FROM unnest(w.starts) AS s(t)
+            WHERE s.t > now() - excluded.period * interval '1 second' ORDER BY s.t
+        ) || array_fill(now(), ARRAY[greatest(0, least(excluded.granted, excluded.lim - (
+            SELECT count(*) FROM unnest(w.starts) AS s(t)
+            WHERE s.t > now() - excluded.period * interval '1 second')))::int]),
+        lim = excluded.lim, period = excluded.period
+    RETURNING w.workflow, w.key, w.granted, w.starts, w.lim, w.period
+), c2 AS (
+    SELECT c.* FROM c
+    LEFT JOIN t_rank tr ON tr.run_id = c.run_id
+    LEFT JOIN t_slots ts ON ts.workflow = tr.workflow AND ts.key = tr.key
+    WHERE tr.run_id IS NULL OR tr.rk <= ts.granted
+), k_rank AS (
+    SELECT c2.run_id, c2.workflow, c2.concurrency_key AS key,
+           row_number() OVER (PARTITION BY c2.workflow, c2.concurrency_key
+                              ORDER BY c2.priority DESC, c2.available_at, c2.run_id) AS rk
+    FROM c2 WHERE c2.concurrency_key IS NOT NULL AND c2.prev_status = 'pending'
+), k_slots AS (
+    INSERT INTO ripple_concurrency_slots AS s (workflow, key, active, lim, granted)
+    SELECT c2.workflow, c2.concurrency_key, least(count(*), max(c2.concurrency_limit)),
+           max(c2.concurrency_limit), least(count(*), max(c2.concurrency_limit))
+    FROM c2 WHERE c2.concurrency_key IS NOT NULL AND c2.prev_status = 'pending'
+    GROUP BY c2.workflow, c2.concurrency_key
+    ORDER BY c2.workflow, c2.concurrency_key
+    ON CONFLICT (workflow, key) DO UPDATE
+    SET granted = greatest(0, least(excluded.granted, excluded.lim - s.active)),
+        active = s.active + greatest(0, least(excluded.granted, excluded.lim - s.active)),
+        lim = excluded.lim
+    RETURNING s.workflow, s.key, s.granted
+), ok AS (
+    SELECT c2.* FROM c2
+    LEFT JOIN k_rank kr ON kr.run_id = c2.run_id
+    LEFT JOIN k_slots ks ON ks.workflow = kr.workflow AND ks.key = kr.key
+    WHERE kr.run_id IS NULL OR kr.rk <= ks.granted
+), parked AS (
+    UPDATE ripple_runs r SET available_at = p.until, blocked_by = p.reason, updated_at = now()
+    FROM (
+        -- the j-th run over a full window (j from 0) fits when the window's (j mod lim)-th
+        -- start leaves it, (j div lim) periods later
+        SELECT tr.run_id, 'throttle' AS reason,
+               ts.starts[(tr.rk - ts.granted - 1) % ts.lim + 1]
+               + ((tr.rk - ts.granted - 1) / ts.lim + 1) * ts.period * interval '1 second'
+               AS until
+        FROM t_rank tr JOIN t_slots ts ON ts.workflow = tr.workflow AND ts.key = tr.key
+        WHERE tr.rk > ts.granted
+        UNION ALL
+        SELECT kr.run_id, 'concurrency', 'infinity'::timestamptz
+        FROM k_rank kr JOIN k_slots ks ON ks.workflow = kr.workflow AND ks.key = kr.key
+        WHERE kr.rk > ks.granted
+    ) AS p
+    WHERE r.run_id = p.run_id
+)
+UPDATE ripple_runs r
+SET status = 'running',
+    epoch = r.epoch + 1 + floor(random() * 4294967296)::bigint,
+    lease_owner = $1,
+    available_at = now() + $2 * interval '1 second',
+    attempt = greatest(r.attempt, 1),
+    recoveries = r.recoveries + CASE WHEN c.prev_status = 'running'
+                                          AND c.prev_owner IS NOT NULL THEN 1 ELSE 0 END,
+    started_at = coalesce(r.started_at, now()),
+    version = coalesce(r.version, (SELECT max(p.v) FROM unnest($5::text[], $6::int[]) AS p(w, v)
+                                   WHERE p.w = r.workflow)),
+    blocked_by = NULL,
+    updated_at = now()
+FROM ok AS c
+WHERE r.run_id = c.run_id
+RETURNING r.run_id, r.workflow, r.version, r.input, r.attempt, r.epoch, r.deadline, r.trace,
+          r.step_count, r.created_at, r.parent_run_id, r.recoveries, c.prev_status,
+          c.prev_owner, c.fresh, now() AS db_now, r.concurrency_key IS NOT NULL AS keyed
+"""
+
+# $1 distinct workflow names text[], $2 names text[], $3 versions int[] (the served pairs):
+# seconds until the next run this worker may claim becomes available (NULL: none; negative:
+# due but held by another claimer). One index probe per served workflow.
+_NEXT_DUE: Final = """
+SELECT extract(epoch FROM min(x.available_at) - clock_timestamp())::float8
+FROM unnest($1::text[]) AS n(workflow)
+CROSS JOIN LATERAL (
+    SELECT r.available_at FROM ripple_runs r
+    WHERE r.workflow = n.workflow
+      AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
+      AND r.available_at < 'infinity'
+      AND (r.version IS NULL OR (r.workflow, r.version) IN
+           (SELECT p.w, p.v FROM unnest($2::text[], $3::int[]) AS p(w, v)))
+    ORDER BY r.available_at
+    LIMIT 1
+) AS x
+"""
+
+# Worker registry. $1 worker_id, $2 hostname, $3 pid, $4 serves
+_REGISTER_WORKER: Final = """
+INSERT INTO ripple_workers (worker_id, hostname, pid, serves) VALUES ($1, $2, $3, $4)
+ON CONFLICT (worker_id) DO UPDATE SET serves = excluded.serves, heartbeat_at = now()
+"""
+
+# $1 worker_id
+_HEARTBEAT_WORKER: Final = "UPDATE ripple_workers SET heartbeat_at = now() WHERE worker_id = $1"
+
+# $1 worker_id
+_DELETE_WORKER: Final = "DELETE FROM ripple_workers WHERE worker_id = $1"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedRun:
+    """A run this worker just claimed, with the epoch all its writes must name."""
+
+    run_id: str
+    workflow: str
+    version: int
+    input: Any
+    attempt: int
+    epoch: int
+    deadline: datetime | None
+    trace: dict[str, str] | None
+    step_count: int
+    created_at: datetime
+    parent_run_id: str | None
+    #: claimed after its previous worker's lease expired (it died or stalled)
+    recovered: bool
+    #: how many times that has happened to this run (the crash budget's count)
+    recoveries: int
+    #: never claimed before: no journal to load
+    fresh: bool
+    db_now: datetime
+    #: holds a concurrency slot (its end frees it for a parked run of its workflow)
+    keyed: bool = False
+
+    @classmethod
+    def from_row(cls, row: Any) -> ClaimedRun:
+        return cls(
+            run_id=row["run_id"],
+            workflow=row["workflow"],
+            version=row["version"],
+            input=row["input"],
+            attempt=row["attempt"],
+            epoch=row["epoch"],
+            deadline=row["deadline"],
+            trace=row["trace"],
+            step_count=row["step_count"],
+            created_at=row["created_at"],
+            parent_run_id=row["parent_run_id"],
+            recovered=row["prev_status"] == "running" and row["prev_owner"] is not None,
+            recoveries=row["recoveries"],
+            fresh=row["fresh"],
+            db_now=row["db_now"],
+            keyed=row["keyed"],
+        )
+
+
+async def claim_runs(
+    conn: Executor,
+    *,
+    worker_id: str,
+    lease: float,
+    limit: int,
+    pairs: Sequence[tuple[str, int]],
+) -> list[ClaimedRun]:
+    """Claim up to `limit` due runs of the given (workflow, version) pairs."""
+    names = [p[0] for p in pairs]
+    versions = [p[1] for p in pairs]
+    rows = await conn.fetch(
+        _CLAIM_RUNS, worker_id, lease, limit, sorted(set(names)), names, versions
+    )
+    return [ClaimedRun.from_row(row) for row in rows]
+
+
+async def next_due(conn: Executor, *, pairs: Sequence[tuple[str, int]]) -> float | None:
+    """Seconds until the next run this worker may claim is due (None: none is scheduled)."""
+    names = [p[0] for p in pairs]
+    value: float | None = await conn.fetchval(
+        _NEXT_DUE, sorted(set(names)), names, [p[1] for p in pairs]
+    )
+    return value
+
+
+async def sync_flow_controls(
+    conn: Executor, *, rows: Sequence[tuple[str, tuple[Any, ...] | None]]
+) -> None:
+    """Store the flow-control options of workflows: `rows` are (name, options-or-None), the
+    options as `flow.flow_control_row` gives them."""
+    gone = [row[0] for row in rows if row[1] is None]
+    for name, options in rows:
+        if options is not None:
+            await conn.execute(_UPSERT_FLOW_CONTROL, name, *options)
+    if gone:
+        await conn.execute(_DELETE_FLOW_CONTROLS, gone)
+
+
+async def register_worker(
+    conn: Executor, *, worker_id: str, hostname: str, pid: int, serves: list[dict[str, Any]]
+) -> None:
+    await conn.execute(_REGISTER_WORKER, worker_id, hostname, pid, serves)
+
+
+async def heartbeat_worker(conn: Executor, *, worker_id: str) -> None:
+    await conn.execute(_HEARTBEAT_WORKER, worker_id)
+
+
+async def delete_worker(conn: Executor, *, worker_id: str) -> None:
+    await conn.execute(_DELETE_WORKER, worker_id)
