@@ -15,6 +15,7 @@ from typing import Any
 from bench.app import WORKFLOWS
 from ripple.platform.client import Client
 from ripple.platform.logs import configure_logging
+from ripple.platform.runner import ProcessRunner
 from ripple.workflows import Worker, store
 
 CLAIMS: list[float] = []
@@ -34,10 +35,14 @@ async def main(concurrency: int) -> None:
     store.claim_runs = _timed_claim_runs  # type: ignore[assignment]
     async with Client() as client:
         worker = Worker(client, WORKFLOWS, concurrency=concurrency, webhooks=False, sweeper=False)
-        task = asyncio.create_task(worker.run())
-        await asyncio.sleep(0.2)
-        print("ready", flush=True)
-        await task
+        # As `ripple worker` does: one runner (SIGTERM stops it), the GC frozen once started.
+        runner = ProcessRunner(
+            worker.services(),
+            name="worker",
+            freeze=True,
+            on_started=lambda: print("ready", flush=True),
+        )
+        await runner.run()
     print(json.dumps({"claims": CLAIMS}), flush=True)
 
 

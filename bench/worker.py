@@ -1,5 +1,5 @@
 """Benchmark worker process: `python -m bench.worker CONCURRENCY`; prints `ready`; SIGTERM stops
-(`Worker.run()` handles it)."""
+it (its `ProcessRunner` handles it)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from bench.app import WORKFLOWS
 from ripple.platform.client import Client
 from ripple.platform.logs import configure_logging
+from ripple.platform.runner import ProcessRunner
 from ripple.workflows import Worker
 
 
@@ -16,10 +17,14 @@ async def main(concurrency: int) -> None:
     configure_logging(level="warning")
     async with Client() as client:
         worker = Worker(client, WORKFLOWS, concurrency=concurrency, webhooks=False, sweeper=False)
-        task = asyncio.create_task(worker.run())
-        await asyncio.sleep(0.2)
-        print("ready", flush=True)
-        await task
+        # As `ripple worker` does: one runner (SIGTERM stops it), the GC frozen once started.
+        runner = ProcessRunner(
+            worker.services(),
+            name="worker",
+            freeze=True,
+            on_started=lambda: print("ready", flush=True),
+        )
+        await runner.run()
 
 
 if __name__ == "__main__":

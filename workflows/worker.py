@@ -1,24 +1,24 @@
 """`Worker`: claims runs of the workflows it serves and executes them, up to `concurrency` at
-once, beside the background services of its process (webhook dispatcher, sweeper).
+once, beside the background services of its process (webhook dispatcher, sweeper, scheduler).
 
 Loop: claim as many due runs as there are free slots (one statement, `FOR UPDATE SKIP
 LOCKED`), execute each inline in its own task until it completes or suspends, and sleep until
-the next run is due (computed from Postgres) or a RunReady hint arrives. A heartbeat extends
-the leases of in-flight runs (fenced by epoch); a run whose lease cannot be extended, or that
-was canceled, has its task canceled. On stop: no new claims, running steps finish within
-`shutdown_grace`, the rest are released at once.
+the next run is due (computed from Postgres) or a RunReady hint arrives. A `LeaseHeartbeat`
+extends the leases of in-flight runs (fenced by epoch) and a `CancelListener` watches for
+cancels; a run whose lease cannot be extended, or that was canceled, has its task canceled. On
+stop: no new claims, running steps finish within `shutdown_grace`, the rest are released.
+
+`run()` and `async with` run the worker's executor and the client's background services with
+one `ProcessRunner` (`services()` lists them), the same composition `ripple worker` uses.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import os
-import signal
 import socket
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -37,14 +37,17 @@ from ripple.platform.db import (
 )
 from ripple.platform.errors import RippleError
 from ripple.platform.ids import new_id
+from ripple.platform.runner import ProcessRunner
 from ripple.platform.services import BackgroundService
-from ripple.platform.wake import CH_CANCELS, CH_RUNS, Listener, NullWaker
+from ripple.platform.wake import CH_RUNS, Listener, NullWaker
 from ripple.workflows import store
 from ripple.workflows.bodies import sync_bodies_running
+from ripple.workflows.cancels import CancelListener
 from ripple.workflows.client import WorkflowClient
 from ripple.workflows.definition import WorkflowDefinition
 from ripple.workflows.engine import Outcome, RunExecution
 from ripple.workflows.errors import LeaseLost
+from ripple.workflows.heartbeat import LeaseHeartbeat
 from ripple.workflows.journal import Entry
 from ripple.workflows.writer import PgRunWriter, StepCommitter
 
@@ -71,21 +74,6 @@ class WorkerClient(Protocol):
     def background_services(self, *, webhooks: bool, sweeper: bool) -> list[BackgroundService]: ...
 
 
-_startup_frozen = False
-
-
-def _freeze_startup_objects() -> None:
-    """Take what exists when the first worker starts (modules, definitions, clients: it lives
-    as long as the process) out of the cyclic collector's view, once per process. A full
-    collection otherwise walks ~100k such objects and stalls the event loop ~20 ms, which was
-    the tail of sleep lateness in `make bench`; now it walks only what runs allocate."""
-    global _startup_frozen
-    if not _startup_frozen:
-        _startup_frozen = True
-        gc.collect()  # garbage frozen now would never be reclaimed
-        gc.freeze()
-
-
 @dataclass(slots=True, eq=False)
 class _InFlight:
     """One claim being executed: a run id may be claimed again (by this worker too) after its
@@ -95,6 +83,11 @@ class _InFlight:
     epoch: int
     task: asyncio.Task[None] | None = None
     engine: RunExecution | None = None
+
+    def renew(self, sent: float) -> None:
+        """The heartbeat extended this claim's lease (its statement was sent at `sent`)."""
+        if self.engine is not None:
+            self.engine.renew_lease(sent)
 
 
 class Worker:
@@ -142,6 +135,9 @@ class Worker:
         self._due_checked = float("-inf")
         self._listener: Listener | None = None
         self._main: asyncio.Task[None] | None = None
+        #: The runner of `run()` / `async with` while it runs (`stop()` stops its services).
+        self._runner: ProcessRunner | None = None
+        self._started = asyncio.Event()
         #: Opening the pool at start (kept referenced: it outlives a canceled run()).
         self._warming: asyncio.Task[None] | None = None
         # The claim loop's own connection. Its commits are asynchronous (not waiting for the
@@ -156,6 +152,21 @@ class Worker:
         self._pool: Pool | None = None
         #: Group commit of the step flushes of every run this worker executes.
         self.committer = StepCommitter(client.pool, lease=client.settings.lease_seconds)
+        #: Extends the leases of the runs in flight; aborts the ones it lost.
+        self.heartbeat = LeaseHeartbeat(
+            pool=lambda: self.pool,
+            worker_id=self.worker_id,
+            lease=client.settings.lease_seconds,
+            held=self._held,
+            on_lost=self._lease_lost,
+        )
+        #: Aborts the runs in flight that get canceled.
+        self.cancels = CancelListener(
+            waker=client.waker,
+            pool=lambda: self.pool,
+            running=lambda: list(self._inflight),
+            on_canceled=self._canceled,
+        )
         client.workflows.register(*workflows)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -187,7 +198,13 @@ class Worker:
             pool.terminate()
 
     def stop(self) -> None:
-        """Stop claiming; in-flight runs finish their running step, then are released."""
+        """Stop claiming, and the services run beside; in-flight runs finish their running
+        step, then are released."""
+        self._stop_claiming()
+        if self._runner is not None:
+            self._runner.stop()
+
+    def _stop_claiming(self) -> None:
         self._stopping = True
         self._kick()
 
@@ -195,34 +212,34 @@ class Worker:
         if self._listener is not None:
             self._listener.poke()
 
+    def services(self) -> list[BackgroundService]:
+        """What this worker runs in its process: its run executor, then the client's
+        background services (webhook dispatcher and sweeper as switched on, the scheduler).
+        `run()` runs them with a `ProcessRunner`; a process composing more services (the
+        CLI's, with the API) gives these to its own runner instead."""
+        services: list[BackgroundService] = [_Executor(self)]
+        services += self.client.background_services(webhooks=self._webhooks, sweeper=self._sweeper)
+        return services
+
     async def run(self) -> None:
         """Run until `stop()`, SIGTERM or SIGINT (a stop requested before the loop started is
         honoured). On stop: no new claims, running steps get `RIPPLE_SHUTDOWN_GRACE` seconds
-        to finish, and the rest are released for other workers."""
-        with self._signals_handled():
-            await self._run()
+        to finish, and the rest are released for other workers. If a service run beside
+        fails, the others are stopped and its error is raised."""
+        runner = ProcessRunner(self.services(), name="worker", handle_signals=self.handle_signals)
+        await self._run_services(runner)
 
-    @contextlib.contextmanager
-    def _signals_handled(self) -> Iterator[None]:
-        loop = asyncio.get_running_loop()
-        handled: list[signal.Signals] = []
-        if self.handle_signals and threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                    loop.add_signal_handler(sig, self._on_signal, sig)
-                    handled.append(sig)
+    async def _run_services(self, runner: ProcessRunner) -> None:
+        self._runner = runner
         try:
-            yield
+            await runner.run()
         finally:
-            for sig in handled:
-                loop.remove_signal_handler(sig)
+            if self._runner is runner:
+                self._runner = None
 
-    def _on_signal(self, sig: signal.Signals) -> None:
-        log.info("worker_signal", signal=sig.name, worker_id=self.worker_id)
-        self.stop()
-
-    async def _run(self) -> None:
-        services = self.client.background_services(webhooks=self._webhooks, sweeper=self._sweeper)
+    async def _execute_runs(self) -> None:
+        """The executor: claim and execute runs until stopped, then drain and unregister."""
+        self._started.clear()
         await self._open_pool()
         try:
             await self._register()
@@ -232,20 +249,17 @@ class Worker:
         # Its own task, shielded: canceling run() here must not leave a connection acquired.
         self._warming = asyncio.create_task(self._open_connections(), name="ripple-warm-pool")
         await asyncio.shield(self._warming)
-        _freeze_startup_objects()
         helpers = [
-            asyncio.create_task(self._heartbeat_loop(), name="ripple-worker-heartbeat"),
-            asyncio.create_task(self._cancel_loop(), name="ripple-worker-cancels"),
-            *(asyncio.create_task(s.run(), name=f"ripple-{s.name}") for s in services),
+            asyncio.create_task(self.heartbeat.run(), name="ripple-worker-heartbeat"),
+            asyncio.create_task(self.cancels.run(), name="ripple-worker-cancels"),
         ]
+        self._started.set()
         log.info("worker_started", worker_id=self.worker_id, serves=self._serves())
         try:
             await self._loop(until_idle=False)
         finally:
-            for service in services:
-                service.stop()
             await self._drain()
-            for task in helpers[:2]:
+            for task in helpers:
                 task.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
             await self._unregister()
@@ -254,7 +268,8 @@ class Worker:
             log.info("worker_stopped", worker_id=self.worker_id)
 
     async def run_until_idle(self) -> None:
-        """Execute runs until none is due and none is in flight (for tests and scripts)."""
+        """Execute runs until none is due and none is in flight (for tests and scripts; no
+        background services)."""
         self._until_idle = True
         await self._open_pool()
         try:
@@ -262,7 +277,7 @@ class Worker:
         except BaseException:
             await self._close_pool()
             raise
-        heartbeat = asyncio.create_task(self._heartbeat_loop())
+        heartbeat = asyncio.create_task(self.heartbeat.run())
         try:
             await self._loop(until_idle=True)
         finally:
@@ -277,7 +292,8 @@ class Worker:
     async def __aenter__(self) -> Self:
         self._stopping = False
         # The block's owner decides when it ends: no signal handlers of the worker's own.
-        self._main = asyncio.create_task(self._run(), name="ripple-worker")
+        runner = ProcessRunner(self.services(), name="worker", handle_signals=False)
+        self._main = asyncio.create_task(self._run_services(runner), name="ripple-worker")
         return self
 
     async def __aexit__(
@@ -288,8 +304,8 @@ class Worker:
     ) -> None:
         self.stop()
         if self._main is not None:
-            await self._main
-            self._main = None
+            main, self._main = self._main, None
+            await main
 
     def _serves(self) -> list[dict[str, Any]]:
         return [{"workflow": name, "version": version} for name, version in self._pairs]
@@ -494,48 +510,14 @@ class Worker:
             log.info("run_aborted", run_id=slot.run_id, epoch=slot.epoch, reason=reason)
             slot.task.cancel()
 
-    async def _heartbeat_loop(self) -> None:
-        interval = max(0.05, self.settings.lease_seconds / 3)
-        while True:
-            await asyncio.sleep(interval)
-            slots = list(self._inflight.values())
-            try:
-                with map_errors():
-                    async with self.pool.acquire() as conn:
-                        await store.heartbeat_worker(conn, worker_id=self.worker_id)
-                        if slots:
-                            sent = asyncio.get_running_loop().time()
-                            kept = await store.extend_leases(
-                                conn,
-                                run_ids=[s.run_id for s in slots],
-                                epochs=[s.epoch for s in slots],
-                                lease=self.settings.lease_seconds,
-                            )
-                            for slot in slots:
-                                if slot.run_id in kept and slot.engine is not None:
-                                    slot.engine.renew_lease(sent)
-                            lost = [s for s in slots if s.run_id not in kept]
-                            self._abort(lost, "lease_lost")
-            except RippleError as exc:
-                log.warning("worker_heartbeat_failed", error=str(exc))
+    def _held(self) -> list[_InFlight]:
+        return list(self._inflight.values())
 
-    async def _cancel_loop(self) -> None:
-        async with self.client.waker.listen(CH_CANCELS) as listener:
-            while True:
-                woke = await listener.wait(None)
-                if not woke or not self._inflight:
-                    continue
-                try:
-                    with map_errors():
-                        canceled = await store.canceled_among(
-                            self.pool, run_ids=list(self._inflight)
-                        )
-                except RippleError as exc:
-                    log.warning("worker_cancel_check_failed", error=str(exc))
-                    continue
-                self._abort(
-                    [s for s in list(self._inflight.values()) if s.run_id in canceled], "canceled"
-                )
+    def _lease_lost(self, slots: Sequence[_InFlight]) -> None:
+        self._abort(slots, "lease_lost")
+
+    def _canceled(self, run_ids: set[str]) -> None:
+        self._abort([s for s in list(self._inflight.values()) if s.run_id in run_ids], "canceled")
 
     async def _drain(self) -> None:
         """Let running steps finish within the grace period; release the rest at once."""
@@ -559,3 +541,22 @@ class Worker:
             # cannot be stopped and will run on until their functions return. Their results
             # are never written: the tasks that would record them are canceled.
             log.warning("worker_sync_steps_abandoned", threads=sync_bodies_running())
+
+
+class _Executor:
+    """A worker's run executor as a service of its process (see `Worker.services()`)."""
+
+    name = "workflow-executor"
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+
+    async def run(self) -> None:
+        await self._worker._execute_runs()
+
+    def stop(self) -> None:
+        self._worker._stop_claiming()
+
+    async def started(self) -> None:
+        """Returns once the worker registered and opened its connections."""
+        await self._worker._started.wait()

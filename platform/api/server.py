@@ -2,7 +2,8 @@
 
 Owns process concerns only: loading the user's app module (its `WorkflowDefinition`s and optional
 `async def setup(client)`), uvicorn without its own signal handling, and a graceful stop on
-SIGINT/SIGTERM (stop accepting, let the worker finish or release in-flight work, then return).
+SIGINT/SIGTERM (stop accepting, let the worker finish or release in-flight work, then return),
+composed by one `ProcessRunner` (platform/runner.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import contextlib
 import importlib
 import inspect
 import os
-import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -28,6 +28,8 @@ from ripple.platform.api.limits import MAX_REQUEST_HEAD_BYTES
 from ripple.platform.client import Client
 from ripple.platform.errors import ConfigError
 from ripple.platform.observability import serve_metrics
+from ripple.platform.runner import ProcessRunner
+from ripple.platform.services import BackgroundService
 from ripple.workflows.bodies import sync_bodies_running
 from ripple.workflows.definition import WorkflowDefinition
 
@@ -69,7 +71,7 @@ def load_app(path: str) -> AppModule:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn without its signal capture: `run_services` owns SIGINT/SIGTERM."""
+    """uvicorn without its signal capture: the process runner owns SIGINT/SIGTERM."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -123,7 +125,12 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 async def run_services(client: Client, services: Services) -> None:
-    """Run the API and/or a worker until SIGINT/SIGTERM, then stop them gracefully."""
+    """Run the API and/or a worker until SIGINT/SIGTERM, then stop them gracefully.
+
+    One `ProcessRunner` runs the API server and the worker's services (its executor, the
+    webhook dispatcher, the sweeper, the scheduler) side by side: a signal, or any of them
+    failing, stops them all. Once all are started it freezes the startup objects for the GC.
+    """
     from ripple.workflows.worker import Worker
 
     # Bind first: a port in use is a clear error before anything else starts.
@@ -134,23 +141,17 @@ async def run_services(client: Client, services: Services) -> None:
         if sock is not None:
             sock.close()
         raise
-    if services.app is not None:
-        # Known definitions let `start` by name validate input before anything is written.
-        client.workflows.register(*services.app.workflows)
-        if services.app.setup is not None:
-            await services.app.setup(client)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    tasks: list[asyncio.Task[Any]] = []
-    server: _Server | None = None
-    worker: Worker | None = None
     metrics_server: asyncio.Server | None = None
+    worker: Worker | None = None
     try:
+        if services.app is not None:
+            # Known definitions let `start` by name validate input before anything is written.
+            client.workflows.register(*services.app.workflows)
+            if services.app.setup is not None:
+                await services.app.setup(client)
+        parts: list[BackgroundService] = []
         if sock is not None:
-            server = _api_server(client, sock)
-            tasks.append(asyncio.create_task(server.serve(sockets=[sock]), name="ripple-api"))
+            parts.append(_ApiService(_api_server(client, sock), sock))
         if services.worker:
             workflows = services.app.workflows if services.app is not None else []
             worker = Worker(
@@ -159,30 +160,40 @@ async def run_services(client: Client, services: Services) -> None:
                 concurrency=services.concurrency,
                 webhooks=services.webhooks,
                 sweeper=services.sweeper,
-                handle_signals=False,  # this process's stop event covers both services
+                handle_signals=False,  # this process's runner handles them for every service
             )
-            tasks.append(asyncio.create_task(worker.run(), name="ripple-worker"))
+            parts += worker.services()
         metrics_server = await _start_metrics(client, services.metrics)
-        ready = asyncio.create_task(_announce(server, services.on_ready))
-        stopped = asyncio.create_task(stop.wait())
-        await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
-        ready.cancel()
-        log.info("process_stopping")
-        if server is not None:
-            server.should_exit = True
-        if worker is not None:
-            worker.stop()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        stopped.cancel()
-        _raise_failure(results)
+        runner = ProcessRunner(parts, freeze=True, on_started=services.on_ready)
+        await runner.run()
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+        if sock is not None:
+            sock.close()
         await _stop_metrics(metrics_server)
         await client.close()
-        log.info("process_stopped")
     if worker is not None and sync_bodies_running():
         _exit_abandoning_threads()
+
+
+class _ApiService:
+    """The uvicorn server as a service of the process runner."""
+
+    name = "api"
+
+    def __init__(self, server: _Server, sock: socket.socket) -> None:
+        self._server = server
+        self._sock = sock
+
+    async def run(self) -> None:
+        await self._server.serve(sockets=[self._sock])
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+
+    async def started(self) -> None:
+        # uvicorn exposes no event for "listening"; poll its flag briefly.
+        while not self._server.started:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
 
 
 def _exit_abandoning_threads() -> None:
@@ -210,18 +221,3 @@ def _api_server(client: Client, sock: socket.socket) -> _Server:
         h11_max_incomplete_event_size=MAX_REQUEST_HEAD_BYTES,
     )
     return _Server(config)
-
-
-def _raise_failure(results: list[Any]) -> None:
-    for result in results:
-        if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
-            raise result
-
-
-async def _announce(server: _Server | None, on_ready: Callable[[], None] | None) -> None:
-    if server is not None:
-        # uvicorn exposes no event for "listening"; poll its flag briefly.
-        while not server.started:  # noqa: ASYNC110
-            await asyncio.sleep(0.02)
-    if on_ready is not None:
-        on_ready()
