@@ -61,6 +61,7 @@ def __getattr__(name: str) -> Any:
         return WebhookDispatcher
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 #: Seconds a subscription waits for DNS when checking a webhook host.
 RESOLVE_TIMEOUT = 5.0
 #: Longest per-attempt timeout a target may ask for, in seconds.

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from ripple.platform.api.deps import require_token
@@ -85,11 +85,12 @@ def create_app(
     app.state.client = client
     app.state.settings = settings
 
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_token)])
+    # Each route module straight into the app (FastAPI builds a route again on every include).
+    auth = [Depends(require_token)]
     for name in V1_ROUTES:
         if routes is None or name in routes:
-            v1.include_router(importlib.import_module(f"ripple.platform.api.{name}").router)
-    app.include_router(v1)
+            router = importlib.import_module(f"ripple.platform.api.{name}").router
+            app.include_router(router, prefix="/v1", dependencies=auth)
     if routes is None:
         from ripple.platform.api import ops
         from ripple.platform.ui.routes import mount_ui

@@ -14,6 +14,8 @@ test_cli_imports.py keeps it so).
 
 from __future__ import annotations
 
+import gc
+
 from ripple.platform.cli.app import app
 
 # Importing a group module registers its commands; the order here is the order of `--help`.
@@ -28,4 +30,10 @@ __all__ = ["app", "main"]
 
 def main() -> None:
     """Console entry point."""
-    app()
+    try:
+        app()
+    finally:
+        # The process ends here. Frozen objects are left out of the interpreter's last garbage
+        # collection, which would otherwise walk every object of every imported module (about
+        # a fifth of an operator command's CPU); the OS reclaims the memory anyway.
+        gc.freeze()

@@ -47,7 +47,11 @@ def operate(
     on the database with the `/v1` route modules `routes` (names in `ripple.platform.api`).
     `writes=False` declares that the action only reads. Failures exit 1 with the message."""
     import asyncio
+    import gc
 
+    # One request, then the process exits: no cyclic garbage collection meanwhile, whose
+    # passes over the objects the imports below create would cost more than they free.
+    gc.disable()
     from ripple.platform.api.operator import ApiOperator, OperatorError
     from ripple.platform.errors import RippleError
 

@@ -102,18 +102,9 @@ def operator_command(
 
     def decorate(func: Command) -> Command:
         own = list(inspect.signature(func, eval_str=True).parameters.values())[1:]
-        shared = [
-            inspect.Parameter("api", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ApiOpt),
-            inspect.Parameter(
-                "token", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=TokenOpt
-            ),
-        ]
+        shared = [_keyword("api", None, ApiOpt), _keyword("token", None, TokenOpt)]
         if json_output:
-            shared.append(
-                inspect.Parameter(
-                    "as_json", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=JsonOpt
-                )
-            )
+            shared.append(_keyword("as_json", False, JsonOpt))
 
         @functools.wraps(func)
         def command(
@@ -133,6 +124,12 @@ def operator_command(
         return func
 
     return decorate
+
+
+def _keyword(name: str, default: object, annotation: object) -> inspect.Parameter:
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
+    )
 
 
 def time_arg(text: str | None, what: str) -> datetime | None:

@@ -129,9 +129,7 @@ def subscriptions_replay(
     start = time_arg(since, "--since")
     assert start is not None
     end = time_arg(until, "--until")
-    count = operate(
-        remote, lambda op: op.replay(subscription_id, start, end), routes=["recovery"]
-    )
+    count = operate(remote, lambda op: op.replay(subscription_id, start, end), routes=["recovery"])
     emit(
         remote.as_json,
         {"replayed": count},

@@ -55,9 +55,7 @@ def publish(
 def explain(remote: Remote, topic: TopicArg, payload: PayloadArg = None) -> None:
     """Dry run: which subscriptions and waiting runs an event would reach, and why not others."""
     value = json_arg(payload, "payload")
-    result = operate(
-        remote, lambda op: op.explain(topic, value), routes=["topics"], writes=False
-    )
+    result = operate(remote, lambda op: op.explain(topic, value), routes=["topics"], writes=False)
     if remote.as_json:
         print_json(result)
         return
