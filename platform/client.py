@@ -29,7 +29,7 @@ from ripple.platform.sweeper import Sweeper
 from ripple.platform.wake import NullWaker, create_waker
 from ripple.subscribers import QueueTarget, Target, WebhookTarget, WorkflowTarget
 from ripple.subscribers.queue import QueueKind
-from ripple.subscribers.webhook import Deliveries, WebhookDispatcher, WebhookKind
+from ripple.subscribers.webhook import Deliveries, WebhookKind
 from ripple.subscribers.workflow import WorkflowKind
 from ripple.workflows.client import Page, Run, RunHandle, SignalResult, StepRecord, WorkflowClient
 from ripple.workflows.definition import WorkflowDefinition
@@ -165,6 +165,9 @@ class Client:
 
     def background_services(self, *, webhooks: bool, sweeper: bool) -> list[BackgroundService]:
         """The loops a worker process runs beside workflows (webhook dispatcher, sweeper)."""
+        # The dispatcher loads aiohttp: only processes that run it import it.
+        from ripple.subscribers.dispatcher import WebhookDispatcher
+
         services: list[BackgroundService] = []
         if webhooks:
             services.append(WebhookDispatcher(self.pool, self.waker, self.settings))

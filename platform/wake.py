@@ -16,12 +16,15 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import redis.asyncio as aioredis
 import structlog
-from redis.asyncio.client import PubSub
-from redis.exceptions import RedisError
+
+# redis is imported by the first RedisWaker: a process without RIPPLE_REDIS_URL (a CLI command
+# that only reads) never loads it.
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+    from redis.asyncio.client import PubSub
 
 __all__ = [
     "CH_CANCELS",
@@ -274,7 +277,11 @@ class RedisWaker(NullWaker):
     """
 
     def __init__(self, url: str, *, prefix: str = "ripple:", poll_interval: float = 1.0) -> None:
+        from redis.exceptions import RedisError
+
         super().__init__(poll_interval)
+        #: What a lost or refused Redis connection raises.
+        self._failures: tuple[type[Exception], ...] = (RedisError, OSError)
         self._url = url
         self._prefix = prefix
         self._src = f"{os.getpid()}-{id(self):x}".encode()
@@ -301,6 +308,8 @@ class RedisWaker(NullWaker):
         self.connected = asyncio.Event()
 
     def _client(self) -> aioredis.Redis:
+        import redis.asyncio as aioredis
+
         return aioredis.Redis.from_url(
             self._url,
             socket_connect_timeout=1.0,
@@ -406,7 +415,7 @@ class RedisWaker(NullWaker):
                     message = await pubsub.get_message(timeout=5.0)
                     if message is not None:
                         self._receive(message)
-            except (RedisError, OSError) as exc:
+            except self._failures as exc:
                 if self.connected.is_set():
                     log.warning("wake_redis_lost", error=str(exc))
             finally:
@@ -491,7 +500,7 @@ class RedisWaker(NullWaker):
                     await pubsub.psubscribe(self._prefix + name)
                 else:
                     await pubsub.unsubscribe(self._prefix + name)
-            except (RedisError, OSError) as exc:
+            except self._failures as exc:
                 # The subscriber loop sees the broken connection and starts over.
                 log.debug("wake_control_failed", error=str(exc))
                 request.done()
@@ -511,7 +520,7 @@ class RedisWaker(NullWaker):
                         for channel in channels:
                             pipe.publish(self._prefix + channel, self._src)
                         await pipe.execute()
-                except (RedisError, OSError) as exc:
+                except self._failures as exc:
                     # Dropped on purpose: other processes fall back to their poll interval.
                     log.debug("wake_publish_failed", error=str(exc), dropped=len(batch))
                     await asyncio.sleep(0.2)

@@ -13,7 +13,7 @@ import builtins
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -26,7 +26,6 @@ from ripple.platform.ids import new_id
 from ripple.platform.wake import DeliveriesReady, SubscriptionsChanged, Waker
 from ripple.subscribers import delivery_store as store
 from ripple.subscribers.delivery_store import Attempt, Delivery, DeliveryPage, DeliveryStatus
-from ripple.subscribers.dispatcher import WebhookDispatcher
 from ripple.subscribers.signing import decode_secret, generate_secret
 from ripple.subscribers.ssrf import (
     AddressPolicy,
@@ -36,6 +35,9 @@ from ripple.subscribers.ssrf import (
     check_url,
 )
 from ripple.workflows.retry import RetryPolicy, seconds
+
+if TYPE_CHECKING:
+    from ripple.subscribers.dispatcher import WebhookDispatcher
 
 __all__ = [
     "Attempt",
@@ -48,6 +50,17 @@ __all__ = [
 ]
 
 log = structlog.get_logger("ripple.webhooks")
+
+
+def __getattr__(name: str) -> Any:
+    """`WebhookDispatcher` is re-exported here but imported on first use: it loads aiohttp,
+    which a process that sends no webhook (a CLI command, the API) does not need."""
+    if name == "WebhookDispatcher":
+        from ripple.subscribers.dispatcher import WebhookDispatcher
+
+        return WebhookDispatcher
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: Seconds a subscription waits for DNS when checking a webhook host.
 RESOLVE_TIMEOUT = 5.0

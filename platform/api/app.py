@@ -6,33 +6,34 @@ Given `Settings`, the app owns a `Client` (connected at startup, closed at shutd
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import importlib
+from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from ripple.platform.api import (
-    deliveries,
-    ops,
-    recovery,
-    runs,
-    schedules,
-    signals,
-    subscriptions,
-    topics,
-)
-from ripple.platform.api import queues as queue_routes
 from ripple.platform.api.deps import require_token
 from ripple.platform.api.limits import MAX_URI_BYTES, RequestLimits
 from ripple.platform.api.methods import AllowedMethods
 from ripple.platform.api.problems import PROBLEM_JSON, install_problem_handlers
 from ripple.platform.client import Client
 from ripple.platform.config import Settings
-from ripple.platform.ui.routes import mount_ui
 
-__all__ = ["create_app"]
+__all__ = ["V1_ROUTES", "create_app"]
+
+#: The `/v1` route modules of `ripple.platform.api`, in the order their routes are matched.
+V1_ROUTES = (
+    "recovery",
+    "runs",
+    "signals",
+    "topics",
+    "subscriptions",
+    "queues",
+    "deliveries",
+    "schedules",
+)
 
 _DESCRIPTION = """
 Ripple: publish events to topics, fan them out to queues, webhooks and durable workflows.
@@ -46,8 +47,18 @@ than 4,300 digits 400 (`bad-request`). A database that does not answer within
 """
 
 
-def create_app(client_or_settings: Client | Settings) -> FastAPI:
-    """The Ripple HTTP API as an ASGI app."""
+def create_app(
+    client_or_settings: Client | Settings, *, routes: Collection[str] | None = None
+) -> FastAPI:
+    """The Ripple HTTP API as an ASGI app.
+
+    `routes` (names from `V1_ROUTES`) serves only those `/v1` route modules, without the
+    dashboard and the operations routes: the app a CLI command builds for one request, which
+    then imports and builds only what that request needs. Auth, limits and problems are the same.
+    """
+    unknown = set(routes or ()) - set(V1_ROUTES)
+    if unknown:
+        raise ValueError(f"unknown route modules {sorted(unknown)}; choose from {V1_ROUTES}")
     if isinstance(client_or_settings, Client):
         client, owned = client_or_settings, False
     else:
@@ -74,21 +85,18 @@ def create_app(client_or_settings: Client | Settings) -> FastAPI:
     app.state.client = client
     app.state.settings = settings
 
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_token)])
-    for module in (
-        recovery,
-        runs,
-        signals,
-        topics,
-        subscriptions,
-        queue_routes,
-        deliveries,
-        schedules,
-    ):
-        v1.include_router(module.router)
-    app.include_router(v1)
-    app.include_router(ops.router)
-    mount_ui(app)
+    # Each route module straight into the app (FastAPI builds a route again on every include).
+    auth = [Depends(require_token)]
+    for name in V1_ROUTES:
+        if routes is None or name in routes:
+            router = importlib.import_module(f"ripple.platform.api.{name}").router
+            app.include_router(router, prefix="/v1", dependencies=auth)
+    if routes is None:
+        from ripple.platform.api import ops
+        from ripple.platform.ui.routes import mount_ui
+
+        app.include_router(ops.router)
+        mount_ui(app)
     install_problem_handlers(app)
     app.add_middleware(AllowedMethods, paths=lambda: app.openapi()["paths"])
     app.add_middleware(

@@ -312,7 +312,7 @@ async def list_steps(name: WorkflowName, run_id: RunIdPath, client: ClientDep) -
     return await _steps(client, name, run_id)
 
 
-# -- the same, addressed by run id alone (what the CLI uses with --api) ----------------------
+# -- the same, addressed by run id alone: a run's canonical address (docs/architecture.md) ----
 
 
 @router.get("/runs", response_model=RunPage, responses=problem_responses(422))

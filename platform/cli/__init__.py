@@ -1,0 +1,39 @@
+"""The `ripple` command: processes (`dev`, `serve`, `worker`, `migrate`) and operator commands.
+
+Operator commands always go through the REST API: a remote one with `--api URL --token T`, or by
+default the same app served inside this process on the database (`httpx.ASGITransport`), so
+each operator action has one implementation, the route (`operate.py`). They print the REST
+API's JSON shapes with `--json`. One module per command group; `app.py` holds the Typer apps,
+`options.py` the shared options, `output.py` the rendering.
+
+Only what `ripple --help` needs is imported here: every heavy module (pydantic, FastAPI,
+asyncpg, aiohttp, rich, structlog, the workflows engine) is imported by the command that uses
+it, so the CLI starts fast (bench/cli_startup.py measures it; tests/unit/platform/
+test_cli_imports.py keeps it so).
+"""
+
+from __future__ import annotations
+
+import gc
+
+from ripple.platform.cli.app import app
+
+# Importing a group module registers its commands; the order here is the order of `--help`.
+# isort: off
+from ripple.platform.cli import processes, topics, subscriptions, runs  # noqa: F401
+from ripple.platform.cli import queues, deliveries, schedules  # noqa: F401
+
+# isort: on
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    """Console entry point."""
+    try:
+        app()
+    finally:
+        # The process ends here. Frozen objects are left out of the interpreter's last garbage
+        # collection, which would otherwise walk every object of every imported module (about
+        # a fifth of an operator command's CPU); the OS reclaims the memory anyway.
+        gc.freeze()

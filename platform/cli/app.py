@@ -1,0 +1,40 @@
+"""The root `ripple` Typer app and its command groups, before any command is registered.
+
+Plain help everywhere (`rich_markup_mode=None`): typer's rich help rendering alone costs more
+than the whole startup budget.
+"""
+
+from __future__ import annotations
+
+import typer
+
+__all__ = ["app", "deliveries_app", "queues_app", "runs_app", "schedules_app", "subscriptions_app"]
+
+app = typer.Typer(
+    name="ripple",
+    help="Ripple: topics, subscriptions, queues, webhooks and durable workflows on Postgres.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+runs_app = typer.Typer(
+    help="Inspect and control workflow runs.", no_args_is_help=True, rich_markup_mode=None
+)
+subscriptions_app = typer.Typer(
+    help="List subscriptions and replay events to one.", rich_markup_mode=None
+)
+queues_app = typer.Typer(
+    help="Send, receive and inspect durable queues.", no_args_is_help=True, rich_markup_mode=None
+)
+deliveries_app = typer.Typer(
+    help="Inspect and redrive webhook deliveries.", no_args_is_help=True, rich_markup_mode=None
+)
+schedules_app = typer.Typer(
+    help="Create and operate schedules.", no_args_is_help=True, rich_markup_mode=None
+)
+app.add_typer(runs_app, name="runs")
+app.add_typer(subscriptions_app, name="subscriptions")
+app.add_typer(queues_app, name="queues")
+app.add_typer(deliveries_app, name="deliveries")
+app.add_typer(schedules_app, name="schedules")

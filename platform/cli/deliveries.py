@@ -1,0 +1,57 @@
+"""Webhook delivery commands: the `ripple deliveries` group."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ripple.platform.cli.app import deliveries_app
+from ripple.platform.cli.operate import operate
+from ripple.platform.cli.options import Remote, operator_command
+from ripple.platform.cli.output import emit, fail, print_json, table
+
+__all__ = ["deliveries_list", "deliveries_redrive"]
+
+ROUTES = ["deliveries"]
+
+
+@operator_command(deliveries_app.command("list"))
+def deliveries_list(
+    remote: Remote,
+    status: Annotated[str | None, typer.Option(help="pending, delivered, failed, …")] = None,
+    limit: Annotated[int, typer.Option(min=1)] = 20,
+    cursor: Annotated[str | None, typer.Option()] = None,
+) -> None:
+    """List webhook deliveries, newest first."""
+    page = operate(
+        remote, lambda op: op.deliveries(status, limit, cursor), routes=ROUTES, writes=False
+    )
+    if remote.as_json:
+        print_json(page)
+        return
+    rows = [
+        [
+            d.get("id"),
+            d.get("topic"),
+            d.get("status"),
+            d.get("attempts"),
+            d.get("lastStatusCode"),
+            d.get("lastError"),
+        ]
+        for d in page["items"]
+    ]
+    table("deliveries", ["id", "topic", "status", "attempts", "last code", "last error"], rows)
+
+
+@operator_command(deliveries_app.command("redrive"))
+def deliveries_redrive(
+    remote: Remote,
+    delivery_id: Annotated[str | None, typer.Argument(help="Delivery id.")] = None,
+    all_failed: Annotated[bool, typer.Option("--all-failed", help="Every failed one.")] = False,
+) -> None:
+    """Deliver a failed delivery again (or every failed one with --all-failed)."""
+    if (delivery_id is None) == (not all_failed):
+        raise fail("give a delivery id or --all-failed", 2)
+    result = operate(remote, lambda op: op.delivery_redrive(delivery_id), routes=ROUTES)
+    emit(remote.as_json, result, lambda r: f"redrove {r['redriven']} delivery(ies)")

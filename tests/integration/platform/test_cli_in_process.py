@@ -1,0 +1,63 @@
+"""`ripple` operator commands on the database: the app they serve in their own process is lean
+(what a command does not need is never imported) and still does what the command needs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+from ripple.platform.client import Client
+from ripple.platform.config import Settings
+from ripple.platform.wake import queue_channel
+from tests.helpers import assert_eventually
+
+#: What no operator command on the database needs: the webhook sender, the server, the dashboard.
+NEVER = ("aiohttp", "uvicorn", "jinja2")
+
+
+def _run(settings: Settings, *args: str) -> tuple[Any, list[str]]:
+    """Run `ripple ARGS --json` in a subprocess on `settings`' database and Redis: its JSON
+    output and which of NEVER and redis it imported."""
+    code = (
+        "import json, sys\n"
+        "from ripple.platform.cli import app\n"
+        "try:\n"
+        f"    app({[*args, '--json']!r}, standalone_mode=False)\n"
+        "finally:\n"
+        f"    loaded = [m for m in {(*NEVER, 'redis')!r} if m in sys.modules]\n"
+        "    print(json.dumps(loaded), file=sys.stderr)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RIPPLE_")}
+    env |= {
+        "RIPPLE_DATABASE_URL": str(settings.database_url),
+        "RIPPLE_REDIS_URL": str(settings.redis_url),
+        "RIPPLE_REDIS_PREFIX": settings.redis_prefix,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout), json.loads(done.stderr.splitlines()[-1])
+
+
+async def test_cli_in_process__a_read_only_command_connects_no_redis(client: Client) -> None:
+    handle = await client.start("cli-lean", {"n": 1})
+    page, loaded = await asyncio.to_thread(_run, client.settings, "runs", "list")
+    assert [r["runId"] for r in page["items"]] == [handle.run_id]
+    # RIPPLE_REDIS_URL is set, but reading sends no hint: not even redis is imported.
+    assert loaded == []
+
+
+async def test_cli_in_process__a_write_still_wakes_other_processes(client: Client) -> None:
+    async with client.waker.listen(queue_channel("cli-lean")) as listener:
+        sent, loaded = await asyncio.to_thread(
+            _run, client.settings, "queues", "send", "cli-lean", '{"n": 2}'
+        )
+        assert sent["id"]
+        assert loaded == ["redis"]
+        await assert_eventually(listener.take)
+    [message] = await client.queues.receive("cli-lean", max_messages=5)
+    assert message.body == {"n": 2}
