@@ -101,6 +101,7 @@ class ProcessRunner:
             for service in self.services
         }
         startup = asyncio.create_task(self._startup(), name="ripple-startup")
+        startup.add_done_callback(self._startup_done)
         stop_requested = asyncio.create_task(self._stop.wait())
         try:
             await asyncio.wait([stop_requested, *tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -123,6 +124,9 @@ class ProcessRunner:
             if exc is not None:
                 exc.add_note(f"raised by the {service.name} service; the others were stopped")
                 raise exc
+        failure = None if startup.cancelled() else startup.exception()
+        if failure is not None:
+            raise failure
 
     def _ended_early(self, service: BackgroundService, task: asyncio.Task[None]) -> None:
         """A service returned or failed on its own: say which, before stopping the rest."""
@@ -139,6 +143,12 @@ class ProcessRunner:
                 error=f"{type(exc).__name__}: {exc}",
                 exc_info=exc,
             )
+
+    def _startup_done(self, task: asyncio.Task[None]) -> None:
+        """A failed startup step (`started()` or `on_started`) stops every service."""
+        if not task.cancelled() and task.exception() is not None:
+            log.error("process_startup_failed", error=repr(task.exception()))
+            self.stop()
 
     async def _startup(self) -> None:
         await asyncio.gather(*(s.started() for s in self.services if isinstance(s, StartsUp)))

@@ -135,3 +135,16 @@ async def test_runner__on_started_waits_for_every_startup_and_never_runs_after_a
         await asyncio.wait_for(main, 5)
     assert never == []
     assert loop.returned
+
+
+async def test_runner__a_failing_startup_callback_stops_every_service_and_is_raised() -> None:
+    services = [Loop("a"), Loop("b")]
+
+    def broken() -> None:
+        raise ValueError("banner failed")
+
+    runner = ProcessRunner(services, handle_signals=False, on_started=broken)
+    with capture_logs() as logs, pytest.raises(ValueError, match="banner failed"):
+        await asyncio.wait_for(runner.run(), 5)
+    assert all(s.returned for s in services)
+    assert [e["event"] for e in logs].count("process_startup_failed") == 1
