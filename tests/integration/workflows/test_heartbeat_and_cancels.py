@@ -38,11 +38,17 @@ async def claim(app: App, count: int) -> list[Claim]:
     """Start `count` runs of `held` and claim them as WORKER (a 30 s lease)."""
     for _ in range(count):
         await app.workflows.start(held)
-    await app.pool.execute(
-        store.REGISTER_WORKER, WORKER, socket.gethostname(), os.getpid(), [{"workflow": "held"}]
+    await store.register_worker(
+        app.pool,
+        worker_id=WORKER,
+        hostname=socket.gethostname(),
+        pid=os.getpid(),
+        serves=[{"workflow": "held"}],
     )
     async with app.pool.acquire() as conn:
-        claims = await store.claim_runs(conn, WORKER, 30.0, count, [("held", 1)])
+        claims = await store.claim_runs(
+            conn, worker_id=WORKER, lease=30.0, limit=count, pairs=[("held", 1)]
+        )
     assert len(claims) == count
     return [Claim(c.run_id, c.epoch) for c in claims]
 
