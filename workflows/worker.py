@@ -527,7 +527,7 @@ class Worker:
                     continue
                 try:
                     with map_errors():
-                        canceled = await store.canceled_among(
+                        canceled = await store.select_canceled(
                             self.pool, run_ids=list(self._inflight)
                         )
                 except RippleError as exc:
