@@ -111,7 +111,7 @@ class GaugeCollector:
         try:
             with map_errors():
                 async with self._pool.acquire() as conn:
-                    rows = await self._runs.stranded_runs(conn, live_seconds=live)
+                    rows = await self._runs.count_stranded_runs(conn, live_seconds=live)
         except RippleError as exc:
             log.warning("gauges_refresh_failed", gauges="stranded_runs", error=exc.message)
             return

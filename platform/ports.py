@@ -58,11 +58,13 @@ class StrandedGauge:
 class RunStats(Protocol):
     """Read-only run counts for the gauges and operator views."""
 
-    async def run_counts(self, conn: Connection) -> dict[str, dict[str, int]]:
+    async def count_runs(self, conn: Connection) -> dict[str, dict[str, int]]:
         """`{workflow: {status: count}}` over every run the database holds."""
         ...
 
-    async def stranded_runs(self, conn: Connection, *, live_seconds: float) -> list[StrandedGauge]:
+    async def count_stranded_runs(
+        self, conn: Connection, *, live_seconds: float
+    ) -> list[StrandedGauge]:
         """Active runs whose workflow no live worker (heartbeat younger than `live_seconds`)
         serves at their pinned version, by (workflow, version)."""
         ...

@@ -53,7 +53,7 @@ class CancelListener:
         if not running:
             return set()
         with map_errors():
-            canceled = await store.canceled_among(self._pool(), run_ids=running)
+            canceled = await store.select_canceled(self._pool(), run_ids=running)
         if canceled:
             self._on_canceled(canceled)
         return canceled

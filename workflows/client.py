@@ -93,7 +93,7 @@ class RunHandle(Generic[OutT]):
         async with waker.listen(run_channel(self.run_id)) as listener:
             while True:
                 with map_errors():
-                    run = await store.run_outcome(self._client.pool, run_id=self.run_id)
+                    run = await store.read_run_outcome(self._client.pool, run_id=self.run_id)
                 if run is None:
                     raise NotFound(f"no run {self.run_id}")
                 status = run.status
@@ -455,12 +455,12 @@ class WorkflowClient:
     async def get_run(self, run_id: str) -> Run | None:
         """The run, or None."""
         with map_errors():
-            return await store.get_run(self.pool, run_id=run_id)
+            return await store.read_run(self.pool, run_id=run_id)
 
     async def is_active(self, run_id: str, conn: Connection | None = None) -> bool:
         """Whether the run exists and is pending, running, sleeping or waiting."""
         with map_errors():
-            row = await store.run_outcome(conn or self.pool, run_id=run_id)
+            row = await store.read_run_outcome(conn or self.pool, run_id=run_id)
         return row is not None and row.status not in TERMINAL
 
     async def list_steps(self, run_id: str) -> list[StepRecord]:
@@ -629,5 +629,5 @@ async def _claim_key(
         return None
     if await store.claim_signal_key(conn, scope=scope, key=idempotency_key):
         return None
-    result = await store.signal_key_result(conn, scope=scope, key=idempotency_key)
+    result = await store.read_signal_key_result(conn, scope=scope, key=idempotency_key)
     return result if result is not None else {}

@@ -78,7 +78,7 @@ class RunOperations:
     async def retry(self, run_id: str) -> RunHandle[Any]:
         """Resume a failed or canceled run in place; raises NotFound or Conflict."""
         async with transaction(self._client.pool) as conn:
-            row = await store.lock_for_operation(conn, run_id=run_id)
+            row = await store.lock_run_for_operation(conn, run_id=run_id)
             if row is None:
                 raise NotFound(f"no run {run_id}: check the run id")
             status = row.status
@@ -101,12 +101,12 @@ class RunOperations:
             raise InvalidInput("from_step must be a step key of the run", field="fromStep")
         new_run = new_id()
         async with transaction(self._client.pool) as conn:
-            row = await store.lock_for_operation(conn, run_id=run_id)
+            row = await store.lock_run_for_operation(conn, run_id=run_id)
             if row is None:
                 raise NotFound(f"no run {run_id}: check the run id")
-            seq = await store.step_seq(conn, run_id=run_id, key=from_step)
+            seq = await store.find_step_seq(conn, run_id=run_id, key=from_step)
             if seq is None or seq < 0:
-                keys = await store.step_keys(conn, run_id=run_id)
+                keys = await store.select_step_keys(conn, run_id=run_id)
                 raise InvalidInput(
                     f"step {from_step!r} is not in the journal of run {run_id}; its steps are: "
                     + (", ".join(keys) if keys else "(none)"),

@@ -268,7 +268,9 @@ class PgRunWriter:
         async with transaction(self.pool) as conn:
             await self._fence(conn, entries, step_count)
             await store.delete_waits_under(conn, run_id=self.run_id, prefixes=losers)
-            for child in await store.children_under(conn, run_id=self.run_id, prefixes=losers):
+            for child in await store.select_children_under(
+                conn, run_id=self.run_id, prefixes=losers
+            ):
                 # As cancel() does: repeat until no active descendant is left.
                 while more := await store.cancel_tree(conn, run_id=child, error=error):
                     canceled += more
@@ -342,7 +344,9 @@ class PgRunWriter:
     async def _existing_child(self, conn: Connection, child: ChildSpec) -> Entry:
         """The step's entry for a child that exists already: pending on it, or, if it ended,
         its result (nothing else would ever report it)."""
-        row = await store.child_by_key(conn, workflow=child.workflow, idempotency_key=child.key)
+        row = await store.find_child_by_key(
+            conn, workflow=child.workflow, idempotency_key=child.key
+        )
         assert row is not None  # the insert conflicted on this key, and runs are not deleted
         existing = {"runId": row.run_id}
         entry = replace(child.entry, attempts=1, output=existing, error=None)
@@ -372,7 +376,7 @@ class PgRunWriter:
                 if await store.time_out_step(conn, run_id=self.run_id, key=entry.key, error=error):
                     final = entry.failed(error, None, output=entry.output)
             if final is None:
-                row = await store.get_step(conn, run_id=self.run_id, key=entry.key)
+                row = await store.read_step(conn, run_id=self.run_id, key=entry.key)
                 final = Entry.from_row(row) if row is not None else entry
         return final
 

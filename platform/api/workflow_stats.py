@@ -14,4 +14,4 @@ async def workflow_counts(pool: Pool, stats: RunStats) -> dict[str, dict[str, in
     """`{workflow: {status: count}}` over every run the database holds."""
     with map_errors():
         async with pool.acquire() as conn:
-            return await stats.run_counts(conn)
+            return await stats.count_runs(conn)

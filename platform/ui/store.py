@@ -262,7 +262,7 @@ async def recent_runs(
     """One bounded read of the window's newest runs, counted by workflow, status and time."""
     width = recent.total_seconds() / buckets
     with map_errors():
-        rows = await views.recent_run_counts(
+        rows = await views.count_recent_runs(
             pool,
             lowest_run_id=uuid7_floor(since),
             cap=COUNT_CAP,
@@ -346,24 +346,24 @@ async def run_id_for(pool: Pool, workflow: str, idempotency_key: str) -> str | N
 async def run_steps(pool: Pool, run_id: str, limit: int) -> tuple[list[StepRecord], bool]:
     """The run's first `limit` journal entries in call order, and whether there are more."""
     with map_errors():
-        steps = await views.first_steps(pool, run_id=run_id, limit=limit + 1)
+        steps = await views.select_first_steps(pool, run_id=run_id, limit=limit + 1)
     return steps[:limit], len(steps) > limit
 
 
 async def pending_waits(pool: Pool, run_id: str) -> list[WaitRow]:
     with map_errors():
-        return await views.open_waits(pool, run_id=run_id)
+        return await views.select_open_waits(pool, run_id=run_id)
 
 
 async def pending_signals(pool: Pool, run_id: str, limit: int = 50) -> list[dict[str, Any]]:
     with map_errors():
-        return await views.buffered_signals(pool, run_id=run_id, limit=limit)
+        return await views.select_buffered_signals(pool, run_id=run_id, limit=limit)
 
 
 async def run_trace_id(pool: Pool, run_id: str) -> str | None:
     """The W3C trace id the run was started under, if tracing was on."""
     with map_errors():
-        trace = await views.run_trace(pool, run_id=run_id)
+        trace = await views.read_run_trace(pool, run_id=run_id)
     parts = str(trace.get("traceparent", "")).split("-") if isinstance(trace, dict) else []
     return parts[1] if len(parts) > 2 else None
 
@@ -373,7 +373,9 @@ async def schedule_runs(
 ) -> list[dict[str, Any]]:
     """The newest `limit` runs a workflow schedule started (by tick or trigger)."""
     with map_errors():
-        return await views.schedule_runs(pool, workflow=workflow, schedule=schedule, limit=limit)
+        return await views.select_schedule_runs(
+            pool, workflow=workflow, schedule=schedule, limit=limit
+        )
 
 
 def is_uuid(value: str) -> bool:
@@ -388,7 +390,7 @@ async def stranded_sample(pool: Pool, live_seconds: float) -> list[StrandedGauge
     """Stranded runs among the STRANDED_PER_WORKFLOW active runs due soonest of each of the
     first STRANDED_WORKFLOWS workflows (by name) with active runs."""
     with map_errors():
-        return await views.stranded_sample(
+        return await views.select_stranded_sample(
             pool,
             live_seconds=live_seconds,
             per_workflow=STRANDED_PER_WORKFLOW,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from ripple.workflows.store._types import Executor
+from ripple.workflows.store.rows import Executor
 
 __all__ = [
     "ClaimedRun",

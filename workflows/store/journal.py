@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, Final, NamedTuple
 
 from ripple.workflows.records import StepRecord
-from ripple.workflows.store._types import Executor
+from ripple.workflows.store.rows import Executor
 
 __all__ = [
     "FinishedRun",
@@ -23,9 +23,9 @@ __all__ = [
     "extend_leases",
     "finish_run",
     "flush_run",
-    "get_step",
     "list_steps",
     "load_journals",
+    "read_step",
     "release_run",
     "retry_run",
     "suspend_run",
@@ -319,7 +319,7 @@ async def load_journals(conn: Executor, *, run_ids: list[str]) -> dict[str, list
     return out
 
 
-async def get_step(conn: Executor, *, run_id: str, key: str) -> JournalRow | None:
+async def read_step(conn: Executor, *, run_id: str, key: str) -> JournalRow | None:
     row = await conn.fetchrow(_SELECT_STEP, run_id, key)
     return None if row is None else JournalRow.from_row(row)
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Final, NamedTuple
 
-from ripple.workflows.store._types import CanceledRun, Executor
+from ripple.workflows.store.rows import CanceledRun, Executor
 
 __all__ = [
     "OperationTarget",
@@ -16,12 +16,12 @@ __all__ = [
     "cancel_trees",
     "copy_journal",
     "count_run_filter",
+    "find_step_seq",
     "insert_fork",
-    "lock_for_operation",
+    "lock_run_for_operation",
     "retry_runs",
     "select_run_batch",
-    "step_keys",
-    "step_seq",
+    "select_step_keys",
 ]
 
 # $1 run_id: lock a run and read what retry/fork check.
@@ -149,7 +149,7 @@ class RunRef(NamedTuple):
     workflow: str
 
 
-async def lock_for_operation(conn: Executor, *, run_id: str) -> OperationTarget | None:
+async def lock_run_for_operation(conn: Executor, *, run_id: str) -> OperationTarget | None:
     row = await conn.fetchrow(_LOCK_RUN_FOR_OPERATION, run_id)
     return None if row is None else OperationTarget(row[0], row[1], row[2], row[3])
 
@@ -194,13 +194,13 @@ async def cancel_trees(conn: Executor, *, run_ids: Sequence[str]) -> list[Cancel
     return [CanceledRun.from_row(row) for row in await conn.fetch(_CANCEL_TREES, list(run_ids))]
 
 
-async def step_seq(conn: Executor, *, run_id: str, key: str) -> int | None:
+async def find_step_seq(conn: Executor, *, run_id: str, key: str) -> int | None:
     """The journal position of a step, or None."""
     seq: int | None = await conn.fetchval(_SELECT_STEP_SEQ, run_id, key)
     return seq
 
 
-async def step_keys(conn: Executor, *, run_id: str) -> list[str]:
+async def select_step_keys(conn: Executor, *, run_id: str) -> list[str]:
     """The first step keys of a run in journal order (for error messages)."""
     return [row[0] for row in await conn.fetch(_SELECT_STEP_KEYS, run_id)]
 

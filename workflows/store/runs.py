@@ -11,26 +11,26 @@ from datetime import datetime
 from typing import Any, Final, NamedTuple
 
 from ripple.workflows.records import Run
-from ripple.workflows.store._types import CanceledRun, Executor, command_count
+from ripple.workflows.store.rows import CanceledRun, Executor, command_count
 
 __all__ = [
     "ChildRun",
     "Debounced",
     "RunOutcome",
     "cancel_tree",
-    "canceled_among",
-    "child_by_key",
-    "children_under",
     "debounce_run",
     "debounce_runs",
+    "find_child_by_key",
     "find_run_by_key",
-    "get_run",
     "insert_child_run",
     "insert_run",
     "insert_runs",
     "list_runs",
     "lock_run",
-    "run_outcome",
+    "read_run",
+    "read_run_outcome",
+    "select_canceled",
+    "select_children_under",
     "start_runs",
 ]
 
@@ -399,7 +399,9 @@ async def find_run_by_key(conn: Executor, *, workflow: str, idempotency_key: str
     return None if run_id is None else str(run_id)
 
 
-async def child_by_key(conn: Executor, *, workflow: str, idempotency_key: str) -> ChildRun | None:
+async def find_child_by_key(
+    conn: Executor, *, workflow: str, idempotency_key: str
+) -> ChildRun | None:
     """An existing child run by its idempotency key."""
     row = await conn.fetchrow(_SELECT_CHILD_BY_KEY, workflow, idempotency_key)
     if row is None:
@@ -407,12 +409,12 @@ async def child_by_key(conn: Executor, *, workflow: str, idempotency_key: str) -
     return ChildRun(row["run_id"], row["status"], row["output"], row["error"])
 
 
-async def get_run(conn: Executor, *, run_id: str) -> Run | None:
+async def read_run(conn: Executor, *, run_id: str) -> Run | None:
     row = await conn.fetchrow(_SELECT_RUN, run_id)
     return None if row is None else Run.from_row(row)
 
 
-async def run_outcome(conn: Executor, *, run_id: str) -> RunOutcome | None:
+async def read_run_outcome(conn: Executor, *, run_id: str) -> RunOutcome | None:
     row = await conn.fetchrow(_SELECT_RUN_OUTCOME, run_id)
     return None if row is None else RunOutcome(row[0], row[1], row[2])
 
@@ -447,11 +449,13 @@ async def cancel_tree(conn: Executor, *, run_id: str, error: dict[str, Any]) -> 
     return [CanceledRun.from_row(row) for row in await conn.fetch(_CANCEL_TREE, run_id, error)]
 
 
-async def children_under(conn: Executor, *, run_id: str, prefixes: Sequence[str]) -> list[str]:
+async def select_children_under(
+    conn: Executor, *, run_id: str, prefixes: Sequence[str]
+) -> list[str]:
     """The active child runs started by the steps under `prefixes` (a race's losing branches)."""
     return [row[0] for row in await conn.fetch(_SELECT_CHILDREN_UNDER, run_id, list(prefixes))]
 
 
-async def canceled_among(conn: Executor, *, run_ids: Sequence[str]) -> set[str]:
+async def select_canceled(conn: Executor, *, run_ids: Sequence[str]) -> set[str]:
     """Which of these runs are canceled."""
     return {row[0] for row in await conn.fetch(_SELECT_CANCELED, list(run_ids))}

@@ -13,7 +13,7 @@ from typing import Final
 
 from ripple.platform.db import Connection
 from ripple.platform.ports import StrandedGauge
-from ripple.workflows.store._types import command_count
+from ripple.workflows.store.rows import command_count
 
 __all__ = ["RunUpkeep"]
 
@@ -133,12 +133,14 @@ class RunUpkeep:
     async def set_hold(self, conn: Connection, *, run_id: str, hold: bool) -> bool:
         return command_count(await conn.execute(_SET_HOLD, run_id, hold)) == 1
 
-    async def run_counts(self, conn: Connection) -> dict[str, dict[str, int]]:
+    async def count_runs(self, conn: Connection) -> dict[str, dict[str, int]]:
         counts: dict[str, dict[str, int]] = {}
         for row in await conn.fetch(_COUNT_RUNS_BY_WORKFLOW):
             counts.setdefault(row["workflow"], {})[row["status"]] = int(row["n"])
         return counts
 
-    async def stranded_runs(self, conn: Connection, *, live_seconds: float) -> list[StrandedGauge]:
+    async def count_stranded_runs(
+        self, conn: Connection, *, live_seconds: float
+    ) -> list[StrandedGauge]:
         rows = await conn.fetch(_SELECT_STRANDED_RUNS, live_seconds)
         return [StrandedGauge(row["workflow"], row["version"], int(row["runs"])) for row in rows]

@@ -13,18 +13,18 @@ from typing import Any, Final, NamedTuple
 
 from ripple.platform.ports import StrandedGauge
 from ripple.workflows.records import StepRecord
-from ripple.workflows.store._types import Executor
+from ripple.workflows.store.rows import Executor
 
 __all__ = [
     "RecentCount",
     "WaitRow",
-    "buffered_signals",
-    "first_steps",
-    "open_waits",
-    "recent_run_counts",
-    "run_trace",
-    "schedule_runs",
-    "stranded_sample",
+    "count_recent_runs",
+    "read_run_trace",
+    "select_buffered_signals",
+    "select_first_steps",
+    "select_open_waits",
+    "select_schedule_runs",
+    "select_stranded_sample",
 ]
 
 # $1 lowest run id (uuid7 text of the window start), $2 cap, $3 start of the recent part,
@@ -141,7 +141,7 @@ class WaitRow:
     created_at: datetime
 
 
-async def recent_run_counts(
+async def count_recent_runs(
     conn: Executor,
     *,
     lowest_run_id: str,
@@ -155,7 +155,7 @@ async def recent_run_counts(
     return [RecentCount(row[0], row[1], row[2], row[3]) for row in rows]
 
 
-async def stranded_sample(
+async def select_stranded_sample(
     conn: Executor, *, live_seconds: float, per_workflow: int, workflows: int
 ) -> list[StrandedGauge]:
     """Stranded runs among the `per_workflow` active runs due soonest of each of the first
@@ -164,26 +164,28 @@ async def stranded_sample(
     return [StrandedGauge(row["workflow"], row["version"], int(row["runs"])) for row in rows]
 
 
-async def first_steps(conn: Executor, *, run_id: str, limit: int) -> list[StepRecord]:
+async def select_first_steps(conn: Executor, *, run_id: str, limit: int) -> list[StepRecord]:
     """The run's first `limit` journal entries in call order."""
     return [StepRecord.from_row(row) for row in await conn.fetch(_SELECT_RUN_STEPS, run_id, limit)]
 
 
-async def open_waits(conn: Executor, *, run_id: str) -> list[WaitRow]:
+async def select_open_waits(conn: Executor, *, run_id: str) -> list[WaitRow]:
     return [WaitRow(**dict(row)) for row in await conn.fetch(_SELECT_WAITS, run_id)]
 
 
-async def buffered_signals(conn: Executor, *, run_id: str, limit: int) -> list[dict[str, Any]]:
+async def select_buffered_signals(
+    conn: Executor, *, run_id: str, limit: int
+) -> list[dict[str, Any]]:
     """Signals the run received and has not consumed yet (`name`, `payload`, `created_at`)."""
     return [dict(row) for row in await conn.fetch(_SELECT_SIGNALS, run_id, limit)]
 
 
-async def run_trace(conn: Executor, *, run_id: str) -> Any:
+async def read_run_trace(conn: Executor, *, run_id: str) -> Any:
     """The trace context the run was started under (None: none, or no such run)."""
     return await conn.fetchval(_SELECT_RUN_TRACE, run_id)
 
 
-async def schedule_runs(
+async def select_schedule_runs(
     conn: Executor, *, workflow: str, schedule: str, limit: int
 ) -> list[dict[str, Any]]:
     """The newest `limit` runs a workflow schedule started (`run_id`, `status`, `created_at`)."""

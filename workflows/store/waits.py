@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Final, NamedTuple
 
-from ripple.workflows.store._types import Executor
+from ripple.workflows.store.rows import Executor
 
 __all__ = [
     "BufferedSignal",
@@ -22,9 +22,9 @@ __all__ = [
     "insert_wait",
     "lock_event_wait_runs",
     "matching_wait_runs",
+    "read_signal_key_result",
     "record_signal_key",
     "resolve_event_waits",
-    "signal_key_result",
     "signal_run",
 ]
 
@@ -212,7 +212,7 @@ async def claim_signal_key(conn: Executor, *, scope: str, key: str) -> bool:
     return await conn.fetchval(_CLAIM_SIGNAL_KEY, scope, key) is not None
 
 
-async def signal_key_result(conn: Executor, *, scope: str, key: str) -> dict[str, Any] | None:
+async def read_signal_key_result(conn: Executor, *, scope: str, key: str) -> dict[str, Any] | None:
     """The first call's recorded answer for a repeated key."""
     result: dict[str, Any] | None = await conn.fetchval(_SELECT_SIGNAL_KEY, scope, key)
     return result

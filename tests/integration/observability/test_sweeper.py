@@ -7,10 +7,12 @@ import uuid
 from typing import Any
 
 import asyncpg
+import pytest
 from prometheus_client import REGISTRY
 
 from ripple.platform.config import Settings
 from ripple.platform.db import Pool
+from ripple.platform.errors import ConfigError
 from ripple.platform.sweeper import Sweeper
 from ripple.workflows.store import RunUpkeep
 from tests.helpers import assert_eventually
@@ -301,6 +303,23 @@ async def test_sweeper__deletes_old_events_and_delivery_logs(
     sql = "SELECT count(*) FROM ripple_webhook_attempts WHERE delivery_id = $1"
     assert await rows(pool, sql, new_delivered) == 2
     assert await rows(pool, sql, old_pending) == 1
+
+
+async def test_sweeper__without_run_retention_leaves_the_workflow_tables_to_their_owner(
+    pool: Pool, settings: Settings
+) -> None:
+    expired_run = await make_run(pool, status="completed", age_days=400)
+    await insert_event(pool, 8)
+    sweeper = Sweeper(pool, settings)  # no RunRetention port wired
+
+    result = await sweeper.sweep_once()
+
+    assert result["events"] == 1
+    assert result["runs"] == result["signal_keys"] == 0
+    assert await exists(pool, expired_run)
+    with pytest.raises(ConfigError, match="runs="):
+        await sweeper.hold(expired_run)
+    assert (await Sweeper(pool, settings, runs=UPKEEP).sweep_once())["runs"] == 1
 
 
 async def test_sweeper__counts_deleted_rows_in_metrics(pool: Pool, settings: Settings) -> None:
