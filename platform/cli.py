@@ -269,8 +269,6 @@ def serve(
     ] = None,
 ) -> None:
     """Run the HTTP API (tokens from RIPPLE_API_TOKENS; none = loopback only, no auth)."""
-    import asyncio
-
     from ripple.platform.errors import RippleError
     from ripple.platform.logs import configure_logging
 
@@ -278,7 +276,7 @@ def serve(
     _check_bind(host, settings)
     configure_logging(console=settings.log_console, level=settings.log_level)
 
-    from ripple.platform.api.server import Services, load_app, run_services
+    from ripple.platform.api.server import Services, load_app, run_process, run_services
     from ripple.platform.client import Client
 
     if not settings.api_tokens:
@@ -290,7 +288,7 @@ def serve(
     try:
         module = load_app(app_path) if app_path else None
         services = Services(api=(host, port), app=module, on_ready=ready)
-        asyncio.run(run_services(Client(settings=settings), services))
+        run_process(run_services(Client(settings=settings), services))
     except RippleError as exc:
         raise _fail(exc.message) from None
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from ripple.platform.api.server import _listen
+import pytest
+
+from ripple.platform.api.server import _listen, run_process
 
 
 async def test_listen__accepted_connections_have_nagle_off() -> None:
@@ -31,3 +33,12 @@ async def test_listen__accepted_connections_have_nagle_off() -> None:
     finally:
         server.close()
         await server.wait_closed()
+
+
+def test_run_process__runs_on_uvloop_where_installed() -> None:
+    uvloop = pytest.importorskip("uvloop")
+
+    async def loop_type() -> type[asyncio.AbstractEventLoop]:
+        return type(asyncio.get_running_loop())
+
+    assert issubclass(run_process(loop_type()), uvloop.Loop)
