@@ -130,8 +130,8 @@ class WebhookDispatcher:
         self._http: aiohttp.ClientSession | None = None
         self._rng = rng or random.Random()
         self._tasks: set[asyncio.Task[None]] = set()
-        #: attempts still sending (each holds a concurrency slot); an attempt gives its slot
-        #: back when its HTTP exchange ends, before its outcome is written
+        #: attempts holding a concurrency slot; a delivered attempt gives its slot back when
+        #: its HTTP exchange ends, before its outcome is written
         self._sending: dict[asyncio.Task[None], str] = {}
         #: the claim each in-flight task holds, to release it if shutdown cancels the task
         self._claims: dict[asyncio.Task[None], store.ClaimedDelivery] = {}
@@ -407,9 +407,6 @@ class WebhookDispatcher:
             if status_code is not None:
                 error = None  # the response head timed out; the status still counts
         latency_ms = (time.perf_counter() - t0) * 1000.0
-        # The exchange is over: its slot can take the next delivery while this outcome waits
-        # for its batched write (the claim's lease keeps the delivery from being claimed again).
-        self._free_slot(asyncio.current_task())
         decision = decide(
             attempt=delivery.attempt,
             status_code=status_code,
@@ -419,6 +416,12 @@ class WebhookDispatcher:
             now=datetime.now(UTC),
             rng=self._rng,
         )
+        if decision.action == "delivered":
+            # A successful exchange gives its slot to the next delivery while its outcome
+            # waits for the batched write (the claim's lease keeps this delivery from being
+            # claimed again). A failure keeps it until written: the write may disable the
+            # endpoint, and nothing more may be sent to it before that is known.
+            self._free_slot(asyncio.current_task())
         await self._record(delivery, decision, started_at, latency_ms, status_code, error, head)
 
     def _check_literal(self, url: str) -> None:
