@@ -31,8 +31,12 @@ LATENCY_SECONDS = 3.0
 
 
 @contextlib.asynccontextmanager
-async def serve(db: BenchDb, port: int) -> AsyncIterator[tuple[str, int]]:
-    """`ripple serve` on `port` against the bench database until the block ends: (url, pid)."""
+async def serve(
+    db: BenchDb, port: int, command: list[str] | None = None
+) -> AsyncIterator[tuple[str, int]]:
+    """`ripple serve` on `port` against the bench database until the block ends: (url, pid).
+
+    `command` runs instead of the `ripple` script (bench/rest_variants.py)."""
     env = {
         **os.environ,
         "RIPPLE_DATABASE_URL": db.url,
@@ -40,9 +44,9 @@ async def serve(db: BenchDb, port: int) -> AsyncIterator[tuple[str, int]]:
         "RIPPLE_REDIS_PREFIX": db.settings.redis_prefix,
         "RIPPLE_LOG_LEVEL": "warning",
     }
-    ripple = str(Path(sys.executable).with_name("ripple"))
+    ripple = command or [str(Path(sys.executable).with_name("ripple"))]
     proc = await asyncio.create_subprocess_exec(
-        ripple,
+        *ripple,
         "serve",
         "--port",
         str(port),

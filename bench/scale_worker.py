@@ -6,7 +6,6 @@ statement it ran (`store.claim_runs`, wrapped here; the worker calls it through 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import time
@@ -15,7 +14,7 @@ from typing import Any
 from bench.app import WORKFLOWS
 from ripple.platform.client import Client
 from ripple.platform.logs import configure_logging
-from ripple.platform.runner import ProcessRunner
+from ripple.platform.runner import ProcessRunner, run_process
 from ripple.workflows import Worker, store
 
 CLAIMS: list[float] = []
@@ -47,4 +46,4 @@ async def main(concurrency: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 100))
+    run_process(main(int(sys.argv[1]) if len(sys.argv) > 1 else 100))

@@ -3,13 +3,12 @@ it (its `ProcessRunner` handles it)."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
 from bench.app import WORKFLOWS
 from ripple.platform.client import Client
 from ripple.platform.logs import configure_logging
-from ripple.platform.runner import ProcessRunner
+from ripple.platform.runner import ProcessRunner, run_process
 from ripple.workflows import Worker
 
 
@@ -28,4 +27,5 @@ async def main(concurrency: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 100))
+    # As `ripple worker` does: the process's event loop through run_process (uvloop).
+    run_process(main(int(sys.argv[1]) if len(sys.argv) > 1 else 100))

@@ -155,6 +155,12 @@ class Queues:
         ):
             if value is not None and (not isinstance(value, str) or not 1 <= len(value) <= 256):
                 raise InvalidInput(f"{name} must be a string of 1-256 characters", field=name)
+            if value is not None and "\x00" in value:
+                raise InvalidInput(
+                    f"{name} contains the NUL character (U+0000), which Postgres cannot store; "
+                    "remove it",
+                    field=name,
+                )
         batch.bodies.append(body)
         batch.headers.append(header_text)
         batch.groups.append(message.group_id)

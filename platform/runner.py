@@ -15,18 +15,38 @@ import contextlib
 import gc
 import signal
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import structlog
 
 from ripple.platform.services import BackgroundService
 
-__all__ = ["ProcessRunner", "StartsUp", "freeze_startup_objects"]
+__all__ = ["ProcessRunner", "StartsUp", "freeze_startup_objects", "run_process"]
 
 log = structlog.get_logger("ripple.process")
 
 _frozen = False
+
+T = TypeVar("T")
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop where it is installed (not on Windows), else asyncio's default."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def run_process(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)` on uvloop when it is installed: a process entry point's event loop
+    (`ripple serve`, `ripple worker`, `ripple dev`). uvloop's transports, timers and callbacks
+    are C: less CPU per request and per hop than asyncio's selector loop (measured in
+    docs/architecture.md)."""
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        return runner.run(main)
 
 
 def freeze_startup_objects() -> None:

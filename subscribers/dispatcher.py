@@ -130,6 +130,9 @@ class WebhookDispatcher:
         self._http: aiohttp.ClientSession | None = None
         self._rng = rng or random.Random()
         self._tasks: set[asyncio.Task[None]] = set()
+        #: attempts holding a concurrency slot; a delivered attempt gives its slot back when
+        #: its HTTP exchange ends, before its outcome is written
+        self._sending: dict[asyncio.Task[None], str] = {}
         #: the claim each in-flight task holds, to release it if shutdown cancels the task
         self._claims: dict[asyncio.Task[None], store.ClaimedDelivery] = {}
         self._in_flight: dict[str, int] = {}
@@ -178,16 +181,21 @@ class WebhookDispatcher:
                 # Attempts that end while the claim runs free slots the claim did not see,
                 # so "idle" needs an empty claim that started with nothing in flight.
                 busy = bool(self._tasks)
+                self._slot_freed.clear()
                 claimed = await self._claim_round(raise_errors=True)
                 made += claimed
                 if claimed:
                     continue
                 if self._tasks:
-                    await asyncio.wait(
-                        set(self._tasks),
-                        timeout=REFILL_WAIT if self._deferring() else None,
-                        return_when=asyncio.FIRST_COMPLETED,
-                    )
+                    freed = asyncio.ensure_future(self._slot_freed.wait())
+                    try:
+                        await asyncio.wait(
+                            {*self._tasks, freed},
+                            timeout=REFILL_WAIT if self._deferring() else None,
+                            return_when=asyncio.FIRST_COMPLETED,
+                        )
+                    finally:
+                        freed.cancel()
                 elif not busy:
                     return made
         finally:
@@ -269,15 +277,15 @@ class WebhookDispatcher:
 
     def _deferring(self) -> bool:
         """Free slots wait for a batch (see REFILL_SHARE) and the wait has not run out."""
-        free = self._settings.webhook_concurrency - len(self._tasks)
+        free = self._settings.webhook_concurrency - len(self._sending)
         return (
-            bool(self._tasks)
+            bool(self._sending)
             and 0 < free < self._refill_at
             and time.monotonic() - self._claimed_at < REFILL_WAIT
         )
 
     async def _claim_round(self, *, raise_errors: bool = False) -> int:
-        free = self._settings.webhook_concurrency - len(self._tasks)
+        free = self._settings.webhook_concurrency - len(self._sending)
         if free <= 0 or self._deferring():
             return 0
         self._claimed_at = time.monotonic()
@@ -303,24 +311,29 @@ class WebhookDispatcher:
             self._in_flight[sub] = self._in_flight.get(sub, 0) + 1
             task = asyncio.create_task(self._attempt(delivery), name=f"webhook-{delivery.id}")
             self._tasks.add(task)
+            self._sending[task] = sub
             self._claims[task] = delivery
-            task.add_done_callback(self._finished(sub))
+            task.add_done_callback(self._finished)
         return len(claimed)
 
-    def _finished(self, sub: str) -> Any:
-        def done(task: asyncio.Task[None]) -> None:
-            self._tasks.discard(task)
-            self._claims.pop(task, None)
-            left = self._in_flight.get(sub, 1) - 1
-            if left <= 0:
-                self._in_flight.pop(sub, None)
-            else:
-                self._in_flight[sub] = left
-            self._slot_freed.set()
-            if not task.cancelled() and task.exception() is not None:
-                log.error("webhook_attempt_crashed", error=repr(task.exception()))
+    def _free_slot(self, task: asyncio.Task[None] | None) -> None:
+        """Give back the slot (overall and per endpoint) `task` holds, if it still does."""
+        sub = self._sending.pop(task, None) if task is not None else None
+        if sub is None:
+            return
+        left = self._in_flight.get(sub, 1) - 1
+        if left <= 0:
+            self._in_flight.pop(sub, None)
+        else:
+            self._in_flight[sub] = left
+        self._slot_freed.set()
 
-        return done
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._claims.pop(task, None)
+        self._free_slot(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("webhook_attempt_crashed", error=repr(task.exception()))
 
     async def _maybe_sweep_orphans(self) -> None:
         now = time.monotonic()
@@ -403,6 +416,12 @@ class WebhookDispatcher:
             now=datetime.now(UTC),
             rng=self._rng,
         )
+        if decision.action == "delivered":
+            # A successful exchange gives its slot to the next delivery while its outcome
+            # waits for the batched write (the claim's lease keeps this delivery from being
+            # claimed again). A failure keeps it until written: the write may disable the
+            # endpoint, and nothing more may be sent to it before that is known.
+            self._free_slot(asyncio.current_task())
         await self._record(delivery, decision, started_at, latency_ms, status_code, error, head)
 
     def _check_literal(self, url: str) -> None:

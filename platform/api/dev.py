@@ -6,7 +6,6 @@ the embedded servers, in that order.
 
 from __future__ import annotations
 
-import asyncio
 import shlex
 import sys
 import time
@@ -19,6 +18,7 @@ from ripple.platform.client import Client
 from ripple.platform.config import load_settings
 from ripple.platform.embedded import EmbeddedServices, start_embedded
 from ripple.platform.logs import configure_logging
+from ripple.platform.runner import run_process
 
 __all__ = ["banner", "run_dev"]
 
@@ -92,7 +92,7 @@ def run_dev(
         services = Services(
             api=(host, port), app=module, worker=True, concurrency=concurrency, on_ready=ready
         )
-        asyncio.run(run_services(Client(settings=settings), services))
+        run_process(run_services(Client(settings=settings), services))
     finally:
         if embedded is not None:
             embedded.stop()

@@ -73,8 +73,6 @@ def serve(
     ] = None,
 ) -> None:
     """Run the HTTP API (tokens from RIPPLE_API_TOKENS; none = loopback only, no auth)."""
-    import asyncio
-
     from ripple.platform.errors import RippleError
     from ripple.platform.logs import configure_logging
 
@@ -84,6 +82,7 @@ def serve(
 
     from ripple.platform.api.server import Services, load_app, run_services
     from ripple.platform.client import Client
+    from ripple.platform.runner import run_process
 
     if not settings.api_tokens:
         err().print("[yellow]auth is off[/yellow]: no RIPPLE_API_TOKENS; serving on loopback only")
@@ -94,7 +93,7 @@ def serve(
     try:
         module = load_app(app_path) if app_path else None
         services = Services(api=(host, port), app=module, on_ready=ready)
-        asyncio.run(run_services(Client(settings=settings), services))
+        run_process(run_services(Client(settings=settings), services))
     except RippleError as exc:
         raise fail(exc.message) from None
 
@@ -116,12 +115,11 @@ def worker(
     metrics_host: Annotated[str, typer.Option(help="Interface of --metrics-port.")] = "127.0.0.1",
 ) -> None:
     """Run workflows of an app module (plus webhook dispatcher and sweeper) until SIGTERM."""
-    import asyncio
-
     from ripple.platform.api.server import Services, load_app, run_services
     from ripple.platform.client import Client
     from ripple.platform.errors import RippleError
     from ripple.platform.logs import configure_logging
+    from ripple.platform.runner import run_process
 
     settings = load()
     configure_logging(console=settings.log_console, level=settings.log_level)
@@ -139,7 +137,7 @@ def worker(
                 " workflows; Ctrl-C to stop"
             ),
         )
-        asyncio.run(run_services(Client(settings=settings), services))
+        run_process(run_services(Client(settings=settings), services))
     except RippleError as exc:
         raise fail(exc.message) from None
 

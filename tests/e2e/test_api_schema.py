@@ -14,7 +14,6 @@ exercised in test_api.py and the operating-runs tests).
 
 from __future__ import annotations
 
-import re
 import socket
 from typing import Any
 from urllib.parse import urlsplit
@@ -53,12 +52,7 @@ SEMANTIC_FIELDS: dict[tuple[str, str], set[str]] = {
 }
 #: On every operation: opaque page cursors (only ones the API returned are valid), and U+0000
 #: in a JSON string (Postgres text cannot hold it; recognised by the 422's detail).
-ANY_OPERATION_FIELDS = {"cursor", "<nul>", "<known-bug>"}
-#: KNOWN BUG (reported to the lead; event_store.py and queue_store.py belong to issue 20): a
-#: payload or body that is a JSON array of arrays is bound into a `jsonb[]` parameter, which
-#: asyncpg reads as a multi-dimensional array, and the driver's error comes back as a 422.
-#: Remove this once those stores bind JSON text (`$n::text[]` cast to jsonb).
-KNOWN_BUG_DETAIL = re.compile(r"invalid input for query argument \$\d+: \[")
+ANY_OPERATION_FIELDS = {"cursor", "<nul>"}
 
 
 def _semantic_fields(response: Any) -> set[str]:
@@ -72,8 +66,6 @@ def _semantic_fields(response: Any) -> set[str]:
     detail = str(response.json().get("detail", ""))
     if "U+0000" in detail or "\\u0000 cannot be converted to text" in detail:
         fields = {"<nul>"}
-    if not fields and KNOWN_BUG_DETAIL.match(detail):
-        fields = {"<known-bug>"}
     return fields or {"<none>"}
 
 

@@ -150,12 +150,15 @@ async def test_nul_in_keys_and_names_is_refused_with_a_clear_error(client: Clien
         lambda: client.start(echo, {}, idempotency_key=f"k{NUL}"),
         lambda: client.publish("user.signup", {}, idempotency_key=f"k{NUL}"),
         lambda: client.workflows.signal_matching("evt", {}, idempotency_key=f"k{NUL}"),
+        lambda: client.queues.send("q1", {}, group_id=f"g{NUL}"),
+        lambda: client.queues.send("q1", {}, deduplication_id=f"d{NUL}"),
     ]
     for call in calls:
         with pytest.raises(InvalidInput, match=r"U\+0000"):
             await call()
     assert await _count(client, "ripple_runs") == 0
     assert await _count(client, "ripple_events") == 0
+    assert await _count(client, "ripple_queue_messages") == 0
     run = await client.start(echo, {})
     with pytest.raises(InvalidInput, match=r"U\+0000"):
         await client.workflows.signal(run.run_id, f"go{NUL}", {})

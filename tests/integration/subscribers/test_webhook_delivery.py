@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime
 
@@ -49,6 +50,33 @@ async def test_webhook_dispatcher__posts_signed_standard_webhook(
     assert attempt.outcome == "delivered"
     assert attempt.status_code == 204
     assert attempt.latency_ms >= 0
+
+
+async def test_webhook_dispatcher__a_delivered_attempt_frees_its_slot_before_its_write(
+    pool: Pool, hook_settings: Settings, hooks: Hooks
+) -> None:
+    # One slot. The outcome writes are held up (their attempts table is locked): the second
+    # delivery is still sent, since the first one's exchange ended well.
+    one_slot = hook_settings.model_copy(
+        update={"webhook_concurrency": 1, "webhook_endpoint_concurrency": 1}
+    )
+    second = asyncio.Event()
+
+    def reply(_req: Received, n: int) -> Reply:
+        if n == 2:
+            second.set()
+        return Reply(204)
+
+    async with Sink(reply) as sink:
+        sub = await hooks.subscribe(sink.url())
+        await hooks.publish([sub])
+        await hooks.publish([sub])
+        async with pool.acquire() as blocker, blocker.transaction():
+            await blocker.execute("LOCK TABLE ripple_webhook_attempts IN EXCLUSIVE MODE")
+            run = asyncio.create_task(dispatcher(pool, one_slot).run_until_idle())
+            await asyncio.wait_for(second.wait(), 30)
+        assert await run == 2
+    assert [r["status"] for r in await hooks.deliveries(sub)] == ["delivered", "delivered"]
 
 
 async def test_webhook_dispatcher__retries_until_sink_recovers(
