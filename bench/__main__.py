@@ -12,7 +12,7 @@ import os
 import platform
 import time
 
-from ripple.platform.logs import configure_logging
+from ripple.platform.core.logs import configure_logging
 
 SUITES = [
     "workflows",

@@ -23,8 +23,8 @@ from typing import Any
 import asyncpg
 
 from bench.common import bench_database, report, summary
-from ripple.platform import sweeper_store
 from ripple.platform.client import Client
+from ripple.platform.ops import sweeper_store
 from ripple.subscribers import QueueTarget
 from ripple.workflows import store
 from tests.servers import PostgresCluster

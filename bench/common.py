@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from ripple.platform.config import Settings, load_settings
+from ripple.platform.core.config import Settings, load_settings
 
 PG_URL = os.environ.get("RIPPLE_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("RIPPLE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -8,8 +8,8 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from bench.common import bench_database, report
-from ripple.platform.backfill import SETTLE_MARGIN
 from ripple.platform.client import Client
+from ripple.platform.events.backfill import SETTLE_MARGIN
 from ripple.subscribers import QueueTarget
 
 EVENTS = 50_000

@@ -13,7 +13,7 @@ import sys
 import time
 
 from ripple.platform.client import Client
-from ripple.platform.logs import configure_logging
+from ripple.platform.core.logs import configure_logging
 
 
 async def main(events: int, tasks: int) -> None:

@@ -13,8 +13,8 @@ from typing import Any
 
 from bench.app import WORKFLOWS
 from ripple.platform.client import Client
-from ripple.platform.logs import configure_logging
-from ripple.platform.runner import ProcessRunner, run_process
+from ripple.platform.core.logs import configure_logging
+from ripple.platform.ops.runner import ProcessRunner, run_process
 from ripple.workflows import Worker, store
 
 CLAIMS: list[float] = []

@@ -19,7 +19,7 @@ from bench.common import bench_database
 from examples.onboarding import onboard_user, setup
 from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
-from ripple.platform.logs import configure_logging
+from ripple.platform.core.logs import configure_logging
 from ripple.subscribers import QueueTarget, WebhookTarget
 from ripple.workflows import Worker
 

@@ -26,7 +26,7 @@ import httpx
 from bench.common import PG_URL, REDIS_URL, BenchDb, bench_database, pct, report, with_database
 from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
-from ripple.platform.config import load_settings
+from ripple.platform.core.config import load_settings
 from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
 
 RUNS = int(os.environ.get("RIPPLE_BENCH_UI_RUNS", "1000000"))

@@ -7,8 +7,8 @@ import sys
 
 from bench.app import WORKFLOWS
 from ripple.platform.client import Client
-from ripple.platform.logs import configure_logging
-from ripple.platform.runner import ProcessRunner, run_process
+from ripple.platform.core.logs import configure_logging
+from ripple.platform.ops.runner import ProcessRunner, run_process
 from ripple.workflows import Worker
 
 

@@ -18,7 +18,7 @@ from bench.common import (
     write_xacts,
 )
 from ripple.platform.client import Client
-from ripple.workflows.definition import WorkflowDefinition
+from ripple.workflows.authoring.definition import WorkflowDefinition
 
 RUNS = 2000
 #: Whether any run is still active: one probe of the claim index's partial predicate.

@@ -12,28 +12,35 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self, TypeVar, overload
 
-from ripple.platform import migrate
-from ripple.platform.backfill import Backfills
-from ripple.platform.config import Settings, load_settings
-from ripple.platform.db import Connection, Pool, create_pool
-from ripple.platform.embedded import discover_dev_urls
+from ripple.platform.core import migrate
+from ripple.platform.core.config import Settings, load_settings
+from ripple.platform.core.db import Connection, Pool, create_pool
+from ripple.platform.core.embedded import discover_dev_urls
+from ripple.platform.core.wake import NullWaker, create_waker
 from ripple.platform.errors import NotFound, RippleError
-from ripple.platform.fanout import TargetKind
-from ripple.platform.observability import GaugeCollector
-from ripple.platform.publish import Explanation, Publisher, PublishResult
-from ripple.platform.queues import Queues
-from ripple.platform.schedules import Scheduler, Schedules
-from ripple.platform.services import BackgroundService
-from ripple.platform.subscriptions import Subscription, Subscriptions
-from ripple.platform.sweeper import Sweeper
-from ripple.platform.wake import NullWaker, create_waker
+from ripple.platform.events.backfill import Backfills
+from ripple.platform.events.fanout import TargetKind
+from ripple.platform.events.publish import Explanation, Publisher, PublishResult
+from ripple.platform.events.subscriptions import Subscription, Subscriptions
+from ripple.platform.ops.observability import GaugeCollector
+from ripple.platform.ops.schedules import Scheduler, Schedules
+from ripple.platform.ops.services import BackgroundService
+from ripple.platform.ops.sweeper import Sweeper
+from ripple.platform.queues.queues import Queues
 from ripple.subscribers import QueueTarget, Target, WebhookTarget, WorkflowTarget
 from ripple.subscribers.queue import QueueKind
-from ripple.subscribers.webhook import Deliveries, WebhookKind
+from ripple.subscribers.webhooks.webhook import Deliveries, WebhookKind
 from ripple.subscribers.workflow import WorkflowKind
-from ripple.workflows.client import Page, Run, RunHandle, SignalResult, StepRecord, WorkflowClient
-from ripple.workflows.definition import WorkflowDefinition
-from ripple.workflows.operations import RunFilter, RunOperations, WaitOutcome
+from ripple.workflows.authoring.definition import WorkflowDefinition
+from ripple.workflows.runs.client import (
+    Page,
+    Run,
+    RunHandle,
+    SignalResult,
+    StepRecord,
+    WorkflowClient,
+)
+from ripple.workflows.runs.operations import RunFilter, RunOperations, WaitOutcome
 
 __all__ = ["Client"]
 
@@ -166,7 +173,7 @@ class Client:
     def background_services(self, *, webhooks: bool, sweeper: bool) -> list[BackgroundService]:
         """The loops a worker process runs beside workflows (webhook dispatcher, sweeper)."""
         # The dispatcher loads aiohttp: only processes that run it import it.
-        from ripple.subscribers.dispatcher import WebhookDispatcher
+        from ripple.subscribers.webhooks.dispatcher import WebhookDispatcher
 
         services: list[BackgroundService] = []
         if webhooks:

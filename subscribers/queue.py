@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ripple.platform import queue_store
-from ripple.platform.db import Connection
+from ripple.platform.core.db import Connection
+from ripple.platform.core.wake import NullWaker, QueueReady
 from ripple.platform.errors import InvalidInput
-from ripple.platform.fanout import FanOutItem, PublishedEvent, SubscriptionRow
-from ripple.platform.queues import validate_queue_name
-from ripple.platform.wake import NullWaker, QueueReady
+from ripple.platform.events.fanout import FanOutItem, PublishedEvent, SubscriptionRow
+from ripple.platform.queues import queue_store
+from ripple.platform.queues.queues import validate_queue_name
 from ripple.subscribers.targets import QueueTarget
 
 __all__ = ["QueueKind"]

@@ -19,8 +19,8 @@ from pydantic import (
     field_validator,
 )
 
-from ripple.subscribers.signing import decode_secret, generate_secret
-from ripple.workflows.retry import RetryPolicy
+from ripple.subscribers.webhooks.signing import decode_secret, generate_secret
+from ripple.workflows.authoring.retry import RetryPolicy
 
 __all__ = ["QueueTarget", "Target", "WebhookTarget", "WorkflowTarget", "new_webhook_secret"]
 

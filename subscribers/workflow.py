@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ripple.platform.db import Connection
+from ripple.platform.core.db import Connection
 from ripple.platform.errors import InvalidInput
-from ripple.platform.fanout import FanOutItem, PublishedEvent, SubscriptionRow
+from ripple.platform.events.fanout import FanOutItem, PublishedEvent, SubscriptionRow
 from ripple.subscribers.targets import WorkflowTarget
-from ripple.workflows.client import RunRequest, WorkflowClient
-from ripple.workflows.definition import check_workflow_name
+from ripple.workflows.authoring.definition import check_workflow_name
+from ripple.workflows.runs.client import RunRequest, WorkflowClient
 
 __all__ = ["WorkflowKind"]
 

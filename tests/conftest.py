@@ -20,13 +20,13 @@ import asyncpg
 import pytest
 import redis
 
-from ripple.platform.config import Settings, load_settings
+from ripple.platform.core.config import Settings, load_settings
 
 if TYPE_CHECKING:
     from ripple.platform.client import Client
-from ripple.platform.db import Pool, create_pool
-from ripple.platform.embedded import EmbeddedServices, start_embedded
-from ripple.platform.migrate import apply_migrations
+from ripple.platform.core.db import Pool, create_pool
+from ripple.platform.core.embedded import EmbeddedServices, start_embedded
+from ripple.platform.core.migrate import apply_migrations
 
 PG_URL = os.environ.get("RIPPLE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("RIPPLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

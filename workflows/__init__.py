@@ -1,10 +1,11 @@
 """Ripple workflows: durable async workflows journaled in Postgres."""
 
-from ripple.platform.cadence import Schedule
-from ripple.workflows.client import RunHandle, RunRequest, WorkflowClient
-from ripple.workflows.composition import Break, Continue
-from ripple.workflows.context import Steps, WorkflowContext
-from ripple.workflows.definition import WorkflowDefinition, workflow
+from ripple.platform.ops.cadence import Schedule
+from ripple.workflows.authoring.composition import Break, Continue
+from ripple.workflows.authoring.context import Steps, WorkflowContext
+from ripple.workflows.authoring.definition import WorkflowDefinition, workflow
+from ripple.workflows.authoring.flow import Concurrency, Debounce, Throttle
+from ripple.workflows.authoring.retry import RetryPolicy
 from ripple.workflows.errors import (
     JoinError,
     NonDeterminismError,
@@ -17,10 +18,9 @@ from ripple.workflows.errors import (
     WorkflowError,
     WorkflowFailed,
 )
-from ripple.workflows.flow import Concurrency, Debounce, Throttle
-from ripple.workflows.records import Page, Run, RunStatus, SignalResult, StepRecord, StepStatus
-from ripple.workflows.retry import RetryPolicy
-from ripple.workflows.worker import Worker
+from ripple.workflows.runs.client import RunHandle, RunRequest, WorkflowClient
+from ripple.workflows.runs.records import Page, Run, RunStatus, SignalResult, StepRecord, StepStatus
+from ripple.workflows.runtime.worker import Worker
 
 __all__ = [
     "Break",

@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from ripple.platform.errors import RippleError
-from ripple.workflows.retry import seconds
+from ripple.workflows.authoring.retry import seconds
 
 __all__ = [
     "JoinError",

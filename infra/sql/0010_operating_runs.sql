@@ -4,7 +4,7 @@
 ALTER TABLE ripple_runs ADD COLUMN forked_from text;
 
 -- The subscription-set version the publisher matched the event against (its compiled cache;
--- see ripple.platform.subscriptions). A subscription created at version V was matched live
+-- see ripple.platform.events.subscriptions). A subscription created at version V was matched live
 -- against exactly the events tagged >= V, so a backfill delivers the others: no event twice,
 -- none missed at the live boundary. NULL for events published before this migration.
 ALTER TABLE ripple_events ADD COLUMN subscriptions_version bigint;

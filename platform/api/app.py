@@ -19,7 +19,7 @@ from ripple.platform.api.limits import MAX_URI_BYTES, RequestLimits
 from ripple.platform.api.methods import AllowedMethods
 from ripple.platform.api.problems import PROBLEM_JSON, install_problem_handlers
 from ripple.platform.client import Client
-from ripple.platform.config import Settings
+from ripple.platform.core.config import Settings
 
 __all__ = ["V1_ROUTES", "create_app"]
 

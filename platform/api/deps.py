@@ -16,7 +16,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from ripple.platform.api.models import UUID_PATTERN
 from ripple.platform.api.problems import ProblemError
 from ripple.platform.client import Client
-from ripple.platform.config import Settings
+from ripple.platform.core.config import Settings
 
 __all__ = ["ClientDep", "Limit", "UuidPath", "get_client", "page_limit", "require_token"]
 

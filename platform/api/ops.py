@@ -10,11 +10,11 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import Field
 
-from ripple.platform import migrate
 from ripple.platform.api.deps import ClientDep, require_token
 from ripple.platform.api.models import OutModel
+from ripple.platform.core import migrate
 from ripple.platform.errors import RippleError
-from ripple.platform.observability import metrics_exposition
+from ripple.platform.ops.observability import metrics_exposition
 
 __all__ = ["router"]
 

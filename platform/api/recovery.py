@@ -11,7 +11,7 @@ from pydantic import Field
 from ripple.platform.api.deps import ClientDep, UuidPath
 from ripple.platform.api.models import ApiModel, DateTimeIn, OutModel
 from ripple.platform.api.problems import problem_responses
-from ripple.workflows.definition import NAME_RE
+from ripple.workflows.authoring.definition import NAME_RE
 
 __all__ = ["router"]
 

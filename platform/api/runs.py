@@ -21,8 +21,8 @@ from ripple.platform.api.models import (
 from ripple.platform.api.problems import ProblemError, problem_responses
 from ripple.platform.api.workflow_stats import workflow_counts
 from ripple.platform.errors import InvalidInput
-from ripple.workflows.definition import NAME_RE
-from ripple.workflows.flow import MAX_PRIORITY
+from ripple.workflows.authoring.definition import NAME_RE
+from ripple.workflows.authoring.flow import MAX_PRIORITY
 
 __all__ = ["router"]
 

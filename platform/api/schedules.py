@@ -11,9 +11,9 @@ from ripple.platform.api.deps import ClientDep
 from ripple.platform.api.models import ApiModel, OutModel, ScheduleOut, schedule_out
 from ripple.platform.api.problems import ProblemError, problem_responses
 from ripple.platform.api.topics import TOPIC_PATTERN
-from ripple.platform.schedules import SCHEDULE_NAME
-from ripple.platform.topics import MAX_NAME_LENGTH
-from ripple.workflows.definition import NAME_RE
+from ripple.platform.events.topics import MAX_NAME_LENGTH
+from ripple.platform.ops.schedules import SCHEDULE_NAME
+from ripple.workflows.authoring.definition import NAME_RE
 
 __all__ = ["router"]
 

@@ -3,7 +3,7 @@
 Owns process concerns only: loading the user's app module (its `WorkflowDefinition`s and optional
 `async def setup(client)`), uvicorn without its own signal handling, and a graceful stop on
 SIGINT/SIGTERM (stop accepting, let the worker finish or release in-flight work, then return),
-composed by one `ProcessRunner` (platform/runner.py).
+composed by one `ProcessRunner` (platform/ops/runner.py).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from ripple.platform.api.app import create_app
 from ripple.platform.api.limits import MAX_REQUEST_HEAD_BYTES
 from ripple.platform.client import Client
 from ripple.platform.errors import ConfigError
-from ripple.platform.observability import serve_metrics
-from ripple.platform.runner import ProcessRunner
-from ripple.platform.services import BackgroundService
-from ripple.workflows.bodies import sync_bodies_running
-from ripple.workflows.definition import WorkflowDefinition
+from ripple.platform.ops.observability import serve_metrics
+from ripple.platform.ops.runner import ProcessRunner
+from ripple.platform.ops.services import BackgroundService
+from ripple.workflows.authoring.definition import WorkflowDefinition
+from ripple.workflows.runtime.bodies import sync_bodies_running
 
 __all__ = ["AppModule", "Services", "load_app", "run_services"]
 
@@ -137,7 +137,7 @@ async def run_services(client: Client, services: Services) -> None:
     webhook dispatcher, the sweeper, the scheduler) side by side: a signal, or any of them
     failing, stops them all. Once all are started it freezes the startup objects for the GC.
     """
-    from ripple.workflows.worker import Worker
+    from ripple.workflows.runtime.worker import Worker
 
     # Bind first: a port in use is a clear error before anything else starts.
     sock = _listen(*services.api) if services.api is not None else None

@@ -16,7 +16,7 @@ from ripple.platform.api.models import (
 )
 from ripple.platform.api.problems import ProblemError, problem_responses
 from ripple.platform.api.topics import SUBSCRIPTION_PATTERN
-from ripple.platform.topics import MAX_NAME_LENGTH
+from ripple.platform.events.topics import MAX_NAME_LENGTH
 from ripple.subscribers import Target
 
 __all__ = ["router"]

@@ -11,14 +11,14 @@ from pydantic import Field
 from ripple.platform.api.deps import ClientDep
 from ripple.platform.api.models import ApiModel, JsonNotNull, OutModel, Published, jsonable
 from ripple.platform.api.problems import ProblemError, problem_responses
-from ripple.platform.topics import MAX_NAME_LENGTH
+from ripple.platform.events.topics import MAX_NAME_LENGTH
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["topics"])
 
-#: What `validate_topic` and `validate_pattern` (ripple.platform.topics) accept, declared so the
-#: OpenAPI says it (tests/unit/platform/test_api_patterns.py keeps them equal).
+#: What `validate_topic` and `validate_pattern` (ripple.platform.events.topics) accept, declared so
+#: the OpenAPI says it (tests/unit/platform/test_api_patterns.py keeps them equal).
 TOPIC_PATTERN: Final = r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$"
 SUBSCRIPTION_PATTERN: Final = r"^([a-z0-9_-]+|\*|#)(\.([a-z0-9_-]+|\*|#))*$"
 

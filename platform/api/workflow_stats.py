@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
-from ripple.platform.db import Pool, map_errors
-from ripple.platform.ports import RunStats
+from ripple.platform.core.db import Pool, map_errors
+from ripple.platform.ops.ports import RunStats
 
 __all__ = ["workflow_counts"]
 

@@ -18,7 +18,7 @@ from ripple.platform.cli.output import fail
 
 if TYPE_CHECKING:
     from ripple.platform.api.operator import ApiOperator
-    from ripple.platform.config import Settings
+    from ripple.platform.core.config import Settings
 
 __all__ = ["operate", "settings"]
 
@@ -27,7 +27,7 @@ T = TypeVar("T")
 
 def settings(**overrides: Any) -> Settings:
     """The settings from the environment; a bad one exits 2 with the message."""
-    from ripple.platform.config import load_settings
+    from ripple.platform.core.config import load_settings
     from ripple.platform.errors import ConfigError
 
     try:
@@ -75,7 +75,7 @@ async def _in_process(
     from ripple.platform.api.app import create_app
     from ripple.platform.api.operator import ApiOperator
     from ripple.platform.client import Client
-    from ripple.platform.logs import configure_logging
+    from ripple.platform.core.logs import configure_logging
 
     configure_logging(level="warning")
     client = Client(settings=settings())

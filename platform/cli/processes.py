@@ -17,7 +17,7 @@ from ripple.platform.cli.operate import settings as load
 from ripple.platform.cli.output import err, fail, out
 
 if TYPE_CHECKING:
-    from ripple.platform.config import Settings
+    from ripple.platform.core.config import Settings
 
 __all__ = ["dev", "migrate", "serve", "worker"]
 
@@ -73,8 +73,8 @@ def serve(
     ] = None,
 ) -> None:
     """Run the HTTP API (tokens from RIPPLE_API_TOKENS; none = loopback only, no auth)."""
+    from ripple.platform.core.logs import configure_logging
     from ripple.platform.errors import RippleError
-    from ripple.platform.logs import configure_logging
 
     settings = load()
     _check_bind(host, settings)
@@ -82,7 +82,7 @@ def serve(
 
     from ripple.platform.api.server import Services, load_app, run_services
     from ripple.platform.client import Client
-    from ripple.platform.runner import run_process
+    from ripple.platform.ops.runner import run_process
 
     if not settings.api_tokens:
         err().print("[yellow]auth is off[/yellow]: no RIPPLE_API_TOKENS; serving on loopback only")
@@ -117,9 +117,9 @@ def worker(
     """Run workflows of an app module (plus webhook dispatcher and sweeper) until SIGTERM."""
     from ripple.platform.api.server import Services, load_app, run_services
     from ripple.platform.client import Client
+    from ripple.platform.core.logs import configure_logging
     from ripple.platform.errors import RippleError
-    from ripple.platform.logs import configure_logging
-    from ripple.platform.runner import run_process
+    from ripple.platform.ops.runner import run_process
 
     settings = load()
     configure_logging(console=settings.log_console, level=settings.log_level)
@@ -147,10 +147,10 @@ def migrate() -> None:
     """Apply pending database migrations (every process also does this when it connects)."""
     import asyncio
 
-    from ripple.platform import migrate as migrations
-    from ripple.platform.db import create_pool
+    from ripple.platform.core import migrate as migrations
+    from ripple.platform.core.db import create_pool
+    from ripple.platform.core.logs import configure_logging
     from ripple.platform.errors import RippleError
-    from ripple.platform.logs import configure_logging
 
     settings = load()
     configure_logging(level="warning")

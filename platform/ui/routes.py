@@ -22,11 +22,11 @@ from ripple.platform.api.deps import get_client, token_valid
 from ripple.platform.api.problems import ProblemError
 from ripple.platform.api.runs import RUN_STATUSES
 from ripple.platform.client import Client
-from ripple.platform.config import Settings
+from ripple.platform.core.config import Settings
 from ripple.platform.errors import Conflict, InvalidInput, NotFound, RippleError
-from ripple.platform.event_store import get_event
-from ripple.platform.observability import LIVE_LEASES
-from ripple.platform.observability_store import select_webhook_gauges
+from ripple.platform.events.event_store import get_event
+from ripple.platform.ops.observability import LIVE_LEASES
+from ripple.platform.ops.observability_store import select_webhook_gauges
 from ripple.platform.ui import store, views
 from ripple.platform.ui.auth import COOKIE, SESSION_SECONDS, Sessions
 

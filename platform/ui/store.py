@@ -17,10 +17,10 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 from uuid import UUID
 
-from ripple.platform.db import Pool, map_errors
-from ripple.platform.ports import StrandedGauge
+from ripple.platform.core.db import Pool, map_errors
+from ripple.platform.ops.ports import StrandedGauge
 from ripple.workflows import store as wf_store
-from ripple.workflows.records import StepRecord
+from ripple.workflows.runs.records import StepRecord
 from ripple.workflows.store import views
 from ripple.workflows.store.views import WaitRow
 

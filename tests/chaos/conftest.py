@@ -19,7 +19,7 @@ import asyncpg
 import pytest
 
 from ripple.platform.client import Client
-from ripple.platform.config import load_settings
+from ripple.platform.core.config import load_settings
 from tests.chaos import figures
 from tests.e2e.resilience.app import SCHEMA
 from tests.e2e.resilience.conftest import Effects

@@ -11,9 +11,9 @@ import asyncio
 import signal
 
 from ripple.platform.client import Client
-from ripple.platform.config import load_settings
-from ripple.platform.logs import configure_logging
-from ripple.subscribers.dispatcher import WebhookDispatcher
+from ripple.platform.core.config import load_settings
+from ripple.platform.core.logs import configure_logging
+from ripple.subscribers.webhooks.dispatcher import WebhookDispatcher
 
 
 async def main() -> None:

@@ -4,8 +4,9 @@ to the address its own lookup returned and the SSRF check admitted, or be refuse
 loopback. Validation and connection use one resolution, so lookups == connections (attempts),
 not twice that.
 
-The resolver is the dispatcher's `resolver=` seam (`subscribers/ssrf.py` Resolver, used by
-`subscribers/transport.py` GuardedResolver for every new connection). The admitted ("public")
+The resolver is the dispatcher's `resolver=` seam (`subscribers/webhooks/ssrf.py` Resolver, used by
+`subscribers/webhooks/transport.py` GuardedResolver for every new connection). The admitted
+("public")
 address is 127.0.0.2, admitted by RIPPLE_WEBHOOK_ALLOWED_NETWORKS=127.0.0.2/32, so the test can
 see the request arrive there without sending anything to the internet; the attacker's target is
 127.0.0.1 on the same port, refused as loopback.
@@ -19,9 +20,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from ripple.platform.client import Client
-from ripple.platform.wake import NullWaker
+from ripple.platform.core.wake import NullWaker
 from ripple.subscribers import WebhookTarget
-from ripple.subscribers.dispatcher import WebhookDispatcher
+from ripple.subscribers.webhooks.dispatcher import WebhookDispatcher
 from ripple.workflows import RetryPolicy
 from tests.chaos.conftest import FULL
 from tests.chaos.figures import record

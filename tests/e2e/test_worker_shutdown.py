@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ripple.platform.client import Client
-from ripple.platform.config import load_settings
+from ripple.platform.core.config import load_settings
 from tests.e2e.conftest import REPO_ROOT, Process
 from tests.helpers import assert_eventually
 

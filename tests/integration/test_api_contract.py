@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from ripple.platform.client import Client
-from ripple.platform.config import Settings
+from ripple.platform.core.config import Settings
 from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
 from ripple.workflows import (
     NonDeterminismError,

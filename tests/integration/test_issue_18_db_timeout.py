@@ -20,11 +20,11 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from ripple.platform import db
 from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
-from ripple.platform.config import Settings
-from ripple.platform.db import create_pool
+from ripple.platform.core import db
+from ripple.platform.core.config import Settings
+from ripple.platform.core.db import create_pool
 from tests.helpers import assert_eventually
 from tests.pgproxy import PgProxy
 

@@ -16,8 +16,8 @@ from collections import Counter
 import asyncpg
 
 from ripple.platform.client import Client
-from ripple.platform.config import Settings
-from ripple.platform.db import worker_db_timeout
+from ripple.platform.core.config import Settings
+from ripple.platform.core.db import worker_db_timeout
 from ripple.workflows import Worker, WorkflowContext, workflow
 from tests.helpers import assert_eventually
 

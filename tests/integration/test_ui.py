@@ -10,7 +10,7 @@ import pytest
 
 from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
-from ripple.platform.config import Settings
+from ripple.platform.core.config import Settings
 from ripple.platform.ui import routes, store
 from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
 from ripple.workflows import Worker, WorkflowContext, workflow

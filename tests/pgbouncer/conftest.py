@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from ripple.platform.config import Settings, load_settings
+from ripple.platform.core.config import Settings, load_settings
 from tests.conftest import _admin, with_database
 from tests.e2e.conftest import (  # noqa: F401  (fixtures used by the imported e2e tests)
     api_server,

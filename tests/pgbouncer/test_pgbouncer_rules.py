@@ -11,8 +11,8 @@ import asyncpg
 import pytest
 
 from ripple.platform.client import Client
-from ripple.platform.config import Settings
-from ripple.platform.db import DedicatedConnection
+from ripple.platform.core.config import Settings
+from ripple.platform.core.db import DedicatedConnection
 from ripple.platform.errors import ConfigError
 from tests.conftest import _admin, with_database
 from tests.pgbouncer.conftest import server_address, through

@@ -25,14 +25,14 @@ STORES: Final = (
     "ripple.workflows.store.operations",
     "ripple.workflows.store.upkeep",
     "ripple.workflows.store.views",
-    "ripple.platform.event_store",
-    "ripple.platform.queue_store",
-    "ripple.platform.subscription_store",
-    "ripple.platform.schedule_store",
-    "ripple.platform.sweeper_store",
-    "ripple.platform.backfill_store",
-    "ripple.platform.observability_store",
-    "ripple.subscribers.delivery_store",
+    "ripple.platform.events.event_store",
+    "ripple.platform.queues.queue_store",
+    "ripple.platform.events.subscription_store",
+    "ripple.platform.ops.schedule_store",
+    "ripple.platform.ops.sweeper_store",
+    "ripple.platform.events.backfill_store",
+    "ripple.platform.ops.observability_store",
+    "ripple.subscribers.webhooks.delivery_store",
     "ripple.platform.ui.store",
 )
 
@@ -61,7 +61,7 @@ CROSS_RUN: Final = {
     "ripple.workflows.store.upkeep._SELECT_STRANDED_RUNS": "gauge over all runs",
     # Publish: whether each inserted event's topic has event waits at all (the probe that
     # decides whether wait resolution runs), in the event insert.
-    "ripple.platform.event_store.INSERT_EVENTS": "publish: topics with waits",
+    "ripple.platform.events.event_store.INSERT_EVENTS": "publish: topics with waits",
     # Retention sweeps delete expired runs of every shard in bounded batches.
     "ripple.workflows.store.upkeep._DELETE_EXPIRED_RUNS": "sweep",
     # Idempotency keys look a run up by (workflow, key), not by id: a unique index that a

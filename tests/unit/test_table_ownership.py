@@ -16,17 +16,17 @@ ROOT = Path(__file__).resolve().parents[2]
 CODE = ("platform", "subscribers", "workflows")
 
 OWNERS: dict[str, str] = {
-    "ripple_migrations": "platform/migrate.py",
-    "ripple_events": "platform/event_store.py",
-    "ripple_backfill_events": "platform/backfill_store.py",
-    "ripple_subscriptions": "platform/subscription_store.py",
-    "ripple_subscription_version": "platform/subscription_store.py",
-    "ripple_queues": "platform/queue_store.py",
-    "ripple_queue_messages": "platform/queue_store.py",
-    "ripple_schedules": "platform/schedule_store.py",
-    "ripple_webhook_deliveries": "subscribers/delivery_store.py",
-    "ripple_webhook_attempts": "subscribers/delivery_store.py",
-    "ripple_webhook_health": "subscribers/delivery_store.py",
+    "ripple_migrations": "platform/core/migrate.py",
+    "ripple_events": "platform/events/event_store.py",
+    "ripple_backfill_events": "platform/events/backfill_store.py",
+    "ripple_subscriptions": "platform/events/subscription_store.py",
+    "ripple_subscription_version": "platform/events/subscription_store.py",
+    "ripple_queues": "platform/queues/queue_store.py",
+    "ripple_queue_messages": "platform/queues/queue_store.py",
+    "ripple_schedules": "platform/ops/schedule_store.py",
+    "ripple_webhook_deliveries": "subscribers/webhooks/delivery_store.py",
+    "ripple_webhook_attempts": "subscribers/webhooks/delivery_store.py",
+    "ripple_webhook_health": "subscribers/webhooks/delivery_store.py",
     **{
         table: "workflows/store/"
         for table in (
@@ -50,14 +50,14 @@ OWNERS: dict[str, str] = {
 ALLOWED: dict[str, set[str]] = {
     # Retention of events and webhook deliveries (the workflow tables are swept by their owner
     # through the RunRetention port). Next: a retention port for the delivery store too.
-    "platform/sweeper_store.py": {
+    "platform/ops/sweeper_store.py": {
         "ripple_events",
         "ripple_webhook_deliveries",
         "ripple_webhook_attempts",
     },
     # Read-only aggregates for the Prometheus gauges (queue depth, failing endpoints; stranded
     # runs come through the RunStats port).
-    "platform/observability_store.py": {
+    "platform/ops/observability_store.py": {
         "ripple_queues",
         "ripple_queue_messages",
         "ripple_subscriptions",
@@ -73,11 +73,11 @@ ALLOWED: dict[str, set[str]] = {
     # Publish probes whether any wait listens on a topic in the event insert itself (one round
     # trip per publish group, on the hot path) before calling the EventWaitResolver port
     # (which owns resolving waits, and listing them for explain).
-    "platform/event_store.py": {"ripple_waits"},
+    "platform/events/event_store.py": {"ripple_waits"},
     # A backfill reads the retained events and records its progress on the subscription row.
-    "platform/backfill_store.py": {"ripple_events", "ripple_subscriptions"},
+    "platform/events/backfill_store.py": {"ripple_events", "ripple_subscriptions"},
     # The delivery claim joins each delivery's subscription (status, target) in one statement.
-    "subscribers/delivery_store.py": {"ripple_subscriptions"},
+    "subscribers/webhooks/delivery_store.py": {"ripple_subscriptions"},
 }
 
 _SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|FROM|JOIN|INTO)\b", re.IGNORECASE)

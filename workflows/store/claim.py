@@ -21,7 +21,7 @@ __all__ = [
     "sync_flow_controls",
 ]
 
-# A workflow's flow-control options as its definition declares them (see workflows/flow.py
+# A workflow's flow-control options as its definition declares them (see workflows/authoring/flow.py
 # flow_control_row). $1 workflow, $2 concurrency limit, $3 its key path text[], $4 throttle
 # limit, $5 period seconds, $6 key path, $7 debounce period, $8 max wait, $9 key path
 _UPSERT_FLOW_CONTROL: Final = """

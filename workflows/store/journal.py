@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, NamedTuple
 
-from ripple.workflows.records import StepRecord
+from ripple.workflows.runs.records import StepRecord
 from ripple.workflows.store.rows import Executor
 
 __all__ = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from ripple.platform.db import Connection, Pool
+from ripple.platform.core.db import Connection, Pool
 
 __all__ = ["CanceledRun", "Executor", "command_count"]
 

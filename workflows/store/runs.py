@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, NamedTuple
 
-from ripple.workflows.records import Run
+from ripple.workflows.runs.records import Run
 from ripple.workflows.store.rows import CanceledRun, Executor, command_count
 
 __all__ = [

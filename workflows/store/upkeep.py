@@ -1,5 +1,5 @@
 """Retention and statistics of the workflow tables: `RunUpkeep` implements the foundation's
-`RunRetention` and `RunStats` ports (platform/ports.py), so the sweeper, the gauges, the API and
+`RunRetention` and `RunStats` ports (platform/ops/ports.py), so the sweeper, the gauges, the API and
 the dashboard reach runs through it. SQL private to this module.
 
 Retention deletes only terminal runs (the status test is re-checked under the row lock), never
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from ripple.platform.db import Connection
-from ripple.platform.ports import StrandedGauge
+from ripple.platform.core.db import Connection
+from ripple.platform.ops.ports import StrandedGauge
 from ripple.workflows.store.rows import command_count
 
 __all__ = ["RunUpkeep"]

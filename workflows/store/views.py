@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, NamedTuple
 
-from ripple.platform.ports import StrandedGauge
-from ripple.workflows.records import StepRecord
+from ripple.platform.ops.ports import StrandedGauge
+from ripple.workflows.runs.records import StepRecord
 from ripple.workflows.store.rows import Executor
 
 __all__ = [

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from ripple.platform.client import Client
-from ripple.platform.config import Settings
+from ripple.platform.core.config import Settings
 from tests.e2e.resilience import app
 from tests.e2e.resilience.conftest import Effects
 from tests.e2e.resilience.procs import WorkerProcess, Workers

@@ -24,10 +24,10 @@ import sys
 from typing import Any
 
 from ripple.platform.client import Client
-from ripple.platform.config import load_settings
-from ripple.platform.logs import configure_logging
+from ripple.platform.core.config import load_settings
+from ripple.platform.core.logs import configure_logging
 from ripple.workflows import Worker
-from ripple.workflows.definition import WorkflowDefinition
+from ripple.workflows.authoring.definition import WorkflowDefinition
 
 
 def definitions(module_name: str) -> list[WorkflowDefinition[Any, Any]]:

@@ -8,9 +8,9 @@ import httpx
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from ripple.platform.config import Settings
-from ripple.platform.db import Pool
-from ripple.platform.observability import (
+from ripple.platform.core.config import Settings
+from ripple.platform.core.db import Pool
+from ripple.platform.ops.observability import (
     UNPINNED_VERSION,
     GaugeCollector,
     metrics_exposition,

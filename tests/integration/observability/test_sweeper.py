@@ -10,10 +10,10 @@ import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 
-from ripple.platform.config import Settings
-from ripple.platform.db import Pool
+from ripple.platform.core.config import Settings
+from ripple.platform.core.db import Pool
 from ripple.platform.errors import ConfigError
-from ripple.platform.sweeper import Sweeper
+from ripple.platform.ops.sweeper import Sweeper
 from ripple.workflows.store import RunUpkeep
 from tests.helpers import assert_eventually
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ripple.platform import sweeper_store
-from ripple.platform.db import Pool
+from ripple.platform.core.db import Pool
+from ripple.platform.ops import sweeper_store
 from ripple.workflows.store import upkeep
 
 DAY = 86_400.0

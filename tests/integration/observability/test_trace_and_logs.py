@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from structlog.testing import capture_logs
 
 from ripple.platform.client import Client
-from ripple.platform.config import Settings
+from ripple.platform.core.config import Settings
 from ripple.subscribers import WebhookTarget, WorkflowTarget
 from ripple.workflows import RetryPolicy, Worker, WorkflowContext, workflow
 from tests.integration.subscribers.webhook_sink import Sink

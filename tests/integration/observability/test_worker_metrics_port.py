@@ -13,7 +13,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ripple.platform.db import Pool
+from ripple.platform.core.db import Pool
 from tests.helpers import assert_eventually
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ripple.platform.client import Client
-from ripple.platform.config import Settings
+from ripple.platform.core.config import Settings
 from ripple.platform.errors import InvalidInput, NotFound
 from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
 from tests.helpers import assert_eventually

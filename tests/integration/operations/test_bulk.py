@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from ripple.platform.client import Client
-from ripple.platform.db import transaction
+from ripple.platform.core.db import transaction
 from ripple.platform.errors import InvalidInput
 from ripple.workflows import NonRetriableError, Worker, WorkflowContext, workflow
-from ripple.workflows.client import RunRequest
+from ripple.workflows.runs.client import RunRequest
 from tests.helpers import assert_eventually
 
 pytestmark = pytest.mark.timeout(180)  # 2,200 runs through one worker on a shared machine

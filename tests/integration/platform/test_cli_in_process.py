@@ -11,8 +11,8 @@ import sys
 from typing import Any
 
 from ripple.platform.client import Client
-from ripple.platform.config import Settings
-from ripple.platform.wake import queue_channel
+from ripple.platform.core.config import Settings
+from ripple.platform.core.wake import queue_channel
 from tests.helpers import assert_eventually
 
 #: What no operator command on the database needs: the webhook sender, the server, the dashboard.

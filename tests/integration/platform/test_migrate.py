@@ -11,15 +11,15 @@ from dataclasses import replace
 import asyncpg
 import pytest
 
-from ripple.platform.config import load_settings
-from ripple.platform.db import Pool, create_pool
-from ripple.platform.errors import ConfigError
-from ripple.platform.migrate import (
+from ripple.platform.core.config import load_settings
+from ripple.platform.core.db import Pool, create_pool
+from ripple.platform.core.migrate import (
     Migration,
     apply_migrations,
     load_migrations,
     pending_migrations,
 )
+from ripple.platform.errors import ConfigError
 from tests.conftest import _admin, with_database
 
 
@@ -91,9 +91,9 @@ async def test_migrate__no_transaction_migration(blank_pool: Pool) -> None:
 async def test_migrate__ten_processes_at_once(blank_url: str) -> None:
     script = (
         "import asyncio, sys\n"
-        "from ripple.platform.config import load_settings\n"
-        "from ripple.platform.db import create_pool\n"
-        "from ripple.platform.migrate import apply_migrations\n"
+        "from ripple.platform.core.config import load_settings\n"
+        "from ripple.platform.core.db import create_pool\n"
+        "from ripple.platform.core.migrate import apply_migrations\n"
         "async def main():\n"
         "    pool = await create_pool(load_settings(), dsn=sys.argv[1])\n"
         "    print(await apply_migrations(pool))\n"

@@ -11,14 +11,14 @@ import pytest
 from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
-from ripple.platform.config import Settings
-from ripple.platform.db import Connection, Pool, create_pool
+from ripple.platform.core.config import Settings
+from ripple.platform.core.db import Connection, Pool, create_pool
+from ripple.platform.core.wake import CH_SUBSCRIPTIONS, NullWaker, RedisWaker, SubscriptionsChanged
 from ripple.platform.errors import InvalidInput, NotFound
-from ripple.platform.fanout import FanOutItem, PublishedEvent, SubscriptionRow, TargetKind
-from ripple.platform.publish import Publisher
-from ripple.platform.queues import Queues
-from ripple.platform.subscriptions import Subscriptions
-from ripple.platform.wake import CH_SUBSCRIPTIONS, NullWaker, RedisWaker, SubscriptionsChanged
+from ripple.platform.events.fanout import FanOutItem, PublishedEvent, SubscriptionRow, TargetKind
+from ripple.platform.events.publish import Publisher
+from ripple.platform.events.subscriptions import Subscriptions
+from ripple.platform.queues.queues import Queues
 from ripple.subscribers import QueueTarget, WorkflowTarget
 from ripple.subscribers.queue import QueueKind
 from tests.helpers import assert_eventually

@@ -8,10 +8,10 @@ from collections import Counter
 
 import pytest
 
-from ripple.platform.config import Settings
-from ripple.platform.db import Pool
-from ripple.platform.queues import Queues
-from ripple.platform.wake import NullWaker
+from ripple.platform.core.config import Settings
+from ripple.platform.core.db import Pool
+from ripple.platform.core.wake import NullWaker
+from ripple.platform.queues.queues import Queues
 
 TOTAL = 10_000
 QUEUE = "jepsen"

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from ripple.platform import queue_store
-from ripple.platform.config import Settings
-from ripple.platform.db import Pool
+from ripple.platform.core.config import Settings
+from ripple.platform.core.db import Pool
+from ripple.platform.core.wake import AnyHint, NullWaker, RedisWaker
 from ripple.platform.errors import InvalidInput
-from ripple.platform.queues import MessageGone, OutgoingMessage, Queues, StaleReceipt
-from ripple.platform.wake import AnyHint, NullWaker, RedisWaker
+from ripple.platform.queues import queue_store
+from ripple.platform.queues.queues import MessageGone, OutgoingMessage, Queues, StaleReceipt
 from tests.helpers import assert_eventually
 
 

@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 
 from ripple.platform.client import Client
-from ripple.platform.config import load_settings
+from ripple.platform.core.config import load_settings
 from ripple.workflows import WorkflowContext, workflow
 from tests.helpers import assert_eventually
 from tests.servers import PostgresCluster

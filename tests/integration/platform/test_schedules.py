@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ripple.platform.client import Client
-from ripple.platform.config import Settings
+from ripple.platform.core.config import Settings
 from ripple.platform.errors import InvalidInput, NotFound
 from ripple.subscribers import QueueTarget
 from ripple.workflows import Schedule, Worker, WorkflowContext, workflow

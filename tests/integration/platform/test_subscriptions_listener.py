@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ripple.platform.client import Client
-from ripple.platform.config import Settings
-from ripple.platform.wake import CH_SUBSCRIPTIONS
+from ripple.platform.core.config import Settings
+from ripple.platform.core.wake import CH_SUBSCRIPTIONS
 
 
 async def test_subscriptions__close_unregisters_the_change_listener(settings: Settings) -> None:

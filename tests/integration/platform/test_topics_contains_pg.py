@@ -9,7 +9,7 @@ import asyncpg
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ripple.platform.topics import contains
+from ripple.platform.events.topics import contains
 
 SCALARS = st.one_of(
     st.none(),

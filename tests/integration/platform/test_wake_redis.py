@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import redis
 
-from ripple.platform.wake import QueueReady, RedisWaker, RunFinished, RunReady
+from ripple.platform.core.wake import QueueReady, RedisWaker, RunFinished, RunReady
 from tests.helpers import assert_eventually
 from tests.servers import RedisProcess, free_port
 

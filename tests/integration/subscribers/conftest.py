@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from ripple.platform.config import Settings
-from ripple.platform.db import Pool, transaction
-from ripple.platform.fanout import PublishedEvent, SubscriptionRow
-from ripple.platform.ids import new_id
-from ripple.platform.wake import NullWaker
-from ripple.subscribers.signing import generate_secret
-from ripple.subscribers.webhook import Deliveries, WebhookKind
+from ripple.platform.core.config import Settings
+from ripple.platform.core.db import Pool, transaction
+from ripple.platform.core.ids import new_id
+from ripple.platform.core.wake import NullWaker
+from ripple.platform.events.fanout import PublishedEvent, SubscriptionRow
+from ripple.subscribers.webhooks.signing import generate_secret
+from ripple.subscribers.webhooks.webhook import Deliveries, WebhookKind
 
 INSERT_SUBSCRIPTION = """
 INSERT INTO ripple_subscriptions (id, pattern, kind, target, status)

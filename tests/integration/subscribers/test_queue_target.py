@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from ripple.platform.client import Client
-from ripple.platform.config import Settings
+from ripple.platform.core.config import Settings
 from ripple.subscribers import QueueTarget
 from tests.helpers import assert_eventually
 

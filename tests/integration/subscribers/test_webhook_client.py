@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from ripple.platform.config import Settings
+from ripple.platform.core.config import Settings
 from ripple.platform.errors import InvalidInput
 from ripple.subscribers import WebhookTarget
-from ripple.workflows.retry import RetryPolicy
+from ripple.workflows.authoring.retry import RetryPolicy
 from tests.integration.subscribers.webhook_sink import Received, Reply, Sink
 
-pytest.importorskip("ripple.workflows.client", reason="the workflow client has not landed yet")
+pytest.importorskip("ripple.workflows.runs.client", reason="the workflow client has not landed yet")
 
 
 async def test_webhook_client__subscribe_publish_deliver_redrive(hook_settings: Settings) -> None:

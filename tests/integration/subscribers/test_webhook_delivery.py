@@ -9,13 +9,13 @@ from datetime import UTC, datetime
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from ripple.platform.config import Settings
-from ripple.platform.db import Pool
+from ripple.platform.core.config import Settings
+from ripple.platform.core.db import Pool
+from ripple.platform.core.wake import NullWaker
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
-from ripple.platform.wake import NullWaker
-from ripple.subscribers.dispatcher import WebhookDispatcher
-from ripple.subscribers.webhook import Deliveries, WebhookKind
-from ripple.workflows.retry import RetryPolicy
+from ripple.subscribers.webhooks.dispatcher import WebhookDispatcher
+from ripple.subscribers.webhooks.webhook import Deliveries, WebhookKind
+from ripple.workflows.authoring.retry import RetryPolicy
 from tests.integration.subscribers.conftest import Hooks
 from tests.integration.subscribers.webhook_sink import Received, Reply, Sink
 
@@ -254,7 +254,7 @@ async def test_webhook_kind__fan_out_is_idempotent_per_event_and_subscription(
 ) -> None:
     sub = await hooks.subscribe("http://127.0.0.1:9/x")
     event = await hooks.publish([sub])
-    from ripple.platform.db import transaction
+    from ripple.platform.core.db import transaction
 
     async with transaction(pool) as conn:
         assert await hooks.kind.fan_out(conn, [(event, [sub])]) == [0]
@@ -283,7 +283,7 @@ class _Resolver:
         self.answers = answers
 
     async def resolve(self, host: str, port: int) -> list[str]:
-        from ripple.subscribers.ssrf import Unresolvable
+        from ripple.subscribers.webhooks.ssrf import Unresolvable
 
         if host not in self.answers:
             raise Unresolvable(f"webhook host {host!r} does not resolve")
@@ -330,7 +330,7 @@ async def test_webhook_endpoint_failing__no_series_outlives_its_subscription(
 ) -> None:
     from prometheus_client import REGISTRY
 
-    from ripple.platform.observability import GaugeCollector
+    from ripple.platform.ops.observability import GaugeCollector
 
     def gauge(sub: str) -> float | None:
         return REGISTRY.get_sample_value("webhook_endpoint_failing", {"subscription": sub})

@@ -8,12 +8,12 @@ import contextlib
 import uuid
 from datetime import UTC, datetime
 
-from ripple.platform.config import Settings
-from ripple.platform.db import Pool, transaction
-from ripple.platform.wake import NullWaker
-from ripple.subscribers import delivery_store as store
-from ripple.subscribers.dispatcher import WebhookDispatcher
-from ripple.subscribers.webhook import Deliveries
+from ripple.platform.core.config import Settings
+from ripple.platform.core.db import Pool, transaction
+from ripple.platform.core.wake import NullWaker
+from ripple.subscribers.webhooks import delivery_store as store
+from ripple.subscribers.webhooks.dispatcher import WebhookDispatcher
+from ripple.subscribers.webhooks.webhook import Deliveries
 from tests.helpers import assert_eventually
 from tests.integration.subscribers.conftest import Hooks
 from tests.integration.subscribers.webhook_sink import Received, Reply, Sink
@@ -375,8 +375,8 @@ async def test_webhook_dispatcher__run_until_idle_drains_a_saturated_endpoint(
 async def test_webhook_dispatcher__woken_by_another_process_hint(
     pool: Pool, hook_settings: Settings, redis_url: str, redis_prefix: str
 ) -> None:
-    from ripple.platform.wake import RedisWaker
-    from ripple.subscribers.webhook import WebhookKind
+    from ripple.platform.core.wake import RedisWaker
+    from ripple.subscribers.webhooks.webhook import WebhookKind
 
     # A poll interval far beyond the wait below: only the Redis hint can wake the dispatcher.
     slow_poll = hook_settings.model_copy(update={"poll_interval": 60.0})

@@ -9,8 +9,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from ripple.platform.client import Client
-from ripple.platform.config import Settings
-from ripple.platform.runner import ProcessRunner
+from ripple.platform.core.config import Settings
+from ripple.platform.ops.runner import ProcessRunner
 from ripple.subscribers import WebhookTarget
 from ripple.workflows import Worker, WorkflowContext, workflow
 from tests.helpers import assert_eventually

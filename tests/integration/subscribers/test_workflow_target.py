@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from ripple.platform.client import Client
-from ripple.platform.config import Settings
+from ripple.platform.core.config import Settings
 from ripple.subscribers import QueueTarget, WorkflowTarget
 from ripple.workflows import Worker, WorkflowContext, workflow
 

@@ -9,18 +9,18 @@ from typing import Any
 
 import pytest
 
-from ripple.platform.config import Settings
-from ripple.platform.db import Pool, create_pool
-from ripple.platform.migrate import apply_migrations
-from ripple.platform.services import BackgroundService
-from ripple.platform.wake import NullWaker, create_waker
+from ripple.platform.core.config import Settings
+from ripple.platform.core.db import Pool, create_pool
+from ripple.platform.core.migrate import apply_migrations
+from ripple.platform.core.wake import NullWaker, create_waker
+from ripple.platform.ops.services import BackgroundService
 from ripple.workflows import Worker, WorkflowDefinition
-from ripple.workflows.client import WorkflowClient
+from ripple.workflows.runs.client import WorkflowClient
 
 
 @dataclass
 class App:
-    """Satisfies `ripple.workflows.worker.WorkerClient`."""
+    """Satisfies `ripple.workflows.runtime.worker.WorkerClient`."""
 
     pool: Pool
     waker: NullWaker

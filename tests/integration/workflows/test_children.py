@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from ripple.platform.config import Settings
-from ripple.platform.ids import new_id
+from ripple.platform.core.config import Settings
+from ripple.platform.core.ids import new_id
 from ripple.workflows import (
     RetryPolicy,
     StepTimeoutError,
@@ -18,8 +18,8 @@ from ripple.workflows import (
     workflow,
 )
 from ripple.workflows.errors import LeaseLost
-from ripple.workflows.records import RunStatus
-from ripple.workflows.writer import PgRunWriter, StepCommitter
+from ripple.workflows.runs.records import RunStatus
+from ripple.workflows.runtime.writer import PgRunWriter, StepCommitter
 from tests.helpers import assert_eventually
 from tests.integration.workflows.conftest import App, close_app, make_app
 

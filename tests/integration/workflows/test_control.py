@@ -20,7 +20,7 @@ from ripple.workflows import (
     WorkflowFailed,
     workflow,
 )
-from ripple.workflows.records import RunStatus
+from ripple.workflows.runs.records import RunStatus
 from tests.helpers import assert_eventually
 from tests.integration.workflows.conftest import App
 

@@ -17,7 +17,7 @@ from ripple.workflows import (
     WorkflowContext,
     workflow,
 )
-from ripple.workflows.flow import check_key_path
+from ripple.workflows.authoring.flow import check_key_path
 from tests.helpers import assert_eventually
 from tests.integration.workflows.conftest import App
 

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ripple.workflows import WorkflowContext, store, workflow
-from ripple.workflows.cancels import CancelListener
-from ripple.workflows.heartbeat import LeaseHeartbeat
+from ripple.workflows.runtime.cancels import CancelListener
+from ripple.workflows.runtime.heartbeat import LeaseHeartbeat
 from tests.helpers import assert_eventually
 from tests.integration.workflows.conftest import App
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
-from ripple.platform.sweeper import Sweeper
+from ripple.platform.ops.sweeper import Sweeper
 from ripple.workflows import WorkflowContext, workflow
 from tests.helpers import assert_eventually
 from tests.integration.workflows.conftest import App

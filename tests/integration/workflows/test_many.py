@@ -6,7 +6,7 @@ import asyncio
 import gc
 from collections import Counter
 
-from ripple.platform.db import DedicatedConnection
+from ripple.platform.core.db import DedicatedConnection
 from ripple.workflows import WorkflowContext, workflow
 from tests.integration.workflows.conftest import App
 

@@ -10,8 +10,8 @@ from structlog.testing import capture_logs
 
 from ripple.workflows import RetryPolicy, WorkflowContext, WorkflowFailed, store, workflow
 from ripple.workflows.errors import LeaseLost
-from ripple.workflows.records import RunStatus
-from ripple.workflows.writer import PgRunWriter, StepCommitter
+from ripple.workflows.runs.records import RunStatus
+from ripple.workflows.runtime.writer import PgRunWriter, StepCommitter
 from tests.helpers import assert_eventually
 from tests.integration.workflows.conftest import App
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from ripple.platform.db import transaction
+from ripple.platform.core.db import transaction
 from ripple.platform.errors import Conflict, NotFound
 from ripple.workflows import WorkflowContext, workflow
 from ripple.workflows import store as wf_store
-from ripple.workflows.records import RunStatus
+from ripple.workflows.runs.records import RunStatus
 from ripple.workflows.store import waits as waits_sql
 from tests.helpers import assert_eventually
 from tests.integration.workflows.conftest import App

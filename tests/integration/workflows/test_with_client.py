@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ripple.platform.client import Client
-from ripple.platform.config import Settings
+from ripple.platform.core.config import Settings
 from ripple.subscribers import WorkflowTarget
 from ripple.workflows import Debounce, RunStatus, Worker, WorkflowContext, workflow
 from tests.helpers import assert_eventually

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ripple.platform import tracing
+from ripple.platform.ops import tracing
 
 _exporter: InMemorySpanExporter | None = None
 

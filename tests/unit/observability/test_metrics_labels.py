@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ripple.platform import metrics
+from ripple.platform.ops import metrics
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ripple.platform import tracing
+from ripple.platform.ops import tracing
 
 
 def test_tracing__no_context_outside_a_span(spans: InMemorySpanExporter) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from ripple.platform.api.app import create_app
 from ripple.platform.api.models import jsonable
-from ripple.platform.config import load_settings
+from ripple.platform.core.config import load_settings
 
 #: API.md's REST table (plus the extras documented in docs/api.md).
 ROUTES = [

@@ -12,8 +12,8 @@ from ripple.platform.api.models import DateTimeIn
 from ripple.platform.api.queues import QUEUE_NAME_PATTERN, RECEIPT_PATTERN
 from ripple.platform.api.topics import SUBSCRIPTION_PATTERN, TOPIC_PATTERN
 from ripple.platform.errors import InvalidInput
-from ripple.platform.queues import _parse_receipt, validate_queue_name
-from ripple.platform.topics import validate_pattern, validate_topic
+from ripple.platform.events.topics import validate_pattern, validate_topic
+from ripple.platform.queues.queues import _parse_receipt, validate_queue_name
 
 SAMPLES = [
     "audit",

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from ripple.platform.api.server import _listen
-from ripple.platform.runner import run_process
+from ripple.platform.ops.runner import run_process
 
 
 async def test_listen__accepted_connections_have_nagle_off() -> None:

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from ripple.platform.api.app import V1_ROUTES, create_app
 from ripple.platform.cli.options import Remote, operator_command
-from ripple.platform.config import load_settings
+from ripple.platform.core.config import load_settings
 
 SETTINGS = load_settings(database_url="postgresql://unused@127.0.0.1:1/none")
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from ripple.platform.config import load_settings
+from ripple.platform.core.config import load_settings
 from ripple.platform.errors import ConfigError
 
 

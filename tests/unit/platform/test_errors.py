@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from ripple.platform.core.ids import check_idempotency_key
 from ripple.platform.errors import InvalidInput, RippleError
-from ripple.platform.ids import check_idempotency_key
-from ripple.platform.topics import check_json, validate_pattern, validate_topic
-from ripple.workflows.definition import check_workflow_name
-from ripple.workflows.flow import check_key_path
+from ripple.platform.events.topics import check_json, validate_pattern, validate_topic
+from ripple.workflows.authoring.definition import check_workflow_name
+from ripple.workflows.authoring.flow import check_key_path
 
 
 def test_invalid_input__is_a_value_error_and_a_ripple_error() -> None:

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from structlog.testing import capture_logs
 
+from ripple.platform.core.group_commit import GroupCommit
 from ripple.platform.errors import InvalidInput, Unavailable
-from ripple.platform.group_commit import GroupCommit
 
 
 class Recorder:

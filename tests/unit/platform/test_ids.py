@@ -8,7 +8,7 @@ from unittest import mock
 
 import pytest
 
-from ripple.platform import ids
+from ripple.platform.core import ids
 
 
 def test_uuid7__is_version_7_with_rfc_variant() -> None:

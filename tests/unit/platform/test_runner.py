@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from structlog.testing import capture_logs
 
-from ripple.platform.runner import ProcessRunner
+from ripple.platform.ops.runner import ProcessRunner
 from tests.helpers import assert_eventually
 
 

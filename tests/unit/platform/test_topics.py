@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ripple.platform.errors import InvalidInput
-from ripple.platform.topics import (
+from ripple.platform.events.topics import (
     check_json,
     compile_pattern,
     contains,

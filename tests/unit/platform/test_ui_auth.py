@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from ripple.platform.ids import new_id
+from ripple.platform.core.ids import new_id
 from ripple.platform.ui.auth import SESSION_SECONDS, Sessions
 from ripple.platform.ui.store import QueueCounts, uuid7_floor
 from ripple.platform.ui.views import (
@@ -16,8 +16,8 @@ from ripple.platform.ui.views import (
     timeline,
     until,
 )
-from ripple.workflows.client import Run, StepRecord
-from ripple.workflows.records import RunStatus, StepStatus
+from ripple.workflows.runs.client import Run, StepRecord
+from ripple.workflows.runs.records import RunStatus, StepStatus
 
 
 def test_session__round_trip_and_csrf() -> None:

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from ripple.platform.wake import NullWaker, QueueReady, RunFinished
+from ripple.platform.core.wake import NullWaker, QueueReady, RunFinished
 
 
 async def test_wake__local_hint_reaches_listener() -> None:

@@ -8,7 +8,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from ripple.subscribers.outcomes import (
+from ripple.subscribers.webhooks.outcomes import (
     DEFAULT_SCHEDULE,
     RETRY_AFTER_CAP,
     RetrySchedule,
@@ -16,7 +16,7 @@ from ripple.subscribers.outcomes import (
     parse_retry_after,
     schedule_for,
 )
-from ripple.workflows.retry import RetryPolicy
+from ripple.workflows.authoring.retry import RetryPolicy
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 

@@ -8,9 +8,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from ripple.subscribers.dispatcher import message_body, signing_secrets
-from ripple.subscribers.signing import decode_secret, generate_secret, sign, signature_header
 from ripple.subscribers.targets import WebhookTarget
+from ripple.subscribers.webhooks.dispatcher import message_body, signing_secrets
+from ripple.subscribers.webhooks.signing import (
+    decode_secret,
+    generate_secret,
+    sign,
+    signature_header,
+)
 
 # The reference library's published test vector.
 VECTOR_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from ripple.subscribers.ssrf import (
+from ripple.subscribers.webhooks.ssrf import (
     AddressPolicy,
     BlockedAddress,
     canonical,

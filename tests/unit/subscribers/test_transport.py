@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
-from ripple.subscribers.ssrf import AddressPolicy, BlockedAddress, Unresolvable
-from ripple.subscribers.transport import GuardedResolver
+from ripple.subscribers.webhooks.ssrf import AddressPolicy, BlockedAddress, Unresolvable
+from ripple.subscribers.webhooks.transport import GuardedResolver
 
 
 class Answers:

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from ripple.workflows import WorkflowContext, workflow
-from ripple.workflows.definition import WorkflowDefinition
-from ripple.workflows.engine import ChildSpec, RunExecution, WaitSpec
-from ripple.workflows.journal import Entry
+from ripple.workflows.authoring.definition import WorkflowDefinition
+from ripple.workflows.runtime.engine import ChildSpec, RunExecution, WaitSpec
+from ripple.workflows.runtime.journal import Entry
 
 JOURNALS = Path(__file__).parent / "journals"
 

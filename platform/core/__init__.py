@@ -1,0 +1,1 @@
+"""Ground floor: settings, the pool, migrations, the wake layer, ids, logs."""

@@ -1,0 +1,355 @@
+"""The asyncpg pool, transactions, JSON codecs, and the one place driver errors are mapped.
+
+Owns connections only: it knows no table. No other module catches asyncpg exceptions; they
+call `map_errors()` (or use `transaction()`, which does) and handle `RippleError`s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
+from typing import Any, Final, TypeAlias
+
+import asyncpg
+import asyncpg.pool
+import structlog
+
+from ripple.platform.core.config import Settings
+from ripple.platform.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    RippleError,
+    StorageError,
+    Unavailable,
+)
+
+__all__ = [
+    "Connection",
+    "DedicatedConnection",
+    "Pool",
+    "create_pool",
+    "dumps",
+    "map_errors",
+    "pooled",
+    "quiet_driver_noise",
+    "transaction",
+]
+
+log = structlog.get_logger("ripple.db")
+
+Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
+#: A connection, whether acquired from the pool (a proxy) or opened directly.
+Connection: TypeAlias = (
+    "asyncpg.Connection[asyncpg.Record] | asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"
+)
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text, the encoding of every json/jsonb parameter."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+async def init_connection(conn: Connection) -> None:
+    """Make json/jsonb parameters and results plain Python values."""
+    for typename in ("json", "jsonb"):
+        await conn.set_type_codec(
+            typename, encoder=dumps, decoder=json.loads, schema="pg_catalog", format="text"
+        )
+
+
+#: Array types Ripple's statements bind or return; asyncpg introspects them (a catalog query)
+#: the first time a connection meets them.
+_ARRAY_TYPES: Final = ("int4", "int8", "float8", "text", "uuid", "jsonb", "bool", "timestamptz")
+_WARM_TYPES: Final = "SELECT " + ", ".join(
+    f"${n}::{name}[]" for n, name in enumerate(_ARRAY_TYPES, start=1)
+)
+
+
+async def init_pooled_connection(conn: Connection) -> None:
+    """`init_connection` for a connection through a transaction-mode pooler, which also
+    introspects the array types up front, in one transaction with `SET LOCAL jit = off`.
+
+    asyncpg turns JIT off around its type introspection query with session-level statements;
+    through the pooler those land on other server connections, so the query runs with JIT on
+    (seconds on a busy server, holding a server connection all along: a small pool then
+    starves and statements time out). In one transaction they all stay on one server.
+    """
+    await init_connection(conn)
+    async with conn.transaction():
+        await conn.execute("SET LOCAL jit = off")
+        await conn.fetchrow(_WARM_TYPES, *([None] * len(_ARRAY_TYPES)))
+
+
+async def _release_reset(conn: Connection) -> None:
+    """What a connection needs when it returns to the pool, beyond asyncpg's own rollback of an
+    open transaction: nothing. asyncpg's default reset runs `pg_advisory_unlock_all(); CLOSE
+    ALL; UNLISTEN *; RESET ALL` on every release, one extra round trip per pooled statement;
+    Ripple leaves no session state behind (no LISTEN, no SET; the migration lock is released
+    explicitly)."""
+
+
+def _database_url(settings: Settings, dsn: str | None = None) -> str:
+    url = dsn or settings.database_url
+    if url is None:
+        raise Unavailable(
+            "no database configured: set RIPPLE_DATABASE_URL, or run `ripple dev` for an "
+            "embedded Postgres"
+        )
+    return url
+
+
+def pooled(settings: Settings) -> bool:
+    """Whether `database_url` (and the read URL) go through a transaction-mode pooler."""
+    return settings.database_pooler == "transaction"
+
+
+def _pooler_options(settings: Settings, direct: bool) -> dict[str, Any]:
+    """Connect options for a connection through a transaction-mode pooler: the server
+    connection may change at every transaction, so a named prepared statement made on one is
+    missing on the next (asyncpg's statement cache would fail with "prepared statement
+    __asyncpg_stmt_N__ does not exist"). With the cache off asyncpg uses the unnamed
+    statement, parsed and executed in one exchange."""
+    if direct or not pooled(settings):
+        return {}
+    return {"statement_cache_size": 0, "init": init_pooled_connection}
+
+
+async def create_pool(
+    settings: Settings, *, dsn: str | None = None, direct: bool = False, **kwargs: Any
+) -> Pool:
+    """Open a pool to `dsn` (default `settings.database_url`) with Ripple's codecs.
+
+    Connects and statements time out after `settings.db_timeout` (RIPPLE_DB_TIMEOUT) seconds:
+    in a database outage a call fails with `Unavailable` instead of hanging. `command_timeout`
+    (a keyword argument) overrides the statement bound (workers: `worker_db_timeout`). Unless
+    `direct` (a pool on `database_direct_url`), a pool behind a transaction-mode pooler
+    (`RIPPLE_DATABASE_POOLER=transaction`) keeps no prepared statements.
+    """
+    url = _database_url(settings, dsn)
+    quiet_driver_noise()
+    command_timeout = kwargs.pop("command_timeout", settings.db_timeout)
+    with map_errors():
+        options: dict[str, Any] = {
+            "min_size": min(settings.pool_min_size, settings.pool_max_size),
+            "max_size": settings.pool_max_size,
+            "init": init_connection,
+            # Statement cache stays on (unless pooled): the hot statements are few and fixed.
+            # application_name is the one startup parameter PgBouncer forwards.
+            "server_settings": {"application_name": "ripple"},
+            "timeout": settings.db_timeout,
+            "command_timeout": command_timeout,
+            "reset": _release_reset,
+            **_pooler_options(settings, direct),
+            **kwargs,
+        }
+        pool: Pool = await asyncpg.create_pool(url, **options)
+    return pool
+
+
+def worker_db_timeout(settings: Settings) -> float:
+    """Seconds a worker's statements may take: RIPPLE_WORKER_DB_TIMEOUT, else the lease.
+
+    Not RIPPLE_DB_TIMEOUT: that bounds API calls (fail fast, answer 503). A worker's journal
+    commit or heartbeat that waits longer but within the lease is healthy; cancelling it would
+    lose a recorded step (executed again) or the lease itself.
+    """
+    if settings.worker_db_timeout is not None:
+        return settings.worker_db_timeout
+    return settings.lease_seconds
+
+
+# -- driver noise during outages -----------------------------------------------------------
+# In a database outage asyncpg logs "Failed to restore the pool connection floor" with a
+# traceback on every reconnect attempt, and futures it fails in `connection_lost` that nobody
+# awaits reach asyncio's "Future exception was never retrieved" handler, also with a traceback.
+# Both become one structured warning each (then at most one a minute, counting the rest).
+
+#: Seconds during which repeats of a driver warning are counted instead of logged.
+_REPEAT_WINDOW: Final = 60.0
+_DRIVER_ERRORS: Final = (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError)
+_FLOOR_MESSAGE: Final = "Failed to restore the pool connection floor"
+_UNRETRIEVED: Final = "Future exception was never retrieved"
+
+
+class _Repeats:
+    """Per warning kind: when it was last logged, and how many repeats were not logged since."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+        self._count: dict[str, int] = {}
+
+    def warn(self, event: str, exc: BaseException | None) -> None:
+        now = time.monotonic()
+        last = self._last.get(event)
+        if last is not None and now - last < _REPEAT_WINDOW:
+            self._count[event] = self._count.get(event, 0) + 1
+            return
+        self._last[event] = now
+        repeats = self._count.pop(event, 0)
+        error = "unknown" if exc is None else f"{type(exc).__name__}: {exc}"
+        log.warning(event, error=error, repeats_since_last=repeats)
+
+
+_repeats = _Repeats()
+
+
+class _FloorFilter(logging.Filter):
+    """Turns asyncpg's reconnect-failure log record into `db_pool_reconnect_failed`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith(_FLOOR_MESSAGE):
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        _repeats.warn("db_pool_reconnect_failed", exc)
+        return False
+
+
+def _exception_handler(previous: Any) -> Any:
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if str(context.get("message", "")).startswith(_UNRETRIEVED) and isinstance(
+            exc, _DRIVER_ERRORS
+        ):
+            _repeats.warn("db_connection_lost", exc)
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    handle.ripple_quiet = True  # type: ignore[attr-defined]
+    return handle
+
+
+def quiet_driver_noise() -> None:
+    """Replace asyncpg's outage tracebacks by structured warnings (idempotent; needs a running
+    loop for the loop's exception handler, which wraps any handler already set)."""
+    pool_logger = logging.getLogger("asyncpg.pool")
+    if not any(isinstance(f, _FloorFilter) for f in pool_logger.filters):
+        pool_logger.addFilter(_FloorFilter())
+    loop = asyncio.get_running_loop()
+    current = loop.get_exception_handler()
+    if not getattr(current, "ripple_quiet", False):
+        loop.set_exception_handler(_exception_handler(current))
+
+
+class DedicatedConnection:
+    """One connection held for a sequential loop (a worker's claims): no pool hand-off per
+    statement, and session settings of its own. Opened on first use; after a failure that
+    `discard()`s it, the next `get()` reconnects.
+
+    The settings are startup parameters on a direct connection. A transaction-mode pooler
+    refuses startup parameters other than `application_name` (and would not keep them: the
+    server connection changes between transactions), so there each unit of work runs inside
+    `scoped()`: one transaction that begins with `SET LOCAL` of each setting.
+    """
+
+    def __init__(self, settings: Settings, **server_settings: str) -> None:
+        self._settings = settings
+        self._server_settings = {"application_name": "ripple", **server_settings}
+        self._pooled = pooled(settings)
+        self._local = {k: v for k, v in server_settings.items() if k != "application_name"}
+        self._conn: asyncpg.Connection[asyncpg.Record] | None = None
+
+    async def get(self) -> asyncpg.Connection[asyncpg.Record]:
+        """The open connection (connecting if needed); driver errors are mapped."""
+        if self._conn is None or self._conn.is_closed():
+            startup = self._server_settings
+            if self._pooled:
+                startup = {"application_name": startup["application_name"]}
+            with map_errors():
+                conn: asyncpg.Connection[asyncpg.Record] = await asyncpg.connect(
+                    _database_url(self._settings),
+                    server_settings=startup,
+                    statement_cache_size=0 if self._pooled else 100,
+                )
+                try:
+                    await (init_pooled_connection if self._pooled else init_connection)(conn)
+                except BaseException:
+                    conn.terminate()
+                    raise
+            self._conn = conn
+        return self._conn
+
+    @asynccontextmanager
+    async def scoped(self, conn: Connection) -> AsyncIterator[None]:
+        """Statements on `conn` inside this block see the session settings: nothing to do on
+        a direct connection; behind a transaction-mode pooler, one transaction opened with
+        `SET LOCAL` of each (2 extra round trips: BEGIN + SET, and COMMIT)."""
+        if not self._pooled or not self._local:
+            yield
+            return
+        async with conn.transaction():
+            for name, value in self._local.items():
+                # set_config(name, value, is_local) is SET LOCAL with parameters.
+                await conn.execute("SELECT set_config($1, $2, true)", name, value)
+            yield
+
+    def discard(self) -> None:
+        """Drop the connection after an error (it may be broken or mid-transaction)."""
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.is_closed():
+            conn.terminate()
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.is_closed():
+            with suppress(Exception):
+                await conn.close(timeout=2)
+
+
+@contextmanager
+def map_errors() -> Iterator[None]:
+    """Re-raise driver errors as the project's error tree, with the cause chained."""
+    try:
+        yield
+    except RippleError:
+        raise
+    except TimeoutError as exc:  # a connect or statement past RIPPLE_DB_TIMEOUT
+        raise Unavailable(
+            "the database did not answer within RIPPLE_DB_TIMEOUT; the outcome is unknown: "
+            "retry (with the same idempotency key)"
+        ) from exc
+    except asyncpg.UniqueViolationError as exc:
+        raise Conflict(
+            f"already exists ({exc.constraint_name})", constraint=exc.constraint_name
+        ) from exc
+    except asyncpg.ForeignKeyViolationError as exc:
+        raise NotFound(f"referenced row does not exist ({exc.constraint_name})") from exc
+    except (asyncpg.CheckViolationError, asyncpg.NotNullViolationError) as exc:
+        raise InvalidInput(str(exc)) from exc
+    except (asyncpg.DataError, asyncpg.InvalidTextRepresentationError) as exc:
+        raise InvalidInput(str(exc)) from exc
+    except (
+        asyncpg.CannotConnectNowError,
+        asyncpg.ConnectionDoesNotExistError,
+        asyncpg.TooManyConnectionsError,
+        asyncpg.InterfaceError,
+        ConnectionError,
+        OSError,
+    ) as exc:
+        raise Unavailable(f"database unavailable: {exc}") from exc
+    except asyncpg.PostgresError as exc:
+        raise StorageError(f"database error: {exc}") from exc
+
+
+@asynccontextmanager
+async def transaction(pool: Pool, conn: Connection | None = None) -> AsyncIterator[Connection]:
+    """Yield a connection inside one transaction; errors are mapped, rollback is automatic.
+
+    With `conn` given, the caller's connection is used: inside the caller's transaction when one
+    is open (a savepoint joins it), else in a new one. This is how work composes into a single
+    commit (transactional outbox).
+    """
+    with map_errors():
+        if conn is not None:
+            async with conn.transaction():
+                yield conn
+            return
+        async with pool.acquire() as acquired, acquired.transaction():
+            yield acquired

@@ -1,0 +1,1 @@
+"""Topics, publishing, fan-out, subscriptions and backfills."""

@@ -1,0 +1,96 @@
+"""SQL for published events; row mapping only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+import asyncpg
+
+from ripple.platform.core.db import Connection
+
+__all__ = [
+    "EventRecord",
+    "find_events_by_keys",
+    "get_event",
+    "insert_events",
+]
+
+# $1 ids uuid[], $2 topics text[], $3 payloads text[] (JSON text, encoded once by publish),
+# $4 idempotency keys text[] (NULL elements: none), $5 traces jsonb[], $6 subscription-set
+# versions bigint[] (what each event was matched against). Events whose key exists already (or
+# repeats earlier in the batch) are skipped and not returned. `waited`: whether some workflow
+# wait listens to the event's topic (a probe that spares the wait resolver's statements for
+# topics nobody waits on, in the same round trip).
+INSERT_EVENTS: Final = """
+WITH inserted AS (
+    INSERT INTO ripple_events
+        (id, topic, payload, idempotency_key, trace, subscriptions_version)
+    SELECT i, t, p::jsonb, k, c, v
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bigint[])
+        AS e(i, t, p, k, c, v)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id, topic, created_at
+)
+SELECT id, created_at, EXISTS (SELECT 1 FROM ripple_waits w WHERE w.event = inserted.topic)
+    AS waited
+FROM inserted
+"""
+# $1 idempotency keys text[]
+SELECT_EVENTS_BY_KEYS: Final = """
+SELECT id, idempotency_key FROM ripple_events WHERE idempotency_key = ANY($1::text[])
+"""
+# $1 id
+SELECT_EVENT: Final = """
+SELECT id, topic, payload, idempotency_key, trace, created_at FROM ripple_events WHERE id = $1
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One stored event."""
+
+    id: str
+    topic: str
+    payload: Any
+    idempotency_key: str | None
+    trace: dict[str, str] | None
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> EventRecord:
+        return cls(
+            id=str(row["id"]),
+            topic=row["topic"],
+            payload=row["payload"],
+            idempotency_key=row["idempotency_key"],
+            trace=row["trace"],
+            created_at=row["created_at"],
+        )
+
+
+async def get_event(conn: Connection, event_id: str) -> EventRecord | None:
+    row = await conn.fetchrow(SELECT_EVENT, event_id)
+    return None if row is None else EventRecord.from_row(row)
+
+
+async def insert_events(
+    conn: Connection,
+    ids: list[str],
+    topics: list[str],
+    payloads: list[str],
+    keys: list[str | None],
+    traces: list[dict[str, str] | None],
+    versions: list[int | None],
+) -> dict[str, tuple[datetime, bool]]:
+    """Insert events (`payloads` as JSON text); for those inserted (repeated keys are left
+    out), by id: the creation time and whether a workflow wait listens to the topic."""
+    rows = await conn.fetch(INSERT_EVENTS, ids, topics, payloads, keys, traces, versions)
+    return {str(row[0]): (row[1], row[2]) for row in rows}
+
+
+async def find_events_by_keys(conn: Connection, keys: list[str]) -> dict[str, str]:
+    """Event id by idempotency key, for the keys that exist."""
+    rows = await conn.fetch(SELECT_EVENTS_BY_KEYS, keys)
+    return {row["idempotency_key"]: str(row["id"]) for row in rows}

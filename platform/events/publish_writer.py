@@ -1,0 +1,197 @@
+"""Writes publishes: the event rows, their fan-out and wait resolution, many events per commit.
+
+`write_events` writes a batch of events in the caller's transaction with a few statements per
+batch (one insert for all events, one per batch-capable kind, one wait probe). `GroupCommitter`
+collects concurrent publishes that own no transaction and commits them together (group
+commit), falling back to one transaction per event when a batch fails, so one bad event fails
+alone. Knows no subscriber kind: each kind's `fan_out` writes a whole batch at once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import structlog
+
+from ripple.platform.core import db
+from ripple.platform.core.group_commit import GroupCommit
+from ripple.platform.events import event_store
+from ripple.platform.events.fanout import (
+    EventWaitResolver,
+    PublishedEvent,
+    SubscriptionRow,
+    TargetKind,
+)
+from ripple.platform.ops import metrics
+
+__all__ = [
+    "GroupCommitter",
+    "PendingEvent",
+    "WrittenEvent",
+    "count_written",
+    "write_events",
+]
+
+log = structlog.get_logger("ripple.publish")
+
+#: Most events one group commit writes.
+MAX_GROUP: Final = 200
+#: Group commits in flight at once (each holds one pooled connection).
+MAX_FLUSHERS: Final = 3
+
+
+@dataclass(slots=True)
+class PendingEvent:
+    """A validated event waiting to be written."""
+
+    event_id: str
+    topic: str
+    payload: Any
+    #: `payload` as compact JSON text, encoded once when it was validated.
+    payload_json: str
+    idempotency_key: str | None
+    trace: dict[str, str] | None
+    #: Matching active subscriptions whose filter the payload satisfies, by kind.
+    by_kind: dict[str, list[SubscriptionRow]]
+    #: The subscription-set version `by_kind` was matched against (stored with the event).
+    subscriptions_version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenEvent:
+    """The outcome of writing one event."""
+
+    event_id: str
+    deliveries: int
+    duplicate: bool
+    waits: int
+    event: PublishedEvent | None
+    by_kind: dict[str, list[SubscriptionRow]] = field(default_factory=dict)
+    #: Deliveries written, by kind (for the metrics counted once the commit is known).
+    created: dict[str, int] = field(default_factory=dict)
+
+
+async def write_events(
+    conn: db.Connection,
+    items: Sequence[PendingEvent],
+    kinds: Mapping[str, TargetKind],
+    resolver: EventWaitResolver | None,
+) -> list[WrittenEvent]:
+    """Write `items` in the caller's transaction; outcomes in order. Counts no metric: the
+    caller does (`count_written`) once the transaction is known to commit."""
+    inserted = await event_store.insert_events(
+        conn,
+        [i.event_id for i in items],
+        [i.topic for i in items],
+        [i.payload_json for i in items],
+        [i.idempotency_key for i in items],
+        [i.trace for i in items],
+        [i.subscriptions_version for i in items],
+    )
+    firsts: dict[str, str] = {}
+    dup_keys = [k for i in items if i.event_id not in inserted and (k := i.idempotency_key)]
+    if dup_keys:
+        firsts = await event_store.find_events_by_keys(conn, dup_keys)
+    new = [i for i in items if i.event_id in inserted]
+    events = {
+        i.event_id: PublishedEvent(
+            i.event_id,
+            i.topic,
+            i.payload,
+            inserted[i.event_id][0],
+            i.trace,
+            payload_json=i.payload_json,
+        )
+        for i in new
+    }
+    counts: dict[str, dict[str, int]] = {i.event_id: {} for i in new}
+    for kind_name in sorted({k for i in new for k, rows in i.by_kind.items() if rows}):
+        work = [(events[i.event_id], i.by_kind[kind_name]) for i in new if i.by_kind.get(kind_name)]
+        written = await kinds[kind_name].fan_out(conn, work)
+        for (event, _), n in zip(work, written, strict=True):
+            counts[event.event_id][kind_name] = n
+    waits: dict[str, int] = {}
+    if resolver is not None:
+        for item in new:
+            if inserted[item.event_id][1]:  # some wait listens to this topic
+                waits[item.event_id] = await resolver.resolve_event_waits(
+                    conn, item.topic, item.payload
+                )
+    out = []
+    for item in items:
+        if item.event_id in events:
+            created = counts[item.event_id]
+            out.append(
+                WrittenEvent(
+                    item.event_id,
+                    sum(created.values()),
+                    False,
+                    waits.get(item.event_id, 0),
+                    events[item.event_id],
+                    item.by_kind,
+                    created,
+                )
+            )
+        else:
+            first = firsts.get(item.idempotency_key or "", item.event_id)
+            out.append(WrittenEvent(first, 0, True, 0, None))
+    return out
+
+
+def count_written(written: Sequence[WrittenEvent]) -> None:
+    """Metrics for written events: call once their transaction committed (or, in a caller's
+    transaction, once it is handed back), so a rolled-back or retried group counts nothing."""
+    published: Counter[str] = Counter()
+    created: Counter[str] = Counter()
+    for outcome in written:
+        if outcome.event is None:
+            continue
+        published[metrics.topic_prefix(outcome.event.topic)] += 1
+        created.update(outcome.created)
+    for prefix, n in published.items():
+        metrics.EVENTS_PUBLISHED.labels(prefix).inc(n)
+    for kind_name, n in created.items():
+        if n:
+            metrics.DELIVERIES.labels(kind_name, "created").inc(n)
+
+
+class GroupCommitter:
+    """Commits concurrent publishes together: one transaction (and one WAL flush) per group
+    (`GroupCommit`: a publish waits only for the group in flight ahead of it; with no
+    concurrency each publish is its own group, so latency does not grow when idle; a group
+    that fails is retried event by event, so one bad event fails alone)."""
+
+    def __init__(
+        self,
+        pool: db.Pool,
+        kinds: Mapping[str, TargetKind],
+        resolver: EventWaitResolver | None,
+        after_commit: Callable[[Sequence[WrittenEvent]], None],
+    ) -> None:
+        self._pool = pool
+        self._kinds = kinds
+        self._resolver = resolver
+        self._after_commit = after_commit
+        self._group: GroupCommit[PendingEvent, WrittenEvent] = GroupCommit(
+            self._write,
+            name="ripple-publish-commit",
+            max_batch=MAX_GROUP,
+            flushers=MAX_FLUSHERS,
+            refused_event="publish_group_failed",
+        )
+
+    async def submit(self, item: PendingEvent) -> WrittenEvent:
+        return await self._group.submit(item)
+
+    async def _write(self, group: list[PendingEvent]) -> list[WrittenEvent]:
+        async with db.transaction(self._pool) as conn:
+            written = await write_events(conn, group, self._kinds, self._resolver)
+        try:
+            count_written(written)
+            self._after_commit(written)
+        except Exception:  # hints never fail a committed publish
+            log.exception("after_commit_failed")
+        return written

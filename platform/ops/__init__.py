@@ -1,0 +1,1 @@
+"""Beside the work: metrics, tracing, gauges, retention, schedules."""

@@ -1,0 +1,1 @@
+"""Durable named queues and their SQL."""

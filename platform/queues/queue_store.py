@@ -1,0 +1,313 @@
+"""SQL for durable queues: send, claim (receive), ack, visibility, dead letters; row mapping.
+
+Claims lock candidates with `FOR UPDATE SKIP LOCKED` on partial indexes, so concurrent
+receivers never take the same message. A message's receipt is (id, receive_count): every
+receive bumps receive_count, so a receipt from an earlier delivery matches no row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+import asyncpg
+
+from ripple.platform.core.db import Connection
+
+__all__ = [
+    "ClaimedMessage",
+    "DeadLetter",
+    "QueueStats",
+    "ack_messages",
+    "claim_messages",
+    "insert_messages",
+    "set_visibility",
+]
+
+# $1 queue, $2 bodies as JSON text[], $3 headers as JSON text[], $4 group ids text[], $5 dedup
+# ids text[], $6 delays in seconds float8[]. A deduplication id already present inserts nothing.
+# (Bodies arrive as text the caller already encoded while checking its limits.)
+INSERT_MESSAGES: Final = """
+INSERT INTO ripple_queue_messages (queue, body, headers, group_id, deduplication_id, visible_at)
+SELECT $1, m.body::jsonb, m.headers::jsonb, m.group_id, m.dedup,
+       CASE WHEN m.delay > 0 THEN now() + make_interval(secs => m.delay) ELSE now() END
+FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::float8[])
+    AS m(body, headers, group_id, dedup, delay)
+ON CONFLICT (queue, deduplication_id) WHERE deduplication_id IS NOT NULL DO NOTHING
+RETURNING id, deduplication_id
+"""
+# $1 queues text[], $2 bodies text[] (JSON text), $3 headers jsonb[], $4 dedup ids text[]:
+# fan-out of many events to many queues in one statement (ungrouped, visible now)
+INSERT_FANOUT: Final = """
+INSERT INTO ripple_queue_messages (queue, body, headers, deduplication_id)
+SELECT q, b::jsonb, h, d
+FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::text[]) AS t(q, b, h, d)
+ON CONFLICT (queue, deduplication_id) WHERE deduplication_id IS NOT NULL DO NOTHING
+"""
+# $1 queue, $2 dedup ids text[]: ids of existing messages with these deduplication ids
+SELECT_BY_DEDUP: Final = """
+SELECT id, deduplication_id FROM ripple_queue_messages
+WHERE queue = $1 AND deduplication_id = ANY($2::text[])
+"""
+
+# $1 queue, $2 max messages, $3 visibility timeout (seconds), $4 default max receives
+# Steps: `ready` = visible ungrouped messages, oldest visibility first; `heads` = the lowest
+# id of each FIFO group (a group whose head is in flight or delayed yields nothing, which is
+# what makes groups single-flight); `picked` locks up to $2 of both, skipping rows other
+# receivers hold; the UPDATE delivers them (receive_count + 1, invisible for $3 s), except
+# messages already received max_receives times, which become dead letters instead.
+CLAIM_MESSAGES: Final = """
+WITH ready AS (
+    SELECT id, receive_count FROM ripple_queue_messages
+    WHERE queue = $1 AND dead_at IS NULL AND group_id IS NULL AND visible_at <= now()
+    ORDER BY visible_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), heads AS (
+    SELECT DISTINCT ON (group_id) id FROM ripple_queue_messages
+    WHERE queue = $1 AND dead_at IS NULL AND group_id IS NOT NULL
+    ORDER BY group_id, id
+), grouped AS (
+    SELECT m.id, m.receive_count FROM ripple_queue_messages m JOIN heads h ON m.id = h.id
+    WHERE m.visible_at <= now() AND m.dead_at IS NULL
+    ORDER BY m.id
+    LIMIT $2
+    FOR UPDATE OF m SKIP LOCKED
+), picked AS (
+    SELECT id FROM ready
+    UNION ALL
+    (SELECT id FROM grouped)
+    LIMIT $2
+), lim AS MATERIALIZED (
+    SELECT coalesce((SELECT max_receives FROM ripple_queues WHERE name = $1), $4) AS n
+)
+UPDATE ripple_queue_messages m SET
+    receive_count = CASE WHEN m.receive_count < lim.n
+                         THEN m.receive_count + 1 ELSE m.receive_count END,
+    visible_at = CASE WHEN m.receive_count < lim.n
+                      THEN now() + make_interval(secs => $3) ELSE m.visible_at END,
+    dead_at = CASE WHEN m.receive_count < lim.n THEN NULL ELSE now() END
+FROM lim
+WHERE m.id = ANY(ARRAY(SELECT id FROM picked))
+RETURNING m.id, m.body, m.headers, m.group_id, m.receive_count, m.dead_at IS NOT NULL AS dead
+"""
+# $1 queue, $2 ids bigint[], $3 receive counts int[]: delete the messages whose receipts match
+ACK_MESSAGES: Final = """
+DELETE FROM ripple_queue_messages m
+USING unnest($2::bigint[], $3::int[]) AS r(id, receive_count)
+WHERE m.id = r.id AND m.queue = $1 AND m.receive_count = r.receive_count AND m.dead_at IS NULL
+RETURNING m.id
+"""
+# $1 queue, $2 id, $3 receive count, $4 seconds until visible again
+SET_VISIBILITY: Final = """
+UPDATE ripple_queue_messages SET visible_at = now() + make_interval(secs => $4)
+WHERE id = $2 AND queue = $1 AND receive_count = $3 AND dead_at IS NULL
+RETURNING id
+"""
+# $1 queue, $2 ids bigint[]: current receive counts (to explain a refused receipt)
+SELECT_RECEIVE_COUNTS: Final = """
+SELECT id, receive_count, dead_at IS NOT NULL AS dead FROM ripple_queue_messages
+WHERE queue = $1 AND id = ANY($2::bigint[])
+"""
+# $1 queue
+PURGE: Final = "DELETE FROM ripple_queue_messages WHERE queue = $1"
+# $1 queue
+STATS: Final = """
+SELECT
+    count(*) FILTER (WHERE dead_at IS NULL AND visible_at <= now()) AS visible,
+    count(*) FILTER (WHERE dead_at IS NULL AND visible_at > now() AND receive_count > 0)
+        AS in_flight,
+    count(*) FILTER (WHERE dead_at IS NULL AND visible_at > now() AND receive_count = 0)
+        AS delayed,
+    count(*) FILTER (WHERE dead_at IS NOT NULL) AS dead_letters,
+    extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL
+        AND visible_at <= now()))::float8 AS oldest_age
+FROM ripple_queue_messages WHERE queue = $1
+"""
+# $1 queue, $2 limit, $3 after id (0: from the start)
+SELECT_DEAD: Final = """
+SELECT id, body, headers, group_id, receive_count, dead_at, created_at
+FROM ripple_queue_messages
+WHERE queue = $1 AND dead_at IS NOT NULL AND id > $3
+ORDER BY id LIMIT $2
+"""
+# $1 queue, $2 ids bigint[] (NULL: all dead letters of the queue), $3 limit
+REDRIVE: Final = """
+WITH chosen AS (
+    SELECT id FROM ripple_queue_messages
+    WHERE queue = $1 AND dead_at IS NOT NULL AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[]))
+    ORDER BY id LIMIT $3
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE ripple_queue_messages m SET dead_at = NULL, receive_count = 0, visible_at = now()
+FROM chosen WHERE m.id = chosen.id
+RETURNING m.id
+"""
+# $1 queue, $2 max receives
+UPSERT_QUEUE: Final = """
+INSERT INTO ripple_queues (name, max_receives) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET max_receives = EXCLUDED.max_receives, updated_at = now()
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedMessage:
+    """A row returned by a claim: delivered, or just moved to the dead letters."""
+
+    id: int
+    body: Any
+    headers: dict[str, Any]
+    group_id: str | None
+    receive_count: int
+    dead: bool
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> ClaimedMessage:
+        return cls(
+            row["id"],
+            row["body"],
+            row["headers"],
+            row["group_id"],
+            row["receive_count"],
+            row["dead"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message that was received max_receives times without an ack."""
+
+    id: str
+    body: Any
+    headers: dict[str, Any]
+    group_id: str | None
+    receive_count: int
+    dead_at: datetime
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> DeadLetter:
+        return cls(
+            str(row["id"]),
+            row["body"],
+            row["headers"],
+            row["group_id"],
+            row["receive_count"],
+            row["dead_at"],
+            row["created_at"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """A queue's counts now."""
+
+    #: Messages waiting to be received now.
+    visible: int
+    #: Messages received and not yet acked (invisible until their timeout).
+    in_flight: int
+    #: Messages sent with a delay that are not visible yet.
+    delayed: int
+    dead_letters: int
+    #: Seconds since the oldest visible message was sent (0 when none).
+    oldest_age: float
+
+    @property
+    def depth(self) -> int:
+        """Messages waiting or in flight (dead letters excluded)."""
+        return self.visible + self.in_flight + self.delayed
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> QueueStats:
+        return cls(
+            row["visible"],
+            row["in_flight"],
+            row["delayed"],
+            row["dead_letters"],
+            float(row["oldest_age"] or 0.0),
+        )
+
+
+async def insert_messages(
+    conn: Connection,
+    queue: str,
+    bodies: list[str],
+    headers: list[str],
+    group_ids: list[str | None],
+    dedup_ids: list[str | None],
+    delays: list[float],
+) -> list[tuple[int, str | None]]:
+    """Insert messages; (id, dedup id) of each inserted one (deduplicated ones are absent)."""
+    rows = await conn.fetch(INSERT_MESSAGES, queue, bodies, headers, group_ids, dedup_ids, delays)
+    return [(row["id"], row["deduplication_id"]) for row in rows]
+
+
+async def insert_fanout(
+    conn: Connection,
+    queues: list[str],
+    bodies: list[str],
+    headers: list[dict[str, Any]],
+    dedup_ids: list[str],
+) -> int:
+    """Insert fan-out messages across queues; how many were new. `bodies` are JSON text
+    (publish encoded each payload once; it is not decoded and encoded again here)."""
+    status = await conn.execute(INSERT_FANOUT, queues, bodies, headers, dedup_ids)
+    return int(status.rsplit(" ", 1)[-1])
+
+
+async def find_by_dedup(conn: Connection, queue: str, dedup_ids: list[str]) -> dict[str, int]:
+    rows = await conn.fetch(SELECT_BY_DEDUP, queue, dedup_ids)
+    return {row["deduplication_id"]: row["id"] for row in rows}
+
+
+async def claim_messages(
+    conn: Connection, queue: str, limit: int, visibility: float, max_receives: int
+) -> list[ClaimedMessage]:
+    rows = await conn.fetch(CLAIM_MESSAGES, queue, limit, visibility, max_receives)
+    return [ClaimedMessage.from_row(row) for row in rows]
+
+
+async def ack_messages(
+    conn: Connection, queue: str, ids: list[int], receive_counts: list[int]
+) -> set[int]:
+    rows = await conn.fetch(ACK_MESSAGES, queue, ids, receive_counts)
+    return {row["id"] for row in rows}
+
+
+async def set_visibility(
+    conn: Connection, queue: str, message_id: int, receive_count: int, seconds: float
+) -> bool:
+    return (
+        await conn.fetchval(SET_VISIBILITY, queue, message_id, receive_count, seconds) is not None
+    )
+
+
+async def receive_counts(
+    conn: Connection, queue: str, ids: list[int]
+) -> dict[int, tuple[int, bool]]:
+    rows = await conn.fetch(SELECT_RECEIVE_COUNTS, queue, ids)
+    return {row["id"]: (row["receive_count"], row["dead"]) for row in rows}
+
+
+async def purge(conn: Connection, queue: str) -> int:
+    status = await conn.execute(PURGE, queue)
+    return int(status.split()[-1])
+
+
+async def stats(conn: Connection, queue: str) -> QueueStats:
+    row = await conn.fetchrow(STATS, queue)
+    assert row is not None
+    return QueueStats.from_row(row)
+
+
+async def dead_letters(conn: Connection, queue: str, limit: int, after: int) -> list[DeadLetter]:
+    return [DeadLetter.from_row(row) for row in await conn.fetch(SELECT_DEAD, queue, limit, after)]
+
+
+async def redrive(conn: Connection, queue: str, ids: list[int] | None, limit: int) -> int:
+    return len(await conn.fetch(REDRIVE, queue, ids, limit))
+
+
+async def set_max_receives(conn: Connection, queue: str, max_receives: int) -> None:
+    await conn.execute(UPSERT_QUEUE, queue, max_receives)

@@ -1,0 +1,425 @@
+"""`Queues`: named durable queues: send, receive (long-poll), ack, nack, extend, dead letters.
+
+Every message is a row (see `queue_store`); Redis only wakes long-polling receivers, which
+re-check Postgres at least every poll interval. Receipts are fenced: `"{id}.{receive_count}"`
+stops matching as soon as the message is received again, so a slow consumer can never ack
+(or extend) a delivery that now belongs to someone else.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Final
+
+import structlog
+
+from ripple.platform.core import db, wake
+from ripple.platform.core.config import Settings
+from ripple.platform.core.wake import NullWaker, QueueReady, queue_channel
+from ripple.platform.errors import Conflict, InvalidInput, NotFound
+from ripple.platform.events.topics import encode_json
+from ripple.platform.queues import queue_store
+from ripple.platform.queues.queue_store import DeadLetter, QueueStats
+
+__all__ = [
+    "DEFAULT_MAX_RECEIVES",
+    "DeadLetter",
+    "Message",
+    "MessageGone",
+    "OutgoingMessage",
+    "QueueStats",
+    "Queues",
+    "StaleReceipt",
+    "validate_queue_name",
+]
+
+log = structlog.get_logger("ripple.queues")
+
+DEFAULT_MAX_RECEIVES: Final = 10
+MAX_BATCH: Final = 1000
+MAX_VISIBILITY: Final = 12 * 3600.0
+MAX_WAIT: Final = 300.0
+_QUEUE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+# Message id (bigint) and receive count (int): digits that always fit their columns.
+_RECEIPT: Final = re.compile(r"([0-9]{1,18})\.([0-9]{1,9})")
+
+
+class StaleReceipt(Conflict):
+    """The receipt is from an earlier delivery: the message was received again since."""
+
+
+class MessageGone(NotFound):
+    """No message has this receipt: it was acked, purged, or moved to the dead letters."""
+
+
+def validate_queue_name(queue: object) -> str:
+    """Return `queue` if it is a valid queue name, else raise `InvalidInput` saying why."""
+    if not isinstance(queue, str) or not _QUEUE_NAME.fullmatch(queue):
+        raise InvalidInput(
+            f"queue name {queue!r} is invalid: use 1-128 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit (e.g. 'audit')",
+            field="queue",
+        )
+    return queue
+
+
+def _seconds(value: timedelta | float | int | None, name: str, upper: float) -> float:
+    if value is None:
+        return 0.0
+    secs = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if not 0 <= secs <= upper:
+        raise InvalidInput(
+            f"{name} must be between 0 and {upper:g} seconds, got {secs:g}", field=name
+        )
+    return secs
+
+
+def _parse_receipt(receipt: object) -> tuple[int, int]:
+    match = _RECEIPT.fullmatch(receipt) if isinstance(receipt, str) else None
+    if match is None:
+        raise InvalidInput(f"{receipt!r} is not a receipt; pass Message.receipt", field="receipt")
+    return int(match.group(1)), int(match.group(2))
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A received message; `receipt` acks, nacks or extends this delivery only."""
+
+    id: str
+    body: Any
+    headers: dict[str, Any]
+    group_id: str | None
+    receive_count: int
+    receipt: str
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingMessage:
+    """One message of `send_batch`."""
+
+    body: Any
+    headers: dict[str, Any] | None = None
+    group_id: str | None = None
+    delay: timedelta | float | None = None
+    deduplication_id: str | None = None
+
+
+@dataclass(slots=True)
+class _Batch:
+    bodies: list[str] = field(default_factory=list)
+    headers: list[str] = field(default_factory=list)
+    groups: list[str | None] = field(default_factory=list)
+    dedups: list[str | None] = field(default_factory=list)
+    delays: list[float] = field(default_factory=list)
+
+
+class Queues:
+    """The durable queues of a deployment (`client.queues`).
+
+    Args:
+        pool: the database pool.
+        waker: wakes long-polling receivers after a send.
+        settings: JSON limits and the poll interval.
+    """
+
+    def __init__(self, pool: db.Pool, waker: NullWaker, settings: Settings) -> None:
+        self._pool = pool
+        self._waker = waker
+        self._settings = settings
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def _add(self, batch: _Batch, message: OutgoingMessage) -> None:
+        if message.body is None:
+            raise InvalidInput("body must be JSON, not None; send {} for no data", field="body")
+        body = encode_json(
+            message.body,
+            field="body",
+            max_depth=self._settings.max_json_depth,
+            max_bytes=self._settings.max_body_bytes,
+        )
+        headers = message.headers or {}
+        if not isinstance(headers, dict):
+            raise InvalidInput("headers must be a JSON object", field="headers")
+        header_text = (
+            encode_json(headers, field="headers", max_depth=4, max_bytes=64 * 1024)
+            if headers
+            else "{}"
+        )
+        for name, value in (
+            ("group_id", message.group_id),
+            ("deduplication_id", message.deduplication_id),
+        ):
+            if value is not None and (not isinstance(value, str) or not 1 <= len(value) <= 256):
+                raise InvalidInput(f"{name} must be a string of 1-256 characters", field=name)
+            if value is not None and "\x00" in value:
+                raise InvalidInput(
+                    f"{name} contains the NUL character (U+0000), which Postgres cannot store; "
+                    "remove it",
+                    field=name,
+                )
+        batch.bodies.append(body)
+        batch.headers.append(header_text)
+        batch.groups.append(message.group_id)
+        batch.dedups.append(message.deduplication_id)
+        batch.delays.append(_seconds(message.delay, "delay", 14 * 24 * 3600.0))
+
+    async def send(
+        self,
+        queue: str,
+        body: Any,
+        *,
+        headers: dict[str, Any] | None = None,
+        group_id: str | None = None,
+        delay: timedelta | float | None = None,
+        deduplication_id: str | None = None,
+        conn: db.Connection | None = None,
+    ) -> str:
+        """Send one message; returns its id (the existing one for a repeated deduplication id)."""
+        ids = await self.send_batch(
+            queue, [OutgoingMessage(body, headers, group_id, delay, deduplication_id)], conn=conn
+        )
+        return ids[0]
+
+    async def send_batch(
+        self,
+        queue: str,
+        messages: Sequence[OutgoingMessage | Any],
+        *,
+        conn: db.Connection | None = None,
+    ) -> list[str]:
+        """Send many messages in one statement; items are `OutgoingMessage`s or bare bodies."""
+        validate_queue_name(queue)
+        if not 1 <= len(messages) <= MAX_BATCH:
+            raise InvalidInput(f"send_batch takes 1-{MAX_BATCH} messages", field="messages")
+        batch = _Batch()
+        for item in messages:
+            self._add(batch, item if isinstance(item, OutgoingMessage) else OutgoingMessage(item))
+        with db.map_errors():
+            if conn is None:  # one statement: atomic without an explicit transaction
+                async with self._pool.acquire() as own:
+                    ids = await insert_batch(
+                        own,
+                        queue,
+                        batch.bodies,
+                        batch.headers,
+                        batch.groups,
+                        batch.dedups,
+                        batch.delays,
+                    )
+                self._waker.notify(QueueReady(queue=queue))
+                return ids
+        async with db.transaction(self._pool, conn) as tx:
+            ids = await insert_batch(
+                tx, queue, batch.bodies, batch.headers, batch.groups, batch.dedups, batch.delays
+            )
+        # The caller commits later: a hint now alone could wake receivers that see nothing yet;
+        # as publish does, hint now and again shortly after.
+        wake.hint_around_caller_commit(lambda: self._waker.notify(QueueReady(queue=queue)))
+        return ids
+
+    # -- receiving -------------------------------------------------------------------------
+
+    async def receive(
+        self,
+        queue: str,
+        max_messages: int = 10,
+        visibility_timeout: timedelta | float = 30,
+        wait: timedelta | float = 0,
+    ) -> list[Message]:
+        """Receive up to `max_messages`, invisible to others for `visibility_timeout`.
+
+        With `wait`, long-polls: returns as soon as messages arrive, or `[]` after `wait`.
+        A message already received max_receives times moves to the dead letters instead.
+        """
+        validate_queue_name(queue)
+        if not isinstance(max_messages, int) or not 1 <= max_messages <= MAX_BATCH:
+            raise InvalidInput(f"max_messages must be 1-{MAX_BATCH}", field="max_messages")
+        visibility = _seconds(visibility_timeout, "visibility_timeout", MAX_VISIBILITY)
+        waiting = _seconds(wait, "wait", MAX_WAIT)
+        messages = await self._claim(queue, max_messages, visibility)
+        if messages or waiting <= 0:
+            return messages
+        deadline = time.monotonic() + waiting
+        async with self._waker.listen(queue_channel(queue)) as listener:
+            while True:
+                # Registered before this check, so a send between check and wait wakes us.
+                messages = await self._claim(queue, max_messages, visibility)
+                remaining = deadline - time.monotonic()
+                if messages or remaining <= 0:
+                    return messages
+                await listener.wait(remaining)
+
+    async def _claim(self, queue: str, limit: int, visibility: float) -> list[Message]:
+        while True:
+            with db.map_errors():
+                async with self._pool.acquire() as conn:
+                    claimed = await queue_store.claim_messages(
+                        conn, queue, limit, visibility, DEFAULT_MAX_RECEIVES
+                    )
+            dead = [c for c in claimed if c.dead]
+            for c in dead:
+                log.warning(
+                    "queue_message_dead_lettered",
+                    queue=queue,
+                    message_id=c.id,
+                    receive_count=c.receive_count,
+                )
+            delivered = [
+                Message(
+                    str(c.id),
+                    c.body,
+                    c.headers,
+                    c.group_id,
+                    c.receive_count,
+                    f"{c.id}.{c.receive_count}",
+                )
+                for c in claimed
+                if not c.dead
+            ]
+            # Only dead letters this time: there may be more behind them.
+            if delivered or not dead:
+                delivered.sort(key=lambda m: int(m.id))
+                return delivered
+
+    # -- settling --------------------------------------------------------------------------
+
+    async def ack(self, queue: str, receipt: str) -> None:
+        """Delete the message of this delivery. Raises `StaleReceipt` / `MessageGone`."""
+        validate_queue_name(queue)
+        message_id, count = _parse_receipt(receipt)
+        with db.map_errors():
+            async with self._pool.acquire() as conn:
+                done = await queue_store.ack_messages(conn, queue, [message_id], [count])
+                if not done:
+                    await self._refuse(conn, queue, receipt, message_id, count)
+
+    async def ack_batch(self, queue: str, receipts: Sequence[str]) -> list[str]:
+        """Ack many deliveries in one statement; returns the receipts that were acked.
+
+        Receipts that are stale or whose message is gone are left out (not raised).
+        """
+        validate_queue_name(queue)
+        if not receipts:
+            return []
+        parsed = [_parse_receipt(r) for r in receipts]
+        with db.map_errors():
+            async with self._pool.acquire() as conn:
+                done = await queue_store.ack_messages(
+                    conn, queue, [p[0] for p in parsed], [p[1] for p in parsed]
+                )
+        return [r for r, (mid, _) in zip(receipts, parsed, strict=True) if mid in done]
+
+    async def nack(self, queue: str, receipt: str, delay: timedelta | float = 0) -> None:
+        """Give the message back: visible again after `delay` (0: now)."""
+        await self._visibility(queue, receipt, _seconds(delay, "delay", MAX_VISIBILITY))
+        self._waker.notify(QueueReady(queue=queue))
+
+    async def extend(self, queue: str, receipt: str, visibility_timeout: timedelta | float) -> None:
+        """Keep the message invisible for `visibility_timeout` from now (heartbeat)."""
+        secs = _seconds(visibility_timeout, "visibility_timeout", MAX_VISIBILITY)
+        await self._visibility(queue, receipt, secs)
+
+    async def _visibility(self, queue: str, receipt: str, seconds: float) -> None:
+        validate_queue_name(queue)
+        message_id, count = _parse_receipt(receipt)
+        with db.map_errors():
+            async with self._pool.acquire() as conn:
+                if not await queue_store.set_visibility(conn, queue, message_id, count, seconds):
+                    await self._refuse(conn, queue, receipt, message_id, count)
+
+    async def _refuse(
+        self, conn: db.Connection, queue: str, receipt: str, message_id: int, count: int
+    ) -> None:
+        current = (await queue_store.receive_counts(conn, queue, [message_id])).get(message_id)
+        if current is None:
+            raise MessageGone(
+                f"message {message_id} of queue {queue!r} no longer exists (already acked or "
+                "purged); nothing to do"
+            )
+        if current[1]:
+            raise MessageGone(
+                f"message {message_id} of queue {queue!r} is a dead letter now; redrive it first"
+            )
+        raise StaleReceipt(
+            f"receipt {receipt!r} is stale: message {message_id} was received again "
+            f"(receive {current[0]}) after this receipt's receive {count}; the consumer holding "
+            "the newest receipt owns it (raise the visibility timeout or extend() sooner)"
+        )
+
+    # -- administration --------------------------------------------------------------------
+
+    async def purge(self, queue: str) -> int:
+        """Delete every message of the queue (dead letters included); returns how many."""
+        validate_queue_name(queue)
+        async with db.transaction(self._pool) as conn:
+            return await queue_store.purge(conn, queue)
+
+    async def stats(self, queue: str) -> QueueStats:
+        """Counts now: visible, in flight, delayed, dead letters, oldest visible age."""
+        validate_queue_name(queue)
+        with db.map_errors():
+            async with self._pool.acquire() as conn:
+                return await queue_store.stats(conn, queue)
+
+    async def dead_letters(
+        self, queue: str, limit: int = 100, *, after: str | None = None
+    ) -> list[DeadLetter]:
+        """Dead letters oldest first; pass the last id as `after` for the next page."""
+        validate_queue_name(queue)
+        limit = max(1, min(int(limit), self._settings.max_page_size))
+        start = int(after) if after is not None and after.isdigit() else 0
+        with db.map_errors():
+            async with self._pool.acquire() as conn:
+                return await queue_store.dead_letters(conn, queue, limit, start)
+
+    async def redrive(
+        self, queue: str, ids: Sequence[str] | None = None, *, limit: int = 1000
+    ) -> int:
+        """Move dead letters (these `ids`, or all up to `limit`) back to the queue, fresh."""
+        validate_queue_name(queue)
+        id_list = None if ids is None else [int(i) for i in ids if str(i).isdigit()]
+        async with db.transaction(self._pool) as conn:
+            moved = await queue_store.redrive(conn, queue, id_list, max(1, int(limit)))
+        if moved:
+            self._waker.notify(QueueReady(queue=queue))
+        log.info("queue_redriven", queue=queue, count=moved)
+        return moved
+
+    async def set_max_receives(self, queue: str, n: int) -> None:
+        """Receives after which an unacked message becomes a dead letter (default 10)."""
+        validate_queue_name(queue)
+        if not isinstance(n, int) or not 1 <= n <= 1000:
+            raise InvalidInput("max_receives must be 1-1000", field="max_receives")
+        async with db.transaction(self._pool) as conn:
+            await queue_store.set_max_receives(conn, queue, n)
+
+
+async def insert_batch(
+    conn: db.Connection,
+    queue: str,
+    bodies: list[str],
+    headers: list[str],
+    groups: list[str | None],
+    dedups: list[str | None],
+    delays: list[float],
+) -> list[str]:
+    """Insert validated messages (bodies and headers as JSON text); ids in input order.
+
+    A message whose deduplication id exists already gets the existing message's id.
+    """
+    inserted = await queue_store.insert_messages(
+        conn, queue, bodies, headers, groups, dedups, delays
+    )
+    if len(inserted) == len(bodies):
+        return [str(i) for i, _ in inserted]
+    by_dedup = {d: i for i, d in inserted if d is not None}
+    missing = [d for d in dedups if d is not None and d not in by_dedup]
+    if missing:
+        by_dedup.update(await queue_store.find_by_dedup(conn, queue, missing))
+    plain = iter(i for i, d in inserted if d is None)
+    return [str(by_dedup[d]) if d is not None else str(next(plain)) for d in dedups]

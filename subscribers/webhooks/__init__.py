@@ -1,0 +1,1 @@
+"""Webhooks: the target kind, deliveries, dispatcher, signing, SSRF guard, transport."""

@@ -1,0 +1,569 @@
+"""`WebhookDispatcher`: claims due webhook deliveries and POSTs them, one attempt each.
+
+Owns the delivery loop: claim with `FOR UPDATE SKIP LOCKED` under a lease (the claim pushes
+`next_attempt_at` to the lease expiry, so a dispatcher that dies mid-attempt loses the delivery
+to the next claimer: at-least-once), send with Standard Webhooks headers through the
+SSRF-guarded aiohttp session (`transport.py`), and record the attempt and its outcome in one
+transaction. Concurrency is bounded overall (`webhook_concurrency`) and per subscription
+endpoint (`webhook_endpoint_concurrency`): a saturated endpoint's deliveries are not even
+claimed, so a slow endpoint never takes the slots of others; connections are also capped per
+origin (`webhook_origin_concurrency`), so many subscriptions of one slow host cannot hold every
+connection either. The outcome rules live in `outcomes.py`, signing in `signing.py`, SSRF in
+`ssrf.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import aiohttp
+import structlog
+
+from ripple.platform.core.config import Settings
+from ripple.platform.core.db import Connection, Pool, map_errors, transaction
+from ripple.platform.core.wake import CH_DELIVERIES, SubscriptionsChanged, Waker
+from ripple.platform.errors import RippleError
+from ripple.platform.events import subscription_store
+from ripple.platform.ops.metrics import DELIVERIES
+from ripple.platform.ops.tracing import recording, span
+from ripple.subscribers.webhooks import delivery_store as store
+from ripple.subscribers.webhooks.outcomes import Decision, decide, schedule_for
+from ripple.subscribers.webhooks.signing import signature_header
+from ripple.subscribers.webhooks.ssrf import (
+    AddressPolicy,
+    Resolver,
+    SystemResolver,
+    check_literal_url,
+)
+from ripple.subscribers.webhooks.transport import open_session
+
+__all__ = ["WebhookDispatcher", "message_body", "signing_secrets"]
+
+log = structlog.get_logger("ripple.webhooks")
+
+#: Bytes of a response body kept with the attempt.
+RESPONSE_HEAD: Final = 2048
+#: Most bytes of a response body ever read (the rest is not downloaded).
+RESPONSE_READ_CAP: Final = 64 * 1024
+#: Seconds a claim outlives the attempt's timeout before another dispatcher may take over.
+LEASE_MARGIN: Final = 10.0
+#: Seconds between sweeps of deliveries whose subscription was deleted.
+ORPHAN_SWEEP_EVERY: Final = 60.0
+USER_AGENT: Final = "Ripple-Webhooks/0.1"
+#: Batched writes of finished attempts in flight at once (each holds one pooled connection).
+MAX_RECORDERS: Final = 3
+#: While attempts are in flight, claim once this share of `webhook_concurrency` is free or
+#: REFILL_WAIT seconds passed since the last claim, whichever comes first: refilling every
+#: freed slot at once cost one claim statement per delivery under load, and the wait bounds
+#: the delay when slow endpoints hold most slots (so they never starve the others).
+REFILL_SHARE: Final = 0.25
+REFILL_WAIT: Final = 0.01
+#: Most URLs whose literal-address check passed are remembered (the policy never changes).
+CHECKED_URLS: Final = 4096
+
+
+def message_body(topic: str, event_time: datetime, payload: Any) -> bytes:
+    """The POSTed JSON: `{"type": topic, "timestamp": ISO-8601, "data": payload}`."""
+    doc = {"type": topic, "timestamp": event_time.astimezone(UTC).isoformat(), "data": payload}
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def signing_secrets(target: Mapping[str, Any], now: datetime) -> list[str]:
+    """The secrets to sign with: the current one, plus the previous one during its overlap."""
+    secrets = [str(target["secret"])]
+    previous, until = target.get("previousSecret"), target.get("previousSecretExpiresAt")
+    if previous and until:
+        with contextlib.suppress(ValueError, TypeError):
+            if datetime.fromisoformat(str(until)) > now:
+                secrets.append(str(previous))
+    return secrets
+
+
+def _error_text(exc: BaseException) -> str:
+    detail = str(exc) or type(exc).__doc__ or ""
+    return f"{type(exc).__name__}: {detail.strip().splitlines()[0] if detail.strip() else ''}"[:500]
+
+
+async def _read_head(response: aiohttp.ClientResponse) -> str:
+    """The start of the body; at most RESPONSE_READ_CAP bytes are read, the rest never is."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < RESPONSE_READ_CAP:
+        chunk = await response.content.read(RESPONSE_READ_CAP - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    head = b"".join(chunks)[:RESPONSE_HEAD]
+    return head.decode("utf-8", errors="replace").replace("\x00", "")
+
+
+class WebhookDispatcher:
+    """Delivers due webhook deliveries; a `BackgroundService` (run by workers).
+
+    Args:
+        pool: the Postgres pool.
+        waker: wakes the loop on `DeliveriesReady`; without hints it polls.
+        settings: timeouts, concurrency limits, allowed networks, poll interval.
+        resolver: DNS seam for the SSRF check (default: the system resolver).
+        rng: randomness for retry jitter (tests pass a seeded one).
+    """
+
+    name = "webhook-dispatcher"
+
+    def __init__(
+        self,
+        pool: Pool,
+        waker: Waker,
+        settings: Settings,
+        *,
+        resolver: Resolver | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._pool = pool
+        self._waker = waker
+        self._settings = settings
+        self._policy = AddressPolicy.from_cidrs(settings.webhook_allowed_networks)
+        self._resolver: Resolver = resolver or SystemResolver()
+        self._http: aiohttp.ClientSession | None = None
+        self._rng = rng or random.Random()
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: attempts holding a concurrency slot; a delivered attempt gives its slot back when
+        #: its HTTP exchange ends, before its outcome is written
+        self._sending: dict[asyncio.Task[None], str] = {}
+        #: the claim each in-flight task holds, to release it if shutdown cancels the task
+        self._claims: dict[asyncio.Task[None], store.ClaimedDelivery] = {}
+        self._in_flight: dict[str, int] = {}
+        self._stopping = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._last_orphan_sweep = 0.0
+        #: finished attempts waiting for the next batched write, and the tasks writing them
+        self._unrecorded: list[tuple[store.FinishedAttempt, asyncio.Future[tuple[bool, bool]]]]
+        self._unrecorded = []
+        self._recorders: set[asyncio.Task[None]] = set()
+        self._refill_at = max(1, int(settings.webhook_concurrency * REFILL_SHARE))
+        self._claimed_at = float("-inf")
+        self._checked_urls: set[str] = set()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop claiming; `run()` lets in-flight attempts finish (up to shutdown_grace)."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        """Claim and deliver until `stop()`; then drain in-flight attempts and return."""
+        log.info("webhook_dispatcher_started")
+        try:
+            async with self._waker.listen(CH_DELIVERIES) as listener:
+                while not self._stopping.is_set():
+                    # Cleared before claiming: a slot freed while the claim runs must wake us.
+                    self._slot_freed.clear()
+                    claimed = await self._claim_round()
+                    await self._maybe_sweep_orphans()
+                    if claimed:
+                        continue
+                    await self._idle(listener.wait(), REFILL_WAIT if self._deferring() else None)
+        finally:
+            await self._drain()
+            log.info("webhook_dispatcher_stopped")
+
+    async def run_until_idle(self) -> int:
+        """Deliver until nothing is due and nothing is in flight; return attempts made.
+
+        A database error while claiming is raised (it must not look like "idle").
+        """
+        made = 0
+        try:
+            while True:
+                # Attempts that end while the claim runs free slots the claim did not see,
+                # so "idle" needs an empty claim that started with nothing in flight.
+                busy = bool(self._tasks)
+                self._slot_freed.clear()
+                claimed = await self._claim_round(raise_errors=True)
+                made += claimed
+                if claimed:
+                    continue
+                if self._tasks:
+                    freed = asyncio.ensure_future(self._slot_freed.wait())
+                    try:
+                        await asyncio.wait(
+                            {*self._tasks, freed},
+                            timeout=REFILL_WAIT if self._deferring() else None,
+                            return_when=asyncio.FIRST_COMPLETED,
+                        )
+                    finally:
+                        freed.cancel()
+                elif not busy:
+                    return made
+        finally:
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self._recorded()
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP session (its keep-alive connections)."""
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    async def _recorded(self) -> None:
+        """Wait until every finished attempt handed to the recorder is written."""
+        while self._recorders:
+            await asyncio.gather(*self._recorders, return_exceptions=True)
+
+    async def _idle(self, hint: Any, timeout: float | None = None) -> None:
+        """Wait for a hint, a freed slot, stop, or the poll interval, whichever comes first."""
+        waiters = {
+            asyncio.ensure_future(hint),
+            asyncio.ensure_future(self._slot_freed.wait()),
+            asyncio.ensure_future(self._stopping.wait()),
+        }
+        try:
+            await asyncio.wait(
+                waiters,
+                timeout=self._settings.poll_interval if timeout is None else timeout,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+
+    async def _drain(self) -> None:
+        if self._tasks:
+            _done, pending = await asyncio.wait(
+                set(self._tasks), timeout=self._settings.shutdown_grace
+            )
+            claims = [self._claims[t] for t in pending if t in self._claims]
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            # Outcomes already handed to the recorder are written before the rest is released.
+            await self._recorded()
+            await self._release(claims)
+        await self._recorded()
+        await self.aclose()
+
+    async def _release(self, claims: list[store.ClaimedDelivery]) -> None:
+        """Make cancelled attempts due again now (else they wait for their lease to expire)."""
+        if not claims:
+            return
+        try:
+            with map_errors():
+                async with self._pool.acquire() as conn:
+                    count = await store.release_claims(conn, claims)
+        except RippleError as exc:
+            log.warning("webhook_release_failed", error=str(exc), count=len(claims))
+            return
+        log.info("webhook_claims_released", count=count)
+
+    # -- claiming ----------------------------------------------------------------------------
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            self._http = open_session(
+                self._policy,
+                self._resolver,
+                limit=self._settings.webhook_concurrency,
+                limit_per_host=self._settings.webhook_origin_concurrency,
+                user_agent=USER_AGENT,
+            )
+        return self._http
+
+    def _deferring(self) -> bool:
+        """Free slots wait for a batch (see REFILL_SHARE) and the wait has not run out."""
+        free = self._settings.webhook_concurrency - len(self._sending)
+        return (
+            bool(self._sending)
+            and 0 < free < self._refill_at
+            and time.monotonic() - self._claimed_at < REFILL_WAIT
+        )
+
+    async def _claim_round(self, *, raise_errors: bool = False) -> int:
+        free = self._settings.webhook_concurrency - len(self._sending)
+        if free <= 0 or self._deferring():
+            return 0
+        self._claimed_at = time.monotonic()
+        try:
+            with map_errors():
+                async with self._pool.acquire() as conn:
+                    claimed = await store.claim_due(
+                        conn,
+                        limit=free,
+                        endpoint_limit=self._settings.webhook_endpoint_concurrency,
+                        in_flight=self._in_flight,
+                        default_timeout=self._settings.webhook_timeout,
+                        lease_margin=LEASE_MARGIN,
+                    )
+        except RippleError as exc:
+            if raise_errors:
+                raise
+            log.warning("webhook_claim_failed", error=str(exc))
+            await asyncio.sleep(self._settings.poll_interval)
+            return 0
+        for delivery in claimed:
+            sub = delivery.subscription_id
+            self._in_flight[sub] = self._in_flight.get(sub, 0) + 1
+            task = asyncio.create_task(self._attempt(delivery), name=f"webhook-{delivery.id}")
+            self._tasks.add(task)
+            self._sending[task] = sub
+            self._claims[task] = delivery
+            task.add_done_callback(self._finished)
+        return len(claimed)
+
+    def _free_slot(self, task: asyncio.Task[None] | None) -> None:
+        """Give back the slot (overall and per endpoint) `task` holds, if it still does."""
+        sub = self._sending.pop(task, None) if task is not None else None
+        if sub is None:
+            return
+        left = self._in_flight.get(sub, 1) - 1
+        if left <= 0:
+            self._in_flight.pop(sub, None)
+        else:
+            self._in_flight[sub] = left
+        self._slot_freed.set()
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._claims.pop(task, None)
+        self._free_slot(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("webhook_attempt_crashed", error=repr(task.exception()))
+
+    async def _maybe_sweep_orphans(self) -> None:
+        now = time.monotonic()
+        if now - self._last_orphan_sweep < ORPHAN_SWEEP_EVERY:
+            return
+        self._last_orphan_sweep = now
+        try:
+            async with transaction(self._pool) as conn:
+                count = await store.fail_orphans(conn)
+        except RippleError as exc:
+            log.warning("webhook_orphan_sweep_failed", error=str(exc))
+            return
+        if count:
+            log.info("webhook_orphans_failed", count=count)
+
+    # -- one attempt -------------------------------------------------------------------------
+
+    async def _attempt(self, delivery: store.ClaimedDelivery) -> None:
+        with structlog.contextvars.bound_contextvars(
+            event_id=delivery.event_id,
+            subscription_id=delivery.subscription_id,
+            delivery_id=delivery.id,
+            attempt=delivery.attempt,
+        ):
+            if not recording():  # no tracer provider: skip building a no-op span per attempt
+                await self._attempt_inner(delivery)
+                return
+            with span(
+                "webhook.deliver",
+                parent=delivery.trace,
+                event_id=delivery.event_id,
+                subscription_id=delivery.subscription_id,
+                delivery_id=delivery.id,
+                attempt=delivery.attempt,
+            ):
+                await self._attempt_inner(delivery)
+
+    async def _attempt_inner(self, delivery: store.ClaimedDelivery) -> None:
+        target = delivery.target
+        started_at = datetime.now(UTC)
+        t0 = time.perf_counter()
+        status_code: int | None = None
+        error: str | None = None
+        retry_after: str | None = None
+        head: str | None = None
+        timeout = float(target.get("timeout") or self._settings.webhook_timeout)
+        try:
+            async with asyncio.timeout(timeout):
+                url = str(target["url"])
+                # Host names are resolved and checked once, when a connection is opened.
+                self._check_literal(url)
+                body = message_body(delivery.topic, delivery.event_time, delivery.payload)
+                stamp = int(time.time())
+                msg_id = "msg_" + delivery.id.replace("-", "")
+                headers = {
+                    "content-type": "application/json",
+                    "webhook-id": msg_id,
+                    "webhook-timestamp": str(stamp),
+                    "webhook-signature": signature_header(
+                        msg_id, stamp, body, signing_secrets(target, started_at)
+                    ),
+                }
+                async with self._client().post(
+                    url, data=body, headers=headers, allow_redirects=False
+                ) as response:
+                    status_code = response.status
+                    retry_after = response.headers.get("retry-after")
+                    head = await _read_head(response)
+        except Exception as exc:  # any failure of this attempt is recorded and retried
+            error = _error_text(exc)
+            if status_code is not None:
+                error = None  # the response head timed out; the status still counts
+        latency_ms = (time.perf_counter() - t0) * 1000.0
+        decision = decide(
+            attempt=delivery.attempt,
+            status_code=status_code,
+            error=error,
+            retry_after=retry_after,
+            schedule=schedule_for(target),
+            now=datetime.now(UTC),
+            rng=self._rng,
+        )
+        if decision.action == "delivered":
+            # A successful exchange gives its slot to the next delivery while its outcome
+            # waits for the batched write (the claim's lease keeps this delivery from being
+            # claimed again). A failure keeps it until written: the write may disable the
+            # endpoint, and nothing more may be sent to it before that is known.
+            self._free_slot(asyncio.current_task())
+        await self._record(delivery, decision, started_at, latency_ms, status_code, error, head)
+
+    def _check_literal(self, url: str) -> None:
+        """`check_literal_url`, remembered for URLs that passed (same URL, same verdict)."""
+        if url in self._checked_urls:
+            return
+        check_literal_url(url, self._policy)
+        if len(self._checked_urls) >= CHECKED_URLS:
+            self._checked_urls.clear()
+        self._checked_urls.add(url)
+
+    async def _record(
+        self,
+        delivery: store.ClaimedDelivery,
+        decision: Decision,
+        started_at: datetime,
+        latency_ms: float,
+        status_code: int | None,
+        error: str | None,
+        head: str | None,
+    ) -> None:
+        sub = delivery.subscription_id
+        action = decision.action
+        status = {"delivered": "delivered", "retry": "pending"}.get(action, "failed")
+        disabled_reason = decision.reason if action == "disable" else None
+        finished = store.FinishedAttempt(
+            delivery=delivery,
+            status=status,
+            delay=decision.delay,
+            status_code=status_code,
+            last_error=decision.reason,
+            started_at=started_at,
+            latency_ms=latency_ms,
+            outcome=action,
+            error=error,
+            response_body=head,
+            healthy=action == "delivered",
+        )
+        disable_after = self._settings.webhook_disable_after
+        try:
+            if disabled_reason is None:
+                # Common case: batched with the attempts that finish meanwhile (one statement).
+                owned, exhausted = await self._finish(finished)
+            else:
+                # Disabling (rare) is one transaction with the attempt's record.
+                async with transaction(self._pool) as conn:
+                    ((owned, exhausted),) = await store.finish_attempts(
+                        conn, [finished], disable_after
+                    )
+                    if not owned:
+                        raise _ClaimLost
+                    disabled_reason = await self._disable(conn, sub, disabled_reason)
+            if not owned:
+                raise _ClaimLost
+            if exhausted and disabled_reason is None:
+                reason = (
+                    f"endpoint failed continuously for {disable_after:.0f}s: subscription disabled"
+                )
+                # Own transaction: if it is lost, the next failure finds the endpoint
+                # still exhausted and disables it then.
+                async with transaction(self._pool) as conn:
+                    disabled_reason = await self._disable(conn, sub, reason)
+        except _ClaimLost:
+            log.warning("webhook_claim_lost", outcome=action)
+            return
+        except RippleError as exc:
+            # Not recorded: the claim expires with its lease and the delivery is attempted again.
+            log.warning("webhook_record_failed", error=str(exc), outcome=action)
+            return
+        self._observe(delivery, decision, status_code, latency_ms, disabled_reason)
+
+    async def _finish(self, finished: store.FinishedAttempt) -> tuple[bool, bool]:
+        """Record one attempt in the next batch write; (owned, exhausted) once it is written."""
+        done: asyncio.Future[tuple[bool, bool]] = asyncio.get_running_loop().create_future()
+        self._unrecorded.append((finished, done))
+        if len(self._recorders) < MAX_RECORDERS:
+            task = asyncio.create_task(self._record_batches(), name="webhook-recorder")
+            self._recorders.add(task)
+            task.add_done_callback(self._recorders.discard)
+        # Shielded: a cancelled attempt still gets its outcome written by the batch it is in.
+        return await asyncio.shield(done)
+
+    async def _record_batches(self) -> None:
+        """Write finished attempts, all that have gathered, one statement per batch.
+
+        Up to MAX_RECORDERS run at once, so attempts finishing during a write are written
+        together by the next one rather than waiting for it.
+        """
+        while self._unrecorded:
+            batch, self._unrecorded = self._unrecorded, []
+            try:
+                with map_errors():
+                    async with self._pool.acquire() as conn:
+                        results = await store.finish_attempts(
+                            conn, [f for f, _ in batch], self._settings.webhook_disable_after
+                        )
+            except Exception as exc:  # each waiting attempt reports it (webhook_record_failed)
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(exc)
+                continue
+            for (_, done), result in zip(batch, results, strict=True):
+                if not done.done():
+                    done.set_result(result)
+
+    async def _disable(self, conn: Connection, sub: str, reason: str) -> str | None:
+        """Disable the subscription in `conn`'s transaction; the reason, or None if it was."""
+        if not await store.disable_subscription(conn, sub, reason):
+            return None
+        await subscription_store.bump_version(conn)
+        return reason
+
+    def _observe(
+        self,
+        delivery: store.ClaimedDelivery,
+        decision: Decision,
+        status_code: int | None,
+        latency_ms: float,
+        disabled_reason: str | None,
+    ) -> None:
+        DELIVERIES.labels(kind="webhook", outcome=decision.action).inc()
+        # `webhook_endpoint_failing` is not set here: the gauge collector recomputes it from
+        # Postgres before each scrape and removes deleted subscriptions' series; set per
+        # attempt, a worker kept one series per subscription it ever saw, deleted or not.
+        fields = {"status_code": status_code, "latency_ms": round(latency_ms, 1)}
+        if decision.action == "delivered":
+            log.info("webhook_delivered", **fields)
+        elif decision.action == "retry":
+            log.info(
+                "webhook_retry_scheduled", delay=decision.delay, reason=decision.reason, **fields
+            )
+        else:
+            log.warning("webhook_delivery_failed", reason=decision.reason, **fields)
+        if disabled_reason is not None:
+            log.warning("webhook_endpoint_failing", reason=disabled_reason, disabled=True)
+            self._waker.notify(SubscriptionsChanged())
+
+
+class _ClaimLost(Exception):
+    """The delivery's claim was taken over (lease expired); this attempt's result is dropped."""

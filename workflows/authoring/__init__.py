@@ -1,0 +1,1 @@
+"""What workflow code is written against: definitions, context, flow control."""

@@ -1,0 +1,1 @@
+"""Runs from outside: the workflow client, operations, public records."""

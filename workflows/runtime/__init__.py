@@ -1,0 +1,1 @@
+"""Executing claimed runs: the engine, bodies, journal, writer, worker."""

@@ -1,0 +1,562 @@
+"""`Worker`: claims runs of the workflows it serves and executes them, up to `concurrency` at
+once, beside the background services of its process (webhook dispatcher, sweeper, scheduler).
+
+Loop: claim as many due runs as there are free slots (one statement, `FOR UPDATE SKIP
+LOCKED`), execute each inline in its own task until it completes or suspends, and sleep until
+the next run is due (computed from Postgres) or a RunReady hint arrives. A `LeaseHeartbeat`
+extends the leases of in-flight runs (fenced by epoch) and a `CancelListener` watches for
+cancels; a run whose lease cannot be extended, or that was canceled, has its task canceled. On
+stop: no new claims, running steps finish within `shutdown_grace`, the rest are released.
+
+`run()` and `async with` run the worker's executor and the client's background services with
+one `ProcessRunner` (`services()` lists them), the same composition `ripple worker` uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+import structlog
+
+from ripple.platform.core.config import Settings
+from ripple.platform.core.db import (
+    DedicatedConnection,
+    Pool,
+    create_pool,
+    map_errors,
+    worker_db_timeout,
+)
+from ripple.platform.core.ids import new_id
+from ripple.platform.core.wake import CH_RUNS, Listener, NullWaker
+from ripple.platform.errors import RippleError
+from ripple.platform.ops import metrics, tracing
+from ripple.platform.ops.runner import ProcessRunner
+from ripple.platform.ops.services import BackgroundService
+from ripple.workflows import store
+from ripple.workflows.authoring.definition import WorkflowDefinition
+from ripple.workflows.errors import LeaseLost
+from ripple.workflows.runs.client import WorkflowClient
+from ripple.workflows.runtime.bodies import sync_bodies_running
+from ripple.workflows.runtime.cancels import CancelListener
+from ripple.workflows.runtime.engine import Outcome, RunExecution
+from ripple.workflows.runtime.heartbeat import LeaseHeartbeat
+from ripple.workflows.runtime.journal import Entry
+from ripple.workflows.runtime.writer import PgRunWriter, StepCommitter
+
+__all__ = ["Worker", "WorkerClient"]
+
+log = structlog.get_logger("ripple.workflows.worker")
+
+
+class WorkerClient(Protocol):
+    """What a worker needs from the platform client (`ripple.platform.client.Client`)."""
+
+    @property
+    def pool(self) -> Pool: ...
+
+    @property
+    def waker(self) -> NullWaker: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def workflows(self) -> WorkflowClient: ...
+
+    def background_services(self, *, webhooks: bool, sweeper: bool) -> list[BackgroundService]: ...
+
+
+@dataclass(slots=True, eq=False)
+class _InFlight:
+    """One claim being executed: a run id may be claimed again (by this worker too) after its
+    lease was lost, so a slot is told apart by its epoch, and compared by identity."""
+
+    run_id: str
+    epoch: int
+    task: asyncio.Task[None] | None = None
+    engine: RunExecution | None = None
+
+    def renew(self, sent: float) -> None:
+        """The heartbeat extended this claim's lease (its statement was sent at `sent`)."""
+        if self.engine is not None:
+            self.engine.renew_lease(sent)
+
+
+class Worker:
+    """Executes workflow runs of the given definitions.
+
+    Args:
+        client: a connected `Client`.
+        workflows: the definitions (several versions of one name may be served side by side).
+        concurrency: runs executed at once.
+        webhooks: also run the webhook dispatcher in this process.
+        sweeper: also run the retention sweeper in this process.
+        handle_signals: `run()` stops gracefully on SIGTERM and SIGINT (as `ripple worker`
+            does); pass False when the application handles signals itself.
+    """
+
+    def __init__(
+        self,
+        client: WorkerClient,
+        workflows: Sequence[WorkflowDefinition[Any, Any]],
+        concurrency: int = 100,
+        webhooks: bool = True,
+        sweeper: bool = True,
+        handle_signals: bool = True,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.handle_signals = handle_signals
+        self.client = client
+        self.concurrency = concurrency
+        self._webhooks = webhooks
+        self._sweeper = sweeper
+        self._defs: dict[tuple[str, int], WorkflowDefinition[Any, Any]] = {}
+        for definition in workflows:
+            if not isinstance(definition, WorkflowDefinition):
+                raise TypeError(f"{definition!r} is not a @workflow definition")
+            self._defs[(definition.name, definition.version)] = definition
+        self._pairs = sorted(self._defs)
+        self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{new_id()[-12:]}"
+        self._inflight: dict[str, _InFlight] = {}
+        self._stopping = False
+        self._backlog = False
+        self._until_idle = False
+        #: loop time at which the next known run becomes due (None: unknown, poll)
+        self._due: float | None = None
+        self._due_checked = float("-inf")
+        self._listener: Listener | None = None
+        self._main: asyncio.Task[None] | None = None
+        #: The runner of `run()` / `async with` while it runs (`stop()` stops its services).
+        self._runner: ProcessRunner | None = None
+        self._started = asyncio.Event()
+        #: Opening the pool at start (kept referenced: it outlives a canceled run()).
+        self._warming: asyncio.Task[None] | None = None
+        # The claim loop's own connection. Its commits are asynchronous (not waiting for the
+        # WAL flush): a claim lost with a Postgres crash only returns the run to the queue,
+        # and the epoch a claim assigns grows by a random amount, so a claimer whose claim was
+        # lost is fenced out even if the run is claimed again. Journal writes stay synchronous.
+        self._claimer = DedicatedConnection(
+            client.settings, application_name="ripple-worker", synchronous_commit="off"
+        )
+        #: The worker's own pool, open while it runs: its statements are bounded by
+        #: `worker_db_timeout` (default the lease), not by the API's RIPPLE_DB_TIMEOUT.
+        self._pool: Pool | None = None
+        #: Group commit of the step flushes of every run this worker executes.
+        self.committer = StepCommitter(client.pool, lease=client.settings.lease_seconds)
+        #: Extends the leases of the runs in flight; aborts the ones it lost.
+        self.heartbeat = LeaseHeartbeat(
+            pool=lambda: self.pool,
+            worker_id=self.worker_id,
+            lease=client.settings.lease_seconds,
+            held=self._held,
+            on_lost=self._lease_lost,
+        )
+        #: Aborts the runs in flight that get canceled.
+        self.cancels = CancelListener(
+            waker=client.waker,
+            pool=lambda: self.pool,
+            running=lambda: list(self._inflight),
+            on_canceled=self._canceled,
+        )
+        client.workflows.register(*workflows)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def settings(self) -> Settings:
+        return self.client.settings
+
+    @property
+    def pool(self) -> Pool:
+        """The pool of the worker's writes (its own while running, else the client's)."""
+        return self._pool if self._pool is not None else self.client.pool
+
+    async def _open_pool(self) -> None:
+        if self._pool is None:
+            self._pool = await create_pool(
+                self.settings, command_timeout=worker_db_timeout(self.settings)
+            )
+            self.committer.pool = self._pool
+
+    async def _close_pool(self) -> None:
+        pool, self._pool = self._pool, None
+        self.committer.pool = self.client.pool
+        if pool is None:
+            return
+        try:
+            await asyncio.wait_for(pool.close(), self.settings.shutdown_grace + 5.0)
+        except (TimeoutError, OSError, RippleError):
+            pool.terminate()
+
+    def stop(self) -> None:
+        """Stop claiming, and the services run beside; in-flight runs finish their running
+        step, then are released."""
+        self._stop_claiming()
+        if self._runner is not None:
+            self._runner.stop()
+
+    def _stop_claiming(self) -> None:
+        self._stopping = True
+        self._kick()
+
+    def _kick(self) -> None:
+        if self._listener is not None:
+            self._listener.poke()
+
+    def services(self) -> list[BackgroundService]:
+        """What this worker runs in its process: its run executor, then the client's
+        background services (webhook dispatcher and sweeper as switched on, the scheduler).
+        `run()` runs them with a `ProcessRunner`; a process composing more services (the
+        CLI's, with the API) gives these to its own runner instead."""
+        services: list[BackgroundService] = [_Executor(self)]
+        services += self.client.background_services(webhooks=self._webhooks, sweeper=self._sweeper)
+        return services
+
+    async def run(self) -> None:
+        """Run until `stop()`, SIGTERM or SIGINT (a stop requested before the loop started is
+        honoured). On stop: no new claims, running steps get `RIPPLE_SHUTDOWN_GRACE` seconds
+        to finish, and the rest are released for other workers. If a service run beside
+        fails, the others are stopped and its error is raised."""
+        runner = ProcessRunner(self.services(), name="worker", handle_signals=self.handle_signals)
+        await self._run_services(runner)
+
+    async def _run_services(self, runner: ProcessRunner) -> None:
+        self._runner = runner
+        try:
+            await runner.run()
+        finally:
+            if self._runner is runner:
+                self._runner = None
+
+    async def _execute_runs(self) -> None:
+        """The executor: claim and execute runs until stopped, then drain and unregister."""
+        self._started.clear()
+        await self._open_pool()
+        try:
+            await self._register()
+        except BaseException:
+            await self._close_pool()
+            raise
+        # Its own task, shielded: canceling run() here must not leave a connection acquired.
+        self._warming = asyncio.create_task(self._open_connections(), name="ripple-warm-pool")
+        await asyncio.shield(self._warming)
+        helpers = [
+            asyncio.create_task(self.heartbeat.run(), name="ripple-worker-heartbeat"),
+            asyncio.create_task(self.cancels.run(), name="ripple-worker-cancels"),
+        ]
+        self._started.set()
+        log.info("worker_started", worker_id=self.worker_id, serves=self._serves())
+        try:
+            await self._loop(until_idle=False)
+        finally:
+            await self._drain()
+            for task in helpers:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            await self._unregister()
+            await self._claimer.close()
+            await self._close_pool()
+            log.info("worker_stopped", worker_id=self.worker_id)
+
+    async def run_until_idle(self) -> None:
+        """Execute runs until none is due and none is in flight (for tests and scripts; no
+        background services)."""
+        self._until_idle = True
+        await self._open_pool()
+        try:
+            await self._register()
+        except BaseException:
+            await self._close_pool()
+            raise
+        heartbeat = asyncio.create_task(self.heartbeat.run())
+        try:
+            await self._loop(until_idle=True)
+        finally:
+            self._until_idle = False
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+            await self._drain()
+            await self._unregister()
+            await self._claimer.close()
+            await self._close_pool()
+
+    async def __aenter__(self) -> Self:
+        self._stopping = False
+        # The block's owner decides when it ends: no signal handlers of the worker's own.
+        runner = ProcessRunner(self.services(), name="worker", handle_signals=False)
+        self._main = asyncio.create_task(self._run_services(runner), name="ripple-worker")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+        if self._main is not None:
+            main, self._main = self._main, None
+            await main
+
+    def _serves(self) -> list[dict[str, Any]]:
+        return [{"workflow": name, "version": version} for name, version in self._pairs]
+
+    async def _register(self) -> None:
+        with map_errors():
+            await store.register_worker(
+                self.pool,
+                worker_id=self.worker_id,
+                hostname=socket.gethostname(),
+                pid=os.getpid(),
+                serves=self._serves(),
+            )
+
+    async def _open_connections(self) -> None:
+        """Open the pool's connections before the first claim. Opening one costs 10-20 ms of
+        this process's event loop (handshake, codecs), which otherwise lands on the runs
+        executing when a burst first needs it. (After ~5 idle minutes asyncpg closes idle
+        connections again; the first burst after that pays for reopening them.)"""
+        pool = self.pool
+        target = min(self.concurrency + 2, pool.get_max_size())
+        if pool.get_size() >= target:
+            return
+        opened = await asyncio.gather(
+            *(pool.acquire(timeout=5.0) for _ in range(target)), return_exceptions=True
+        )
+        for conn in opened:
+            if not isinstance(conn, BaseException):
+                await pool.release(conn)
+
+    async def _unregister(self) -> None:
+        with contextlib.suppress(RippleError), map_errors():
+            await store.delete_worker(self.pool, worker_id=self.worker_id)
+
+    # -- the claim loop ----------------------------------------------------------------------
+
+    async def _loop(self, *, until_idle: bool) -> None:
+        poll = self.settings.poll_interval
+        loop = asyncio.get_running_loop()
+        async with self.client.waker.listen(CH_RUNS) as listener:
+            self._listener = listener
+            try:
+                while not self._stopping:
+                    free = self.concurrency - len(self._inflight)
+                    # With a backlog, claim in batches rather than one run per freed slot.
+                    batch = max(1, self.concurrency // 10) if self._backlog else 1
+                    if free >= batch:
+                        claimed = await self._claim(free)
+                        self._backlog = claimed == free
+                        if self._backlog:
+                            await asyncio.sleep(0)  # let the new runs start
+                            continue
+                        if until_idle and claimed == 0 and not self._inflight:
+                            return
+                        # Nothing else is due now: sleep exactly until the next run is due.
+                        # After a claim that found work, the cached due time is kept for a
+                        # quarter poll interval: the next claim finds any due run anyway, and
+                        # this worker's own timers are tracked exactly by `_note_due`. This
+                        # halves the queries per claim cycle under a stream of starts.
+                        if claimed == 0 or loop.time() - self._due_checked > poll / 4:
+                            secs = await self._next_due()
+                            self._due_checked = loop.time()
+                            self._due = None if secs is None else loop.time() + secs
+                    timeout = poll
+                    if self._due is not None:
+                        timeout = min(poll, max(0.001, self._due - loop.time()))
+                    await listener.wait(timeout)
+                    if self._due is not None and loop.time() >= self._due:
+                        # Consumed: the next due time must come from Postgres again.
+                        self._due = None
+                        self._due_checked = float("-inf")
+            finally:
+                self._listener = None
+
+    def _note_due(self, wake_at: datetime) -> None:
+        """A run this worker suspended is due at `wake_at`: wake the loop then."""
+        if wake_at.tzinfo is None:
+            # asyncpg decodes timestamptz 'infinity' as the naive datetime.max: never due.
+            return
+        loop = asyncio.get_running_loop()
+        due = loop.time() + (wake_at - datetime.now(UTC)).total_seconds()
+        if self._due is None or due < self._due:
+            self._due = due
+            if due - loop.time() < self.settings.poll_interval:
+                self._kick()
+
+    async def _next_due(self) -> float | None:
+        try:
+            conn = await self._claimer.get()
+            with map_errors():
+                return await store.next_due(conn, pairs=self._pairs)
+        except RippleError as exc:
+            self._claimer.discard()
+            log.warning("worker_poll_failed", error=str(exc))
+            return None
+
+    async def _claim(self, limit: int) -> int:
+        try:
+            conn = await self._claimer.get()
+            with map_errors():
+                # scoped(): behind a transaction pooler, SET LOCAL synchronous_commit instead.
+                async with self._claimer.scoped(conn):
+                    claims = await store.claim_runs(
+                        conn,
+                        worker_id=self.worker_id,
+                        lease=self.settings.lease_seconds,
+                        limit=limit,
+                        pairs=self._pairs,
+                    )
+                    resumed = [c.run_id for c in claims if not c.fresh]
+                    journals = await store.load_journals(conn, run_ids=resumed) if resumed else {}
+        except RippleError as exc:
+            self._claimer.discard()
+            log.warning("worker_claim_failed", error=str(exc))
+            await asyncio.sleep(self.settings.poll_interval)
+            return 0
+        for claim in claims:
+            if claim.recovered:
+                metrics.LEASE_EXPIRATIONS.inc()
+                log.warning(
+                    "run_lease_expired",
+                    run_id=claim.run_id,
+                    workflow=claim.workflow,
+                    recoveries=claim.recoveries,
+                )
+            rows = journals.get(claim.run_id, [])
+            slot = _InFlight(claim.run_id, claim.epoch)
+            stale = self._inflight.get(claim.run_id)
+            if stale is not None:
+                # This worker lost the lease of that run and claimed it again: the older
+                # execution is fenced out; stop it (its cleanup leaves the new slot alone).
+                self._abort([stale], "reclaimed")
+            self._inflight[claim.run_id] = slot
+            slot.task = asyncio.create_task(self._execute(slot, claim, rows))
+        return len(claims)
+
+    async def _execute(
+        self, slot: _InFlight, claim: store.ClaimedRun, rows: list[store.JournalRow]
+    ) -> None:
+        definition = self._defs[(claim.workflow, claim.version)]
+        entries = [Entry.from_row(row) for row in rows]
+        writer = PgRunWriter(
+            self.pool,
+            self.client.waker,
+            run_id=claim.run_id,
+            epoch=claim.epoch,
+            workflow=claim.workflow,
+            lease=self.settings.lease_seconds,
+            trace=claim.trace,
+            may_have_waits=any(e.kind == "wait" and not e.finished for e in entries),
+            parent_run_id=claim.parent_run_id,
+            committer=self.committer,
+            keyed=claim.keyed,
+        )
+        engine = RunExecution(
+            claim,
+            definition,
+            entries,
+            writer,
+            max_steps=self.settings.max_steps_per_run,
+            is_stopping=lambda: self._stopping,
+            resolve=self.client.workflows.resolve,
+            lease=self.settings.lease_seconds,
+            max_recoveries=self.settings.max_recoveries,
+        )
+        slot.engine = engine
+        in_flight = metrics.RUNS_IN_FLIGHT.labels(claim.workflow)
+        in_flight.inc()
+        outcome: Outcome | None = None
+        try:
+            with structlog.contextvars.bound_contextvars(
+                run_id=claim.run_id, workflow=claim.workflow
+            ):
+                if tracing.recording():
+                    with tracing.span("workflow.run", parent=claim.trace, run_id=claim.run_id):
+                        outcome = await engine.execute()
+                else:
+                    outcome = await engine.execute()
+        except LeaseLost:
+            log.warning("run_lease_lost", run_id=claim.run_id, epoch=claim.epoch)
+        except asyncio.CancelledError:
+            log.info("run_task_canceled", run_id=claim.run_id)
+        except Exception:
+            log.exception("run_execution_error", run_id=claim.run_id)
+        finally:
+            in_flight.dec()
+            if self._inflight.get(claim.run_id) is slot:
+                del self._inflight[claim.run_id]
+            if self._backlog or self._until_idle or self._stopping:
+                self._kick()  # the loop may be waiting for a free slot
+        if outcome is not None and outcome.wake_at is not None:
+            self._note_due(outcome.wake_at)
+
+    # -- leases, cancels, shutdown -----------------------------------------------------------
+
+    def _abort(self, slots: Sequence[_InFlight], reason: str) -> None:
+        for slot in slots:
+            if slot.task is None or slot.task.done():
+                continue
+            if slot.engine is not None and slot.engine.concluding:
+                continue  # its final write is fenced; canceling could tear the commit
+            log.info("run_aborted", run_id=slot.run_id, epoch=slot.epoch, reason=reason)
+            slot.task.cancel()
+
+    def _held(self) -> list[_InFlight]:
+        return list(self._inflight.values())
+
+    def _lease_lost(self, slots: Sequence[_InFlight]) -> None:
+        self._abort(slots, "lease_lost")
+
+    def _canceled(self, run_ids: set[str]) -> None:
+        self._abort([s for s in list(self._inflight.values()) if s.run_id in run_ids], "canceled")
+
+    async def _drain(self) -> None:
+        """Let running steps finish within the grace period; release the rest at once."""
+        slots = [s for s in self._inflight.values() if s.task is not None]
+        if not slots:
+            return
+        tasks = [s.task for s in slots if s.task is not None]
+        _, pending = await asyncio.wait(tasks, timeout=self.settings.shutdown_grace)
+        stuck = [s for s in slots if s.task in pending]
+        for slot in stuck:
+            assert slot.task is not None
+            slot.task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        for slot in stuck:
+            with contextlib.suppress(RippleError), map_errors():
+                await store.release_run(self.pool, run_id=slot.run_id, epoch=slot.epoch)
+        if stuck:
+            log.warning("worker_released_runs", count=len(stuck))
+        if sync_bodies_running():
+            # Their runs are released (another worker may run those steps now); the threads
+            # cannot be stopped and will run on until their functions return. Their results
+            # are never written: the tasks that would record them are canceled.
+            log.warning("worker_sync_steps_abandoned", threads=sync_bodies_running())
+
+
+class _Executor:
+    """A worker's run executor as a service of its process (see `Worker.services()`)."""
+
+    name = "workflow-executor"
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+
+    async def run(self) -> None:
+        await self._worker._execute_runs()
+
+    def stop(self) -> None:
+        self._worker._stop_claiming()
+
+    async def started(self) -> None:
+        """Returns once the worker registered and opened its connections."""
+        await self._worker._started.wait()

@@ -1,0 +1,488 @@
+"""`PgRunWriter`: the Postgres side of one claimed run's execution (the engine's RunWriter),
+and `StepCommitter`, which group-commits the step flushes of all of a worker's runs.
+
+Every method is one transaction that first locks the run *if this worker still owns it* (same
+epoch, still running) and raises `LeaseLost` otherwise: a worker that lost its lease can never
+write again. Then it commits the journal entries not yet written and the run's next state
+together. Wake hints go out after commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from ripple.platform.core.db import Connection, Pool, map_errors, transaction
+from ripple.platform.core.group_commit import GroupCommit
+from ripple.platform.core.wake import NullWaker, RunCanceled, RunFinished, RunReady
+from ripple.platform.ops import metrics
+from ripple.workflows import store
+from ripple.workflows.errors import LeaseLost
+from ripple.workflows.runtime.engine import ChildSpec, WaitSpec
+from ripple.workflows.runtime.journal import Entry, StepStatus
+
+__all__ = [
+    "PgRunWriter",
+    "StepCommitter",
+    "complete_parent_step",
+    "notify_canceled",
+    "settle_canceled",
+]
+
+log = structlog.get_logger("ripple.workflows.writer")
+
+
+@dataclass(slots=True)
+class _Flush:
+    """One run's request to commit its journal entries (and extend its lease, or finish)."""
+
+    run_id: str
+    epoch: int
+    step_count: int
+    entries: list[dict[str, Any]]
+    #: Journal key prefixes to delete (trimmed loop iterations).
+    trim: Sequence[str] = ()
+    #: `{run_id, status, output, error}` when the run finishes with this commit.
+    final: dict[str, Any] | None = None
+    #: Extend the run's lease (and store its step count) with this commit.
+    renew: bool = False
+
+
+class StepCommitter:
+    """Group commit across runs: the step flushes and completions of every run of one worker,
+    one statement per batch (`GroupCommit`).
+
+    A run asks to commit its finished steps before its next step body (or child, wait, timer)
+    begins, and waits only for the commit that holds them: at once when no commit is in
+    flight, else with the next batch — no fixed delay on an idle worker. Each run stays fenced
+    by its epoch: a run the worker no longer owns gets `LeaseLost` without failing the others
+    in its batch. A batch the database refuses for a reason other than unavailability is
+    retried one run at a time, so one run's bad entry (say, a string Postgres cannot store)
+    fails only that run.
+    """
+
+    def __init__(self, pool: Pool, *, lease: float) -> None:
+        self.pool = pool
+        self.lease = lease
+        self._group: GroupCommit[_Flush, Any] = GroupCommit(self._write, name="ripple-step-commit")
+
+    @property
+    def batches(self) -> int:
+        """Batches committed so far."""
+        return self._group.batches
+
+    @property
+    def flushed(self) -> int:
+        """Run requests committed so far."""
+        return self._group.written
+
+    async def flush(
+        self,
+        run_id: str,
+        epoch: int,
+        step_count: int,
+        entries: list[Entry],
+        trim: Sequence[str] = (),
+        *,
+        renew: bool = False,
+    ) -> None:
+        """Commit `entries` of one run (and delete its journal entries under the `trim` key
+        prefixes), extending its lease if `renew`; raises `LeaseLost` if the run is no longer
+        owned."""
+        rows = _rows(run_id, entries)
+        await self._group.submit(_Flush(run_id, epoch, step_count, rows, trim, renew=renew))
+
+    async def finish(
+        self,
+        run_id: str,
+        epoch: int,
+        step_count: int,
+        entries: list[Entry],
+        status: str,
+        output: Any,
+        error: dict[str, Any] | None,
+    ) -> store.RunTimes:
+        """Commit `entries` of one run and finish it with `status`: the run's times
+        (`created_at`, `completed_at`); raises `LeaseLost` if the run is no longer owned.
+        Only for a run with no parent and no open waits (those finish in a transaction of
+        their own, `PgRunWriter.finish`)."""
+        final = {"run_id": run_id, "status": status, "output": output, "error": error}
+        times: store.RunTimes = await self._group.submit(
+            _Flush(run_id, epoch, step_count, _rows(run_id, entries), (), final)
+        )
+        return times
+
+    async def _write(self, batch: list[_Flush]) -> list[Any]:
+        ordered = sorted(batch, key=lambda r: r.run_id)  # lock order: no deadlock
+        with map_errors():
+            owned = await store.commit_runs(
+                self.pool,
+                run_ids=[r.run_id for r in ordered],
+                epochs=[r.epoch for r in ordered],
+                step_counts=[r.step_count for r in ordered],
+                lease=self.lease,
+                entries=[row for r in ordered for row in r.entries],
+                trims=[{"run_id": r.run_id, "prefix": p} for r in ordered for p in r.trim],
+                finals=[r.final for r in ordered if r.final is not None],
+                renew=[r.renew for r in ordered],
+            )
+        return [owned.get(r.run_id) or LeaseLost(r.run_id) for r in batch]
+
+
+def _rows(run_id: str, entries: list[Entry]) -> list[dict[str, Any]]:
+    rows = []
+    for entry in entries:
+        row = entry.to_json()
+        row["run_id"] = run_id
+        rows.append(row)
+    return rows
+
+
+async def complete_parent_step(
+    conn: Connection,
+    parent_run_id: str,
+    step_key: str,
+    step_seq: int,
+    child_run_id: str,
+    status: str,
+    output: Any,
+    error: dict[str, Any] | None,
+) -> None:
+    """Record a child's end as its parent's step result and make the parent available.
+
+    The parent row is locked first so a parent that is suspending at this moment sees it.
+    """
+    await store.lock_run(conn, run_id=parent_run_id)
+    pending = Entry(step_key, step_seq, "child", StepStatus.PENDING)
+    if status == "completed":
+        entry = pending.completed(output, None)
+    else:
+        entry = pending.failed(error, None, output={"runId": child_run_id})
+    await store.complete_parent_step(conn, parent_run_id=parent_run_id, entry=entry.to_json())
+
+
+async def settle_canceled(conn: Connection, rows: Sequence[store.CanceledRun]) -> list[str]:
+    """After `store.cancel_tree(s)` canceled `rows`: drop their waits and report each canceled
+    run whose parent stays active as its parent's failed step, in the caller's transaction.
+    Returns the canceled run ids (`notify_canceled` after commit)."""
+    ids = [row.run_id for row in rows]
+    await store.delete_waits_of(conn, run_ids=ids)
+    canceled = set(ids)
+    for row in rows:
+        parent = row.parent_run_id
+        if parent is not None and parent not in canceled:
+            assert row.parent_step_key is not None
+            assert row.parent_step_seq is not None
+            await complete_parent_step(
+                conn,
+                parent,
+                row.parent_step_key,
+                row.parent_step_seq,
+                row.run_id,
+                "failed",
+                None,
+                row.error,
+            )
+    return ids
+
+
+def notify_canceled(waker: NullWaker, rows: Sequence[store.CanceledRun]) -> None:
+    """After the commit of a cancel: metrics, and wake whoever waits on those runs (and the
+    parents that got a result)."""
+    ids = [row.run_id for row in rows]
+    for row in rows:
+        metrics.RUNS_COMPLETED.labels(row.workflow, "canceled").inc()
+    waker.notify(RunCanceled(run_ids=ids), *(RunFinished(run_id=i) for i in ids))
+    waker.notify(RunReady())
+
+
+class PgRunWriter:
+    """Fenced writes of one claimed run."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        waker: NullWaker,
+        *,
+        run_id: str,
+        epoch: int,
+        workflow: str,
+        lease: float,
+        trace: dict[str, str] | None,
+        may_have_waits: bool,
+        committer: StepCommitter,
+        parent_run_id: str | None = None,
+        keyed: bool = False,
+    ) -> None:
+        self.pool = pool
+        self.committer = committer
+        self.waker = waker
+        self.run_id = run_id
+        self.epoch = epoch
+        self.workflow = workflow
+        self.lease = lease
+        self.trace = trace
+        self.may_have_waits = may_have_waits
+        self.parent_run_id = parent_run_id
+        #: The run holds a concurrency slot: leaving `running` frees it (migration 0011's
+        #: trigger makes the key's next parked run available), so workers are told at once.
+        self.keyed = keyed
+
+    async def _fence(self, conn: Connection | Pool, entries: list[Entry], step_count: int) -> None:
+        """Lock the run if this worker still owns it, extend the lease, and journal `entries`:
+        one round trip. As the first statement of a multi-statement write, the UPDATE holds the
+        row lock to commit, so later statements see every resolution committed before it."""
+        owned = await store.flush_run(
+            conn,
+            run_id=self.run_id,
+            epoch=self.epoch,
+            lease=self.lease,
+            step_count=step_count,
+            entries=[e.to_json() for e in entries],
+        )
+        if not owned:
+            raise LeaseLost(self.run_id)
+
+    async def flush(
+        self,
+        entries: list[Entry],
+        step_count: int,
+        trim: Sequence[str] = (),
+        *,
+        renew: bool = False,
+    ) -> None:
+        await self.committer.flush(self.run_id, self.epoch, step_count, entries, trim, renew=renew)
+
+    async def settle_race(
+        self, entries: list[Entry], step_count: int, losers: Sequence[str]
+    ) -> list[str]:
+        """Journal a race's outcome and drop what its losing branches (key prefixes) left:
+        their waits, and their child runs (canceled with their descendants). Returns the
+        canceled run ids."""
+        error = {"type": "WorkflowCanceled", "message": "its branch lost a race"}
+        canceled: list[store.CanceledRun] = []
+        async with transaction(self.pool) as conn:
+            await self._fence(conn, entries, step_count)
+            await store.delete_waits_under(conn, run_id=self.run_id, prefixes=losers)
+            for child in await store.select_children_under(
+                conn, run_id=self.run_id, prefixes=losers
+            ):
+                # As cancel() does: repeat until no active descendant is left.
+                while more := await store.cancel_tree(conn, run_id=child, error=error):
+                    canceled += more
+            ids = [row.run_id for row in canceled]
+            if ids:
+                await store.delete_waits_of(conn, run_ids=ids)
+        if ids:
+            for row in canceled:
+                metrics.RUNS_COMPLETED.labels(row.workflow, "canceled").inc()
+            self.waker.notify(RunCanceled(run_ids=ids), *(RunFinished(run_id=i) for i in ids))
+        return ids
+
+    async def register_wait(
+        self, entries: list[Entry], step_count: int, wait: WaitSpec
+    ) -> tuple[bool, Any]:
+        entry = wait.entry
+        async with transaction(self.pool) as conn:
+            # The wait's entry is journaled pending with the fence; a buffered signal that
+            # matches completes it below instead of registering the wait.
+            await self._fence(conn, [*entries, entry], step_count)
+            signal = await store.consume_signal(
+                conn, run_id=self.run_id, name=wait.name, match=wait.match
+            )
+            if signal is not None:
+                done = entry.completed(signal.payload, entry.started_at)
+                await store.upsert_steps(conn, run_id=self.run_id, entries=[done.to_json()])
+            else:
+                await store.insert_wait(
+                    conn,
+                    run_id=self.run_id,
+                    step_key=entry.key,
+                    step_seq=entry.seq,
+                    name=wait.name,
+                    event=wait.event,
+                    match=wait.match,
+                    expires_at=entry.due_at,
+                )
+                self.may_have_waits = True
+        if signal is None:
+            return (False, None)
+        # counted once the signal left the inbox for good (the transaction committed)
+        metrics.SIGNALS.labels("consumed_from_inbox").inc()
+        return (True, signal.payload)
+
+    async def start_child(self, entries: list[Entry], step_count: int, child: ChildSpec) -> Entry:
+        entry = child.entry
+        async with transaction(self.pool) as conn:
+            # The step's entry (naming the child this run id) is journaled with the fence; if
+            # the child exists already (its entry was lost with an earlier attempt), it is
+            # corrected below.
+            await self._fence(conn, [*entries, entry], step_count)
+            created = await store.insert_child_run(
+                conn,
+                run_id=child.run_id,
+                workflow=child.workflow,
+                version=child.version,
+                input=child.input,
+                idempotency_key=child.key,
+                trace=self.trace,
+                parent_run_id=self.run_id,
+                parent_step_key=entry.key,
+                parent_step_seq=entry.seq,
+            )
+            if not created:
+                entry = await self._existing_child(conn, child)
+        if created:  # counted once the child's insert committed
+            metrics.RUNS_STARTED.labels(child.workflow).inc()
+        self.waker.notify(RunReady(workflow=child.workflow))
+        return entry
+
+    async def _existing_child(self, conn: Connection, child: ChildSpec) -> Entry:
+        """The step's entry for a child that exists already: pending on it, or, if it ended,
+        its result (nothing else would ever report it)."""
+        row = await store.find_child_by_key(
+            conn, workflow=child.workflow, idempotency_key=child.key
+        )
+        assert row is not None  # the insert conflicted on this key, and runs are not deleted
+        existing = {"runId": row.run_id}
+        entry = replace(child.entry, attempts=1, output=existing, error=None)
+        if row.status == "completed":
+            entry = entry.completed(row.output, None)
+        elif row.status in ("failed", "canceled"):
+            entry = entry.failed(row.error, None, output=existing)
+        await store.upsert_steps(conn, run_id=self.run_id, entries=[entry.to_json()])
+        return entry
+
+    async def time_out(
+        self, entries: list[Entry], step_count: int, entry: Entry, is_wait: bool
+    ) -> Entry:
+        async with transaction(self.pool) as conn:
+            await self._fence(conn, entries, step_count)
+            final: Entry | None = None
+            if is_wait:
+                if await store.delete_wait(conn, run_id=self.run_id, step_key=entry.key):
+                    final = entry.completed(None, None)
+                    await store.upsert_steps(conn, run_id=self.run_id, entries=[final.to_json()])
+            else:
+                error = {
+                    "type": "StepTimeout",
+                    "message": f"step {entry.key!r} of run {self.run_id} timed out waiting for "
+                    "its child run (the child keeps running)",
+                }
+                if await store.time_out_step(conn, run_id=self.run_id, key=entry.key, error=error):
+                    final = entry.failed(error, None, output=entry.output)
+            if final is None:
+                row = await store.read_step(conn, run_id=self.run_id, key=entry.key)
+                final = Entry.from_row(row) if row is not None else entry
+        return final
+
+    async def suspend(
+        self,
+        entries: list[Entry],
+        step_count: int,
+        status: str,
+        wake_at: datetime,
+        blocking_keys: list[str],
+    ) -> datetime:
+        async with transaction(self.pool) as conn:
+            await self._fence(conn, entries, step_count)
+            available = await store.suspend_run(
+                conn,
+                run_id=self.run_id,
+                epoch=self.epoch,
+                status=status,
+                wake_at=wake_at,
+                step_count=step_count,
+                blocking_keys=blocking_keys,
+            )
+        return available
+
+    async def finish(
+        self,
+        entries: list[Entry],
+        step_count: int,
+        status: str,
+        output: Any,
+        error: dict[str, Any] | None,
+    ) -> None:
+        if self.parent_run_id is None and not self.may_have_waits:
+            times = await self.committer.finish(
+                self.run_id, self.epoch, step_count, entries, status, output, error
+            )
+            self._finished(status, times.created_at, times.completed_at, None)
+            return
+        async with transaction(self.pool) as conn:
+            if self.parent_run_id is not None:
+                # Parent before child, the order cancel takes them in (no deadlock).
+                await store.lock_run(conn, run_id=self.parent_run_id)
+            row = await store.finish_run(
+                conn,
+                run_id=self.run_id,
+                epoch=self.epoch,
+                status=status,
+                output=output,
+                error=error,
+                entries=[e.to_json() for e in entries],
+                step_count=step_count,
+            )
+            if row is None:
+                raise LeaseLost(self.run_id)
+            if self.may_have_waits:
+                await store.delete_run_waits(conn, run_id=self.run_id)
+            parent = row.parent_run_id
+            if parent is not None:
+                assert row.parent_step_key is not None
+                assert row.parent_step_seq is not None
+                await complete_parent_step(
+                    conn,
+                    parent,
+                    row.parent_step_key,
+                    row.parent_step_seq,
+                    self.run_id,
+                    status,
+                    output,
+                    error,
+                )
+        self._finished(status, row.created_at, row.completed_at, parent)
+
+    def _finished(
+        self,
+        status: str,
+        created_at: datetime | None,
+        completed_at: datetime | None,
+        parent: str | None,
+    ) -> None:
+        """After the finishing commit: metrics and hints."""
+        metrics.RUNS_COMPLETED.labels(self.workflow, status).inc()
+        if created_at is not None and completed_at is not None:
+            metrics.RUN_DURATION.labels(self.workflow).observe(
+                max(0.0, (completed_at - created_at).total_seconds())
+            )
+        self.waker.notify(RunFinished(run_id=self.run_id))
+        if parent is not None:
+            self.waker.notify(RunReady())
+        elif self.keyed:
+            self.waker.notify(RunReady(workflow=self.workflow))
+
+    async def retry_run(
+        self, entries: list[Entry], step_count: int, delay: float, error: dict[str, Any]
+    ) -> None:
+        async with transaction(self.pool) as conn:
+            await self._fence(conn, entries, step_count)
+            await store.retry_run(
+                conn,
+                run_id=self.run_id,
+                epoch=self.epoch,
+                delay=delay,
+                error=error,
+                step_count=step_count,
+            )
+            await store.delete_unfinished_steps(conn, run_id=self.run_id)
+            if self.may_have_waits:
+                await store.delete_run_waits(conn, run_id=self.run_id)
+        if self.keyed:  # its slot is free until the retry is due
+            self.waker.notify(RunReady(workflow=self.workflow))
