@@ -119,7 +119,7 @@ class Client:
         self.backfills = Backfills(pool, self.settings, self._kinds)
         self.queues = Queues(pool, waker, self.settings)
         #: Schedules managed at run time (`create`, `pause`, `resume`, `trigger`, `delete`).
-        self.schedules = Schedules(pool, _Firing(self))
+        self.schedules = Schedules(pool, _Firing(self), waker)
         self.deliveries = Deliveries(pool, waker, self.settings, read_pool=read_pool)
         #: Refreshes the gauges computed from Postgres (call before exposing `/metrics`).
         self.gauges = GaugeCollector(pool, self.settings, runs=self.workflows.upkeep)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CH_CANCELS",
     "CH_RUNS",
+    "CH_SCHEDULES",
     "AnyHint",
     "DeliveriesReady",
     "Listener",
@@ -38,6 +39,7 @@ __all__ = [
     "RunCanceled",
     "RunFinished",
     "RunReady",
+    "SchedulesChanged",
     "SubscriptionsChanged",
     "Waker",
     "create_waker",
@@ -59,6 +61,7 @@ CH_RUNS = "runs"  # some workflow run became available
 CH_DELIVERIES = "deliveries"  # some webhook delivery became due
 CH_SUBSCRIPTIONS = "subscriptions"  # the subscription set changed
 CH_CANCELS = "cancels"  # runs were canceled (workers stop executing them)
+CH_SCHEDULES = "schedules"  # a schedule was created, replaced, paused, resumed or deleted
 
 
 def run_channel(run_id: str) -> str:
@@ -133,7 +136,24 @@ class SubscriptionsChanged:
         return CH_SUBSCRIPTIONS
 
 
-AnyHint = RunReady | RunFinished | RunCanceled | QueueReady | DeliveriesReady | SubscriptionsChanged
+@dataclass(frozen=True, slots=True)
+class SchedulesChanged:
+    """A schedule changed; schedulers re-read when the next one is due."""
+
+    @property
+    def channel(self) -> str:
+        return CH_SCHEDULES
+
+
+AnyHint = (
+    RunReady
+    | RunFinished
+    | RunCanceled
+    | QueueReady
+    | DeliveriesReady
+    | SubscriptionsChanged
+    | SchedulesChanged
+)
 
 
 class Listener:

@@ -12,7 +12,6 @@ firing does goes through the `Firing` port the composition root (`Client`) provi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -23,6 +22,7 @@ import structlog
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, map_errors, transaction
 from ripple.platform.core.ids import new_id
+from ripple.platform.core.wake import CH_SCHEDULES, Listener, NullWaker, SchedulesChanged
 from ripple.platform.errors import InvalidInput, NotFound, RippleError
 from ripple.platform.events.topics import validate_topic
 from ripple.platform.ops import schedule_store as q
@@ -82,9 +82,14 @@ def _next(info: ScheduleInfo | Schedule, after: datetime) -> datetime:
 class Schedules:
     """Create and operate schedules (`client.schedules`)."""
 
-    def __init__(self, pool: Pool, firing: Firing) -> None:
+    def __init__(self, pool: Pool, firing: Firing, waker: NullWaker | None = None) -> None:
         self._pool = pool
         self._firing = firing
+        #: Schedulers listen on it: a change is noticed at once, not at the next poll.
+        self.waker = waker or NullWaker()
+
+    def _changed(self) -> None:
+        self.waker.notify(SchedulesChanged())
 
     async def create(
         self,
@@ -147,6 +152,7 @@ class Schedules:
                 _next(spec, datetime.now(UTC)),
             )
         log.info("schedule_saved", schedule=name, source=source)
+        self._changed()
         return ScheduleInfo.from_row(row)
 
     async def get(self, name: str) -> ScheduleInfo | None:
@@ -176,13 +182,17 @@ class Schedules:
                 raise NotFound(f"no schedule {name!r}")
             info = ScheduleInfo.from_row(row)
             updated = await conn.fetchrow(q.SET_PAUSED, name, paused, _next(info, row["db_now"]))
+        self._changed()
         return ScheduleInfo.from_row(updated)
 
     async def delete(self, name: str) -> bool:
         """Delete a schedule; True if it existed. (A schedule declared in code comes back when
         a worker serving its workflow starts.)"""
         with map_errors():
-            return await self._pool.fetchval(q.DELETE_SCHEDULE, name) is not None
+            deleted = await self._pool.fetchval(q.DELETE_SCHEDULE, name) is not None
+        if deleted:
+            self._changed()
+        return deleted
 
     async def trigger(self, name: str) -> str | None:
         """Fire once now, outside the cadence (even when paused); returns the run id of a
@@ -250,7 +260,8 @@ class Scheduler:
 
     Args:
         schedules: the schedules service.
-        settings: `poll_interval` (schedules created elsewhere are noticed within it).
+        settings: `poll_interval` (the longest sleep; a schedule saved anywhere wakes it
+            through the `schedules` hint, or within the poll when hints are lost).
         prepare: run once at start (the client registers code schedules and flow controls of
             the workflows this process serves).
     """
@@ -278,17 +289,33 @@ class Scheduler:
             except RippleError as exc:
                 log.warning("scheduler_prepare_failed", error=str(exc))
         poll = self._settings.poll_interval
-        while not self._stopping.is_set():
-            wait = poll
-            try:
-                if await self._schedules.fire_due() == _BATCH:
-                    continue  # more may be due
-                due = await self._schedules.seconds_until_due()
-                if due is not None:
-                    # (negative: another scheduler holds it right now)
-                    wait = min(poll, max(0.005, due))
-            except RippleError as exc:
-                log.warning("scheduler_failed", error=str(exc))
-            if wait > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), wait)
+        # Listening before the first read: a schedule saved after it wakes the loop at once
+        # (without Redis, or for a missed hint, the poll still notices it).
+        async with self._schedules.waker.listen(CH_SCHEDULES) as listener:
+            while not self._stopping.is_set():
+                wait = await self._tick(poll)
+                if wait > 0:
+                    await self._sleep(listener, wait)
+
+    async def _tick(self, poll: float) -> float:
+        """Fire what is due; seconds until the next look (0: at once, more may be due)."""
+        try:
+            if await self._schedules.fire_due() == _BATCH:
+                return 0.0  # more may be due
+            due = await self._schedules.seconds_until_due()
+        except RippleError as exc:
+            log.warning("scheduler_failed", error=str(exc))
+            return poll
+        # (negative: another scheduler holds it right now)
+        return poll if due is None else min(poll, max(0.005, due))
+
+    async def _sleep(self, listener: Listener, seconds: float) -> None:
+        """Until `seconds` pass, a schedule changes (hint) or `stop()`."""
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        hinted = asyncio.ensure_future(listener.wait(seconds))
+        try:
+            await asyncio.wait({stopping, hinted}, timeout=seconds, return_when="FIRST_COMPLETED")
+        finally:
+            for task in (stopping, hinted):
+                task.cancel()
+            await asyncio.gather(stopping, hinted, return_exceptions=True)

@@ -27,6 +27,11 @@ async def report(ctx: WorkflowContext, inp: dict[str, Any] | None) -> Any:
     return inp
 
 
+@workflow(name="hourly", schedule=Schedule(every=3600))
+async def hourly(ctx: WorkflowContext) -> None:
+    return None
+
+
 @workflow(name="held")
 async def held(ctx: WorkflowContext) -> Any:
     return await ctx.step.wait_for_event("go", event="held.go")
@@ -207,3 +212,24 @@ async def test_schedules__bad_input_writes_nothing(client: Client, kwargs: dict[
     with pytest.raises(InvalidInput):
         await client.schedules.create("bad", **kwargs)
     assert await client.schedules.list() == []
+
+
+async def test_schedules__a_new_schedule_wakes_a_sleeping_scheduler(
+    client: Client, settings: Settings
+) -> None:
+    """A schedule saved through another client fires at its first tick, not after the
+    scheduler's next poll: saving one sends a wake hint. With a 30 s poll only the hint can
+    make the first run appear within the 10 s this test waits."""
+    slow = settings.model_copy(update={"poll_interval": 30.0})
+    async with (
+        Client(settings=slow) as worker_side,
+        Worker(worker_side, [report, hourly], webhooks=False, sweeper=False),
+    ):
+        # The scheduler registers `hourly` at start, then sleeps (at most the 30 s poll).
+        await assert_eventually(lambda: client.schedules.get("hourly"))
+        await client.schedules.create("soon", workflow="report", every=1)
+
+        async def fired() -> bool:
+            return len((await client.list_runs(workflow="report")).items) >= 1
+
+        await assert_eventually(fired, timeout=10)
