@@ -17,6 +17,7 @@ __all__ = [
     "RunId",
     "SubscriptionId",
     "check_idempotency_key",
+    "check_text",
     "new_id",
     "uuid7",
 ]
@@ -86,18 +87,19 @@ def new_id() -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def check_idempotency_key(value: object, field: str = "idempotencyKey") -> None:
-    """Refuse a key that is not a string of 1-255 characters or holds a NUL (U+0000), which
-    Postgres cannot store; None (no key) passes."""
-    if value is None:
-        return
-    if not isinstance(value, str) or not 1 <= len(value) <= MAX_IDEMPOTENCY_KEY:
-        raise InvalidInput(
-            f"idempotency_key must be a string of 1-{MAX_IDEMPOTENCY_KEY} characters", field=field
-        )
+def check_text(value: object, what: str, *, field: str, max_length: int = 255) -> None:
+    """Refuse a name or key stored as Postgres text that is not a string of 1-`max_length`
+    characters, or that holds a NUL (U+0000), which Postgres text cannot store."""
+    if not isinstance(value, str) or not 1 <= len(value) <= max_length:
+        raise InvalidInput(f"{what} must be a string of 1-{max_length} characters", field=field)
     if "\x00" in value:
         raise InvalidInput(
-            "idempotency_key contains the NUL character (U+0000), which Postgres cannot store; "
-            "remove it",
+            f"{what} contains the NUL character (U+0000), which Postgres cannot store; remove it",
             field=field,
         )
+
+
+def check_idempotency_key(value: object, field: str = "idempotencyKey") -> None:
+    """`check_text` for an idempotency key; None (no key) passes."""
+    if value is not None:
+        check_text(value, "idempotency_key", field=field, max_length=MAX_IDEMPOTENCY_KEY)

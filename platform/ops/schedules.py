@@ -11,7 +11,6 @@ firing does goes through the `Firing` port the composition root (`Client`) provi
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -277,10 +276,13 @@ class Scheduler:
         self._schedules = schedules
         self._settings = settings
         self._prepare = prepare
-        self._stopping = asyncio.Event()
+        self._stopping = False
+        self._listener: Listener | None = None
 
     def stop(self) -> None:
-        self._stopping.set()
+        self._stopping = True
+        if self._listener is not None:
+            self._listener.poke()  # ends the current sleep
 
     async def run(self) -> None:
         if self._prepare is not None:
@@ -292,10 +294,11 @@ class Scheduler:
         # Listening before the first read: a schedule saved after it wakes the loop at once
         # (without Redis, or for a missed hint, the poll still notices it).
         async with self._schedules.waker.listen(CH_SCHEDULES) as listener:
-            while not self._stopping.is_set():
+            self._listener = listener
+            while not self._stopping:
                 wait = await self._tick(poll)
-                if wait > 0:
-                    await self._sleep(listener, wait)
+                if wait > 0 and not self._stopping:
+                    await listener.wait(wait)  # a hint, `stop()` or the time: look again
 
     async def _tick(self, poll: float) -> float:
         """Fire what is due; seconds until the next look (0: at once, more may be due)."""
@@ -308,14 +311,3 @@ class Scheduler:
             return poll
         # (negative: another scheduler holds it right now)
         return poll if due is None else min(poll, max(0.005, due))
-
-    async def _sleep(self, listener: Listener, seconds: float) -> None:
-        """Until `seconds` pass, a schedule changes (hint) or `stop()`."""
-        stopping = asyncio.ensure_future(self._stopping.wait())
-        hinted = asyncio.ensure_future(listener.wait(seconds))
-        try:
-            await asyncio.wait({stopping, hinted}, timeout=seconds, return_when="FIRST_COMPLETED")
-        finally:
-            for task in (stopping, hinted):
-                task.cancel()
-            await asyncio.gather(stopping, hinted, return_exceptions=True)

@@ -19,6 +19,7 @@ import structlog
 
 from ripple.platform.core import db, wake
 from ripple.platform.core.config import Settings
+from ripple.platform.core.ids import check_text
 from ripple.platform.core.wake import NullWaker, QueueReady, queue_channel
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
 from ripple.platform.events.topics import encode_json
@@ -154,14 +155,8 @@ class Queues:
             ("group_id", message.group_id),
             ("deduplication_id", message.deduplication_id),
         ):
-            if value is not None and (not isinstance(value, str) or not 1 <= len(value) <= 256):
-                raise InvalidInput(f"{name} must be a string of 1-256 characters", field=name)
-            if value is not None and "\x00" in value:
-                raise InvalidInput(
-                    f"{name} contains the NUL character (U+0000), which Postgres cannot store; "
-                    "remove it",
-                    field=name,
-                )
+            if value is not None:
+                check_text(value, name, field=name, max_length=256)
         batch.bodies.append(body)
         batch.headers.append(header_text)
         batch.groups.append(message.group_id)

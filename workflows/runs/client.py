@@ -17,7 +17,7 @@ from ripple.platform.core.commit_watch import CommitWatch
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, dumps, map_errors, transaction
 from ripple.platform.core.group_commit import GroupCommit
-from ripple.platform.core.ids import check_idempotency_key, new_id
+from ripple.platform.core.ids import check_idempotency_key, check_text, new_id
 from ripple.platform.core.wake import (
     NullWaker,
     RunReady,
@@ -546,10 +546,7 @@ class WorkflowClient:
         A repeat with the same `idempotency_key` (per run) returns the first call's result and
         changes nothing, also after the run ended.
         """
-        if not isinstance(name, str) or not 0 < len(name) <= 255 or "\x00" in name:
-            raise InvalidInput(
-                "signal name must be 1-255 characters without NUL (U+0000)", field="name"
-            )
+        check_text(name, "signal name", field="name")
         check_idempotency_key(idempotency_key)
         payload = self._payload(payload)
         scope = f"run:{run_id}"
@@ -598,8 +595,7 @@ class WorkflowClient:
         A repeat with the same `idempotency_key` (per event name) returns the first call's
         count and resumes nothing.
         """
-        if not isinstance(event, str) or not 0 < len(event) <= 255 or "\x00" in event:
-            raise InvalidInput("event must be 1-255 characters without NUL (U+0000)", field="event")
+        check_text(event, "event", field="event")
         check_idempotency_key(idempotency_key)
         payload = self._payload(payload)
         scope = f"event:{event}"
