@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -142,22 +142,37 @@ def _rows(run_id: str, entries: list[Entry]) -> list[dict[str, Any]]:
     return rows
 
 
+class ChildRow(Protocol):
+    """A run row's link to the parent step that started it (all None for a top-level run)."""
+
+    @property
+    def parent_run_id(self) -> str | None: ...
+    @property
+    def parent_step_key(self) -> str | None: ...
+    @property
+    def parent_step_seq(self) -> int | None: ...
+
+
 async def complete_parent_step(
     conn: Connection,
-    parent_run_id: str,
-    step_key: str,
-    step_seq: int,
+    child: ChildRow,
     child_run_id: str,
     status: str,
     output: Any,
     error: dict[str, Any] | None,
 ) -> None:
-    """Record a child's end as its parent's step result and make the parent available.
+    """Record a child's end as its parent's step result and make the parent available (nothing
+    for a top-level run).
 
     The parent row is locked first so a parent that is suspending at this moment sees it.
     """
+    parent_run_id = child.parent_run_id
+    if parent_run_id is None:
+        return
+    assert child.parent_step_key is not None
+    assert child.parent_step_seq is not None
     await store.lock_run(conn, run_id=parent_run_id)
-    pending = Entry(step_key, step_seq, "child", StepStatus.PENDING)
+    pending = Entry(child.parent_step_key, child.parent_step_seq, "child", StepStatus.PENDING)
     if status == "completed":
         entry = pending.completed(output, None)
     else:
@@ -173,20 +188,8 @@ async def settle_canceled(conn: Connection, rows: Sequence[store.CanceledRun]) -
     await store.delete_waits_of(conn, run_ids=ids)
     canceled = set(ids)
     for row in rows:
-        parent = row.parent_run_id
-        if parent is not None and parent not in canceled:
-            assert row.parent_step_key is not None
-            assert row.parent_step_seq is not None
-            await complete_parent_step(
-                conn,
-                parent,
-                row.parent_step_key,
-                row.parent_step_seq,
-                row.run_id,
-                "failed",
-                None,
-                row.error,
-            )
+        if row.parent_run_id not in canceled:  # a canceled parent needs no step result
+            await complete_parent_step(conn, row, row.run_id, "failed", None, row.error)
     return ids
 
 
@@ -433,21 +436,8 @@ class PgRunWriter:
                 raise LeaseLost(self.run_id)
             if self.may_have_waits:
                 await store.delete_run_waits(conn, run_id=self.run_id)
-            parent = row.parent_run_id
-            if parent is not None:
-                assert row.parent_step_key is not None
-                assert row.parent_step_seq is not None
-                await complete_parent_step(
-                    conn,
-                    parent,
-                    row.parent_step_key,
-                    row.parent_step_seq,
-                    self.run_id,
-                    status,
-                    output,
-                    error,
-                )
-        self._finished(status, row.created_at, row.completed_at, parent)
+            await complete_parent_step(conn, row, self.run_id, status, output, error)
+        self._finished(status, row.created_at, row.completed_at, row.parent_run_id)
 
     def _finished(
         self,

@@ -54,22 +54,18 @@ _FLOW_VALUES: Final = """
        f.throttle_limit, f.throttle_period"""
 
 # $1 run_id, $2 workflow, $3 version, $4 input, $5 idempotency_key, $6 deadline,
-# $7 retention_seconds, $8 trace, $9 parent_run_id, $10 parent_step_key, $11 parent_step_seq
-# (_INSERT_RUN_PRIORITIZED: $12 priority; _INSERT_RUN creates priority 0, e.g. children)
-_INSERT_RUN_TEMPLATE: Final = f"""
+# $7 retention_seconds, $8 trace, $9 parent_run_id, $10 parent_step_key, $11 parent_step_seq,
+# $12 priority (children: 0)
+_INSERT_RUN: Final = f"""
 INSERT INTO ripple_runs (run_id, workflow, version, input, idempotency_key, deadline,
                          retention_seconds, trace, parent_run_id, parent_step_key, parent_step_seq,
                          {_FLOW_COLUMNS})
-SELECT $1, $2, $3, $4::jsonb, $5, $6, $7, $8::jsonb, $9, $10, $11, {{priority}},
+SELECT $1, $2, $3, $4::jsonb, $5, $6, $7, $8::jsonb, $9, $10, $11, $12::int,
        {_FLOW_VALUES.format(input="$4::jsonb")}
 FROM (VALUES (1)) AS one (x) LEFT JOIN ripple_flow_controls f ON f.workflow = $2
 ON CONFLICT (workflow, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING run_id
 """  # noqa: S608
-
-_INSERT_RUN: Final = _INSERT_RUN_TEMPLATE.format(priority="0")
-
-_INSERT_RUN_PRIORITIZED: Final = _INSERT_RUN_TEMPLATE.format(priority="$12::int")
 
 # Group commit of concurrent starts (`WorkflowClient.start` without a caller's transaction):
 # the runs of many starts in one statement; returns the ids of the runs it created (a start
@@ -278,7 +274,7 @@ async def insert_run(
 ) -> bool:
     """Create a top-level run; False if its idempotency key names an existing run."""
     created = await conn.fetchval(
-        _INSERT_RUN_PRIORITIZED,
+        _INSERT_RUN,
         run_id,
         workflow,
         version,
@@ -322,6 +318,7 @@ async def insert_child_run(
         parent_run_id,
         parent_step_key,
         parent_step_seq,
+        0,
     )
     return created is not None
 
