@@ -239,6 +239,10 @@ async def start_run(
             error=run.error,
             timed_out=outcome.timed_out,
         )
+    if body.idempotency_key is None:
+        # A start without a key creates a pending run (or, debounced, joins one not yet
+        # started): no read needed. A key may name an earlier run in any state.
+        return Started(run_id=handle.run_id, status="pending")
     found = await client.get_run(handle.run_id)
     return Started(run_id=handle.run_id, status=found.status if found is not None else "pending")
 

@@ -12,7 +12,7 @@ import pytest
 
 from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
-from ripple.workflows import NonRetriableError, Worker, WorkflowContext, workflow
+from ripple.workflows import NonRetriableError, Worker, WorkflowContext, WorkflowFailed, workflow
 
 state = {"fail": True}
 
@@ -136,3 +136,22 @@ async def test_rest__backfill_and_replay(client: Client, http: httpx.AsyncClient
     assert len((await http.get("/v1/subscriptions")).json()) == 1
     missing = "0193c2a4-0000-7000-8000-000000000000"
     _problem(await http.post(f"/v1/subscriptions/{missing}/replay", json={"since": t0}), 404)
+
+
+async def test_rest__start_answers_pending_and_a_repeated_key_the_first_runs_status(
+    client: Client, http: httpx.AsyncClient
+) -> None:
+    """A start without a key answers `pending` without reading the run back; a start whose
+    idempotency key names an earlier run answers that run's current status."""
+    fresh = await http.post("/v1/workflows/rest-flow/runs", json={"input": {"n": 1}})
+    assert fresh.status_code == 201
+    assert fresh.json()["status"] == "pending"
+    keyed = {"input": {"n": 1}, "idempotencyKey": "once"}
+    async with Worker(client, [rest_flow], webhooks=False, sweeper=False):
+        first = await http.post("/v1/workflows/rest-flow/runs", json=keyed)
+        run_id = first.json()["runId"]
+        with pytest.raises(WorkflowFailed):
+            await client.handle(run_id).result(timeout=10)
+    again = await http.post("/v1/workflows/rest-flow/runs", json=keyed)
+    assert again.status_code == 201
+    assert (again.json()["runId"], again.json()["status"]) == (run_id, "failed")
