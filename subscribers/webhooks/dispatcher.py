@@ -20,6 +20,7 @@ import json
 import random
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -58,7 +59,10 @@ LEASE_MARGIN: Final = 10.0
 ORPHAN_SWEEP_EVERY: Final = 60.0
 USER_AGENT: Final = "Ripple-Webhooks/0.1"
 #: Batched writes of finished attempts in flight at once (each holds one pooled connection).
-MAX_RECORDERS: Final = 3
+#: One: attempts that finish during a write go into the next, bigger batch. A delivered
+#: attempt's slot is free before its write, so the wait holds no delivery back; more writers
+#: only made more, smaller batches (one statement per ~7 attempts instead of ~21).
+MAX_RECORDERS: Final = 1
 #: While attempts are in flight, claim once this share of `webhook_concurrency` is free or
 #: REFILL_WAIT seconds passed since the last claim, whichever comes first: refilling every
 #: freed slot at once cost one claim statement per delivery under load, and the wait bounds
@@ -69,10 +73,14 @@ REFILL_WAIT: Final = 0.01
 CHECKED_URLS: Final = 4096
 
 
-def message_body(topic: str, event_time: datetime, payload: Any) -> bytes:
-    """The POSTed JSON: `{"type": topic, "timestamp": ISO-8601, "data": payload}`."""
-    doc = {"type": topic, "timestamp": event_time.astimezone(UTC).isoformat(), "data": payload}
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+def message_body(topic: str, event_time: datetime, payload_json: str) -> bytes:
+    """The POSTed JSON: `{"type": topic, "timestamp": ISO-8601, "data": payload}`.
+
+    `payload_json` is the payload's JSON text as stored, spliced in without decoding it.
+    """
+    head = json.dumps(topic, ensure_ascii=False)
+    stamp = event_time.astimezone(UTC).isoformat()
+    return f'{{"type":{head},"timestamp":"{stamp}","data":{payload_json}}}'.encode()
 
 
 def signing_secrets(target: Mapping[str, Any], now: datetime) -> list[str]:
@@ -144,9 +152,10 @@ class WebhookDispatcher:
         self._stopping = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._last_orphan_sweep = 0.0
+        #: failed attempts whose slot stays taken until their outcome is written
+        self._held = 0
         #: finished attempts waiting for the next batched write, and the tasks writing them
-        self._unrecorded: list[tuple[store.FinishedAttempt, asyncio.Future[tuple[bool, bool]]]]
-        self._unrecorded = []
+        self._unrecorded: list[_Outcome] = []
         self._recorders: set[asyncio.Task[None]] = set()
         self._refill_at = max(1, int(settings.webhook_concurrency * REFILL_SHARE))
         self._claimed_at = float("-inf")
@@ -185,17 +194,18 @@ class WebhookDispatcher:
             while True:
                 # Attempts that end while the claim runs free slots the claim did not see,
                 # so "idle" needs an empty claim that started with nothing in flight.
-                busy = bool(self._tasks)
+                # Outcomes being written count too: a retry may be due as soon as it is.
+                busy = bool(self._tasks or self._recorders)
                 self._slot_freed.clear()
                 claimed = await self._claim_round(raise_errors=True)
                 made += claimed
                 if claimed:
                     continue
-                if self._tasks:
+                if self._tasks or self._recorders:
                     freed = asyncio.ensure_future(self._slot_freed.wait())
                     try:
                         await asyncio.wait(
-                            {*self._tasks, freed},
+                            {*self._tasks, *self._recorders, freed},
                             timeout=REFILL_WAIT if self._deferring() else None,
                             return_when=asyncio.FIRST_COMPLETED,
                         )
@@ -280,17 +290,20 @@ class WebhookDispatcher:
             )
         return self._http
 
+    def _free_slots(self) -> int:
+        return self._settings.webhook_concurrency - len(self._sending) - self._held
+
     def _deferring(self) -> bool:
         """Free slots wait for a batch (see REFILL_SHARE) and the wait has not run out."""
-        free = self._settings.webhook_concurrency - len(self._sending)
+        free = self._free_slots()
         return (
-            bool(self._sending)
+            bool(self._sending or self._held)
             and 0 < free < self._refill_at
             and time.monotonic() - self._claimed_at < REFILL_WAIT
         )
 
     async def _claim_round(self, *, raise_errors: bool = False) -> int:
-        free = self._settings.webhook_concurrency - len(self._sending)
+        free = self._free_slots()
         if free <= 0 or self._deferring():
             return 0
         self._claimed_at = time.monotonic()
@@ -324,8 +337,22 @@ class WebhookDispatcher:
     def _free_slot(self, task: asyncio.Task[None] | None) -> None:
         """Give back the slot (overall and per endpoint) `task` holds, if it still does."""
         sub = self._sending.pop(task, None) if task is not None else None
-        if sub is None:
-            return
+        if sub is not None:
+            self._release_endpoint(sub)
+
+    def _hold_slot(self, task: asyncio.Task[None] | None) -> str | None:
+        """Move `task`'s slot to the outcome it hands over; the endpoint, or None if it had
+        none. The recorder gives it back (`_release_held`) once the outcome is written."""
+        sub = self._sending.pop(task, None) if task is not None else None
+        if sub is not None:
+            self._held += 1
+        return sub
+
+    def _release_held(self, sub: str) -> None:
+        self._held -= 1
+        self._release_endpoint(sub)
+
+    def _release_endpoint(self, sub: str) -> None:
         left = self._in_flight.get(sub, 1) - 1
         if left <= 0:
             self._in_flight.pop(sub, None)
@@ -357,24 +384,27 @@ class WebhookDispatcher:
     # -- one attempt -------------------------------------------------------------------------
 
     async def _attempt(self, delivery: store.ClaimedDelivery) -> None:
-        with structlog.contextvars.bound_contextvars(
+        # Every log line of the attempt carries its ids. The task runs in its own copy of the
+        # context, so they vanish with it: no unbinding (bound_contextvars would also read
+        # the whole context first, a cost per attempt).
+        structlog.contextvars.bind_contextvars(
+            event_id=delivery.event_id,
+            subscription_id=delivery.subscription_id,
+            delivery_id=delivery.id,
+            attempt=delivery.attempt,
+        )
+        if not recording():  # no tracer provider: skip building a no-op span per attempt
+            await self._attempt_inner(delivery)
+            return
+        with span(
+            "webhook.deliver",
+            parent=delivery.trace,
             event_id=delivery.event_id,
             subscription_id=delivery.subscription_id,
             delivery_id=delivery.id,
             attempt=delivery.attempt,
         ):
-            if not recording():  # no tracer provider: skip building a no-op span per attempt
-                await self._attempt_inner(delivery)
-                return
-            with span(
-                "webhook.deliver",
-                parent=delivery.trace,
-                event_id=delivery.event_id,
-                subscription_id=delivery.subscription_id,
-                delivery_id=delivery.id,
-                attempt=delivery.attempt,
-            ):
-                await self._attempt_inner(delivery)
+            await self._attempt_inner(delivery)
 
     async def _attempt_inner(self, delivery: store.ClaimedDelivery) -> None:
         target = delivery.target
@@ -390,7 +420,7 @@ class WebhookDispatcher:
                 url = str(target["url"])
                 # Host names are resolved and checked once, when a connection is opened.
                 self._check_literal(url)
-                body = message_body(delivery.topic, delivery.event_time, delivery.payload)
+                body = message_body(delivery.topic, delivery.event_time, delivery.payload_json)
                 stamp = int(time.time())
                 msg_id = "msg_" + delivery.id.replace("-", "")
                 headers = {
@@ -421,12 +451,6 @@ class WebhookDispatcher:
             now=datetime.now(UTC),
             rng=self._rng,
         )
-        if decision.action == "delivered":
-            # A successful exchange gives its slot to the next delivery while its outcome
-            # waits for the batched write (the claim's lease keeps this delivery from being
-            # claimed again). A failure keeps it until written: the write may disable the
-            # endpoint, and nothing more may be sent to it before that is known.
-            self._free_slot(asyncio.current_task())
         await self._record(delivery, decision, started_at, latency_ms, status_code, error, head)
 
     def _check_literal(self, url: str) -> None:
@@ -448,89 +472,115 @@ class WebhookDispatcher:
         error: str | None,
         head: str | None,
     ) -> None:
-        sub = delivery.subscription_id
+        """Hand the outcome to the batched writer, or (disabling) write it here and now."""
         action = decision.action
         status = {"delivered": "delivered", "retry": "pending"}.get(action, "failed")
-        disabled_reason = decision.reason if action == "disable" else None
-        finished = store.FinishedAttempt(
-            delivery=delivery,
-            status=status,
-            delay=decision.delay,
-            status_code=status_code,
-            last_error=decision.reason,
-            started_at=started_at,
-            latency_ms=latency_ms,
-            outcome=action,
-            error=error,
-            response_body=head,
-            healthy=action == "delivered",
+        outcome = _Outcome(
+            finished=store.FinishedAttempt(
+                delivery=delivery,
+                status=status,
+                delay=decision.delay,
+                status_code=status_code,
+                last_error=decision.reason,
+                started_at=started_at,
+                latency_ms=latency_ms,
+                outcome=action,
+                error=error,
+                response_body=head,
+                healthy=action == "delivered",
+            ),
+            decision=decision,
+            held=None,
         )
-        disable_after = self._settings.webhook_disable_after
+        if action != "disable":
+            # Common case: the attempt ends here and its outcome is written with the others
+            # that finish meanwhile (one statement). A successful exchange's slot goes to the
+            # next delivery at once (the claim's lease keeps this one from being claimed
+            # again); a failure's slot stays taken until its outcome is written, because the
+            # write may disable the endpoint and nothing more may be sent to it before then.
+            if action != "delivered":
+                outcome.held = self._hold_slot(asyncio.current_task())
+            self._unrecorded.append(outcome)
+            if len(self._recorders) < MAX_RECORDERS:
+                task = asyncio.create_task(self._record_batches(), name="webhook-recorder")
+                self._recorders.add(task)
+                task.add_done_callback(self._recorders.discard)
+            return
+        # Disabling (rare) is one transaction with the attempt's record.
         try:
-            if disabled_reason is None:
-                # Common case: batched with the attempts that finish meanwhile (one statement).
-                owned, exhausted = await self._finish(finished)
-            else:
-                # Disabling (rare) is one transaction with the attempt's record.
-                async with transaction(self._pool) as conn:
-                    ((owned, exhausted),) = await store.finish_attempts(
-                        conn, [finished], disable_after
-                    )
-                    if not owned:
-                        raise _ClaimLost
-                    disabled_reason = await self._disable(conn, sub, disabled_reason)
-            if not owned:
-                raise _ClaimLost
-            if exhausted and disabled_reason is None:
-                reason = (
-                    f"endpoint failed continuously for {disable_after:.0f}s: subscription disabled"
+            async with transaction(self._pool) as conn:
+                ((owned, _exhausted),) = await store.finish_attempts(
+                    conn, [outcome.finished], self._settings.webhook_disable_after
                 )
-                # Own transaction: if it is lost, the next failure finds the endpoint
-                # still exhausted and disables it then.
-                async with transaction(self._pool) as conn:
-                    disabled_reason = await self._disable(conn, sub, reason)
+                if not owned:
+                    raise _ClaimLost
+                reason = decision.reason or "endpoint refused the delivery for good"
+                disabled = await self._disable(conn, delivery.subscription_id, reason)
         except _ClaimLost:
-            log.warning("webhook_claim_lost", outcome=action)
+            log.warning("webhook_claim_lost", outcome=action, **_ids(delivery))
             return
         except RippleError as exc:
             # Not recorded: the claim expires with its lease and the delivery is attempted again.
-            log.warning("webhook_record_failed", error=str(exc), outcome=action)
+            log.warning("webhook_record_failed", error=str(exc), outcome=action, **_ids(delivery))
             return
-        self._observe(delivery, decision, status_code, latency_ms, disabled_reason)
-
-    async def _finish(self, finished: store.FinishedAttempt) -> tuple[bool, bool]:
-        """Record one attempt in the next batch write; (owned, exhausted) once it is written."""
-        done: asyncio.Future[tuple[bool, bool]] = asyncio.get_running_loop().create_future()
-        self._unrecorded.append((finished, done))
-        if len(self._recorders) < MAX_RECORDERS:
-            task = asyncio.create_task(self._record_batches(), name="webhook-recorder")
-            self._recorders.add(task)
-            task.add_done_callback(self._recorders.discard)
-        # Shielded: a cancelled attempt still gets its outcome written by the batch it is in.
-        return await asyncio.shield(done)
+        self._observe(outcome, disabled)
 
     async def _record_batches(self) -> None:
         """Write finished attempts, all that have gathered, one statement per batch.
 
-        Up to MAX_RECORDERS run at once, so attempts finishing during a write are written
-        together by the next one rather than waiting for it.
+        Attempts finishing during a write are written together by the next batch.
         """
         while self._unrecorded:
             batch, self._unrecorded = self._unrecorded, []
             try:
-                with map_errors():
-                    async with self._pool.acquire() as conn:
-                        results = await store.finish_attempts(
-                            conn, [f for f, _ in batch], self._settings.webhook_disable_after
+                try:
+                    with map_errors():
+                        async with self._pool.acquire() as conn:
+                            results = await store.finish_attempts(
+                                conn,
+                                [o.finished for o in batch],
+                                self._settings.webhook_disable_after,
+                            )
+                except Exception as exc:  # not recorded: each claim expires with its lease
+                    for o in batch:
+                        log.warning(
+                            "webhook_record_failed",
+                            error=str(exc),
+                            outcome=o.decision.action,
+                            **_ids(o.finished.delivery),
                         )
-            except Exception as exc:  # each waiting attempt reports it (webhook_record_failed)
-                for _, done in batch:
-                    if not done.done():
-                        done.set_exception(exc)
-                continue
-            for (_, done), result in zip(batch, results, strict=True):
-                if not done.done():
-                    done.set_result(result)
+                    continue
+                for o, (owned, exhausted) in zip(batch, results, strict=True):
+                    await self._settle(o, owned=owned, exhausted=exhausted)
+            finally:
+                for o in batch:
+                    if o.held is not None:
+                        self._release_held(o.held)
+
+    async def _settle(self, outcome: _Outcome, *, owned: bool, exhausted: bool) -> None:
+        """After the write: log a lost claim, disable an exhausted endpoint, observe."""
+        delivery = outcome.finished.delivery
+        if not owned:
+            log.warning("webhook_claim_lost", outcome=outcome.decision.action, **_ids(delivery))
+            return
+        disabled = None
+        if exhausted:
+            disable_after = self._settings.webhook_disable_after
+            reason = f"endpoint failed continuously for {disable_after:.0f}s: subscription disabled"
+            try:
+                # Own transaction: if it is lost, the next failure finds the endpoint still
+                # exhausted and disables it then.
+                async with transaction(self._pool) as conn:
+                    disabled = await self._disable(conn, delivery.subscription_id, reason)
+            except RippleError as exc:
+                log.warning(
+                    "webhook_record_failed",
+                    error=str(exc),
+                    outcome=outcome.decision.action,
+                    **_ids(delivery),
+                )
+                return
+        self._observe(outcome, disabled)
 
     async def _disable(self, conn: Connection, sub: str, reason: str) -> str | None:
         """Disable the subscription in `conn`'s transaction; the reason, or None if it was."""
@@ -539,19 +589,18 @@ class WebhookDispatcher:
         await subscription_store.bump_version(conn)
         return reason
 
-    def _observe(
-        self,
-        delivery: store.ClaimedDelivery,
-        decision: Decision,
-        status_code: int | None,
-        latency_ms: float,
-        disabled_reason: str | None,
-    ) -> None:
+    def _observe(self, outcome: _Outcome, disabled_reason: str | None) -> None:
+        decision = outcome.decision
         DELIVERIES.labels(kind="webhook", outcome=decision.action).inc()
         # `webhook_endpoint_failing` is not set here: the gauge collector recomputes it from
         # Postgres before each scrape and removes deleted subscriptions' series; set per
         # attempt, a worker kept one series per subscription it ever saw, deleted or not.
-        fields = {"status_code": status_code, "latency_ms": round(latency_ms, 1)}
+        # Written by the recorder, outside the attempt's context: the ids are passed.
+        fields = {
+            **_ids(outcome.finished.delivery),
+            "status_code": outcome.finished.status_code,
+            "latency_ms": round(outcome.finished.latency_ms, 1),
+        }
         if decision.action == "delivered":
             log.info("webhook_delivered", **fields)
         elif decision.action == "retry":
@@ -561,8 +610,28 @@ class WebhookDispatcher:
         else:
             log.warning("webhook_delivery_failed", reason=decision.reason, **fields)
         if disabled_reason is not None:
-            log.warning("webhook_endpoint_failing", reason=disabled_reason, disabled=True)
+            log.warning("webhook_endpoint_failing", reason=disabled_reason, disabled=True, **fields)
             self._waker.notify(SubscriptionsChanged())
+
+
+def _ids(delivery: store.ClaimedDelivery) -> dict[str, Any]:
+    """The ids every log line about an attempt carries."""
+    return {
+        "event_id": delivery.event_id,
+        "subscription_id": delivery.subscription_id,
+        "delivery_id": delivery.id,
+        "attempt": delivery.attempt,
+    }
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """A finished attempt on its way to the batched write."""
+
+    finished: store.FinishedAttempt
+    decision: Decision
+    #: the endpoint whose slot this failed attempt keeps until written (None: none kept)
+    held: str | None
 
 
 class _ClaimLost(Exception):

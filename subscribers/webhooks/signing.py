@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
+import functools
 import hmac
 import os
 from collections.abc import Iterable
@@ -58,10 +58,16 @@ def generate_secret(nbytes: int = 24) -> str:
     return SECRET_PREFIX + base64.b64encode(os.urandom(nbytes)).decode("ascii")
 
 
+@functools.lru_cache(maxsize=1024)
+def _key(secret: str) -> bytes:
+    """`decode_secret`, remembered: a dispatcher signs with the same few secrets all day."""
+    return decode_secret(secret)
+
+
 def sign(msg_id: str, timestamp: int, body: bytes, secret: str) -> str:
     """One `v1,<base64>` signature of `body` for message `msg_id` sent at `timestamp`."""
     signed = f"{msg_id}.{timestamp}.".encode() + body
-    digest = hmac.new(decode_secret(secret), signed, hashlib.sha256).digest()
+    digest = hmac.digest(_key(secret), signed, "sha256")  # one C call, no HMAC object
     return "v1," + base64.b64encode(digest).decode("ascii")
 
 

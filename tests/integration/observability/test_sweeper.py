@@ -244,9 +244,10 @@ async def insert_delivery(pool: Pool, *, status: str, age_days: float, attempts:
             """
             INSERT INTO ripple_webhook_deliveries (id, subscription_id, event_id, topic, payload,
                                                    event_time, status, attempts, created_at,
-                                                   updated_at)
+                                                   updated_at, next_attempt_at)
             VALUES ($1, $2, $3, 't', '{}', now(), $4, $5,
-                    now() - make_interval(secs => $6), now() - make_interval(secs => $6))
+                    now() - make_interval(secs => $6), now() - make_interval(secs => $6),
+                    CASE WHEN $4 = 'pending' THEN now() END)
             """,
             delivery_id,
             str(uuid.uuid4()),

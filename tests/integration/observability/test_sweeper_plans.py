@@ -47,9 +47,10 @@ async def test_sweeper_plans__runs_events_and_deliveries_use_indexes(pool: Pool)
     await pool.execute(
         """
         INSERT INTO ripple_webhook_deliveries (id, subscription_id, event_id, topic, event_time,
-                                               status)
+                                               status, next_attempt_at)
         SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), 't', now(),
-               CASE WHEN g % 100 = 0 THEN 'delivered' ELSE 'pending' END
+               CASE WHEN g % 100 = 0 THEN 'delivered' ELSE 'pending' END,
+               CASE WHEN g % 100 = 0 THEN NULL ELSE now() END
         FROM generate_series(1, 20000) AS g
         """
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -38,7 +39,7 @@ def test_sign__matches_reference_library_sign() -> None:
 
 def test_sign__verifies_with_reference_library() -> None:
     secret = generate_secret()
-    body = message_body("user.signup", datetime.now(UTC), {"userId": 42, "name": "Zoë"})
+    body = message_body("user.signup", datetime.now(UTC), json.dumps({"userId": 42, "name": "Zoë"}))
     ts = int(time.time())
     headers = {
         "webhook-id": "msg_abc",
@@ -107,6 +108,20 @@ def test_issue_13_one_secret_rule_for_targets_and_signing() -> None:
 
 def test_message_body__shape_is_type_timestamp_data() -> None:
     when = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
-    assert message_body("a.b", when, [1]) == (
+    assert message_body("a.b", when, "[1]") == (
         b'{"type":"a.b","timestamp":"2024-05-01T12:00:00+00:00","data":[1]}'
     )
+
+
+def test_message_body__splices_stored_payload_text_unchanged() -> None:
+    # The payload is the stored JSON text (Postgres jsonb output), not re-encoded.
+    when = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    body = message_body('ü."q"', when, '{"n": 1, "name": "Zoë"}')
+    assert (
+        body
+        == (
+            '{"type":"ü.\\"q\\"","timestamp":"2024-05-01T12:00:00+00:00",'
+            '"data":{"n": 1, "name": "Zoë"}}'
+        ).encode()
+    )
+    assert json.loads(body)["data"] == {"n": 1, "name": "Zoë"}
