@@ -40,19 +40,20 @@ class QueueKind:
         """One statement for every (event, subscription) message of the items."""
         queues: list[str] = []
         bodies: list[str] = []
-        headers: list[dict[str, Any]] = []
+        topics: list[str] = []
+        event_ids: list[str] = []
         dedups: list[str] = []
         for event, subscriptions in items:
             body = event.payload_text()
-            header = {"topic": event.topic, "eventId": event.event_id}
             for sub in subscriptions:
                 queues.append(str(sub.target["queue"]))
                 bodies.append(body)
-                headers.append(header)
+                topics.append(event.topic)
+                event_ids.append(event.event_id)
                 dedup = f"{event.event_id}:{sub.id}"
                 dedups.append(dedup if event.replay_id is None else f"{dedup}:{event.replay_id}")
         if queues:
-            await queue_store.insert_fanout(conn, queues, bodies, headers, dedups)
+            await queue_store.insert_fanout(conn, queues, bodies, topics, event_ids, dedups)
         # A repeat (same event and subscription) is deduplicated; it still counts as delivered.
         return [len(subscriptions) for _, subscriptions in items]
 

@@ -19,6 +19,7 @@ __all__ = [
     "check_idempotency_key",
     "check_text",
     "new_id",
+    "new_ids",
     "uuid7",
 ]
 
@@ -50,26 +51,37 @@ def _forget_pool() -> None:
 os.register_at_fork(after_in_child=_forget_pool)
 
 
-def _uuid7_int() -> int:
-    global _last, _pool, _offset
-    ms = time.time_ns() // 1_000_000
-    with _lock:
-        if _offset >= len(_pool):
-            _pool, _offset = os.urandom(10 * _BATCH), 0
-        rand = int.from_bytes(_pool[_offset : _offset + 10], "big") >> (80 - _RAND_BITS)
-        _offset += 10
-        last_ms, last_rand = _last
-        if ms <= last_ms:
-            ms, rand = last_ms, last_rand + 1
-            if rand >> _RAND_BITS:  # the counter overflowed: borrow the next millisecond
-                ms, rand = ms + 1, 0
-        _last = (ms, rand)
+def _random() -> int:
+    """74 random bits from the pooled OS randomness (call with `_lock` held)."""
+    global _pool, _offset
+    if _offset >= len(_pool):
+        _pool, _offset = os.urandom(10 * _BATCH), 0
+    rand = int.from_bytes(_pool[_offset : _offset + 10], "big") >> (80 - _RAND_BITS)
+    _offset += 10
+    return rand
+
+
+def _compose(ms: int, rand: int) -> int:
     value = (ms & ((1 << 48) - 1)) << 80
     value |= 0x7 << 76
     value |= (rand >> 62) << 64
     value |= 0b10 << 62
     value |= rand & ((1 << 62) - 1)
     return value
+
+
+def _uuid7_int() -> int:
+    global _last
+    ms = time.time_ns() // 1_000_000
+    with _lock:
+        rand = _random()
+        last_ms, last_rand = _last
+        if ms <= last_ms:
+            ms, rand = last_ms, last_rand + 1
+            if rand >> _RAND_BITS:  # the counter overflowed: borrow the next millisecond
+                ms, rand = ms + 1, 0
+        _last = (ms, rand)
+    return _compose(ms, rand)
 
 
 def uuid7() -> uuid.UUID:
@@ -81,10 +93,36 @@ def uuid7() -> uuid.UUID:
     return uuid.UUID(int=_uuid7_int())
 
 
+def _text(value: int) -> str:
+    h = value.to_bytes(16, "big").hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
 def new_id() -> str:
     """A new time-ordered id as text (`uuid7()`'s canonical form, without a UUID object)."""
-    h = f"{_uuid7_int():032x}"
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    return _text(_uuid7_int())
+
+
+def new_ids(count: int) -> list[str]:
+    """`count` new ids as `new_id()` makes them, increasing, for one batch of rows: one clock
+    read and one lock for all (ids of one millisecond are consecutive, as with `new_id`)."""
+    global _last
+    ms = time.time_ns() // 1_000_000
+    values = []
+    with _lock:
+        last_ms, last_rand = _last
+        if ms > last_ms:
+            rand = _random()
+        else:
+            ms, rand = last_ms, last_rand + 1
+        for _ in range(count):
+            if rand >> _RAND_BITS:  # the counter overflowed: borrow the next millisecond
+                ms, rand = ms + 1, 0
+            values.append(_compose(ms, rand))
+            rand += 1
+        if values:
+            _last = (ms, rand - 1)
+    return [_text(v) for v in values]
 
 
 def check_text(value: object, what: str, *, field: str, max_length: int = 255) -> None:

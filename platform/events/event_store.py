@@ -17,9 +17,9 @@ __all__ = [
     "insert_events",
 ]
 
-# $1 ids uuid[], $2 topics text[], $3 payloads text[] (JSON text, encoded once by publish),
-# $4 idempotency keys text[] (NULL elements: none), $5 traces jsonb[], $6 subscription-set
-# versions bigint[] (what each event was matched against). Events whose key exists already (or
+# $1 the events, a JSON array of {id, topic, payload (JSON text, encoded once by publish), key
+# (idempotency key or null), trace, version (the subscription set each event was matched
+# against)}. Events whose key exists already (or
 # repeats earlier in the batch) are skipped and not returned. `waited`: whether some workflow
 # wait listens to the event's topic (a probe that spares the wait resolver's statements for
 # topics nobody waits on, in the same round trip).
@@ -27,9 +27,9 @@ INSERT_EVENTS: Final = """
 WITH inserted AS (
     INSERT INTO ripple_events
         (id, topic, payload, idempotency_key, trace, subscriptions_version)
-    SELECT i, t, p::jsonb, k, c, v
-    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bigint[])
-        AS e(i, t, p, k, c, v)
+    SELECT e.id, e.topic, e.payload::jsonb, e.key, e.trace, e.version
+    FROM jsonb_to_recordset($1::jsonb)
+        AS e(id uuid, topic text, payload text, key text, trace jsonb, version bigint)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, topic, created_at
 )
@@ -86,7 +86,13 @@ async def insert_events(
 ) -> dict[str, tuple[datetime, bool]]:
     """Insert events (`payloads` as JSON text); for those inserted (repeated keys are left
     out), by id: the creation time and whether a workflow wait listens to the topic."""
-    rows = await conn.fetch(INSERT_EVENTS, ids, topics, payloads, keys, traces, versions)
+    # One JSON document, not six parallel arrays: asyncpg checks each array element's type
+    # in Python (two to three isinstance checks of abstract classes apiece).
+    doc = [
+        {"id": i, "topic": t, "payload": p, "key": k, "trace": c, "version": v}
+        for i, t, p, k, c, v in zip(ids, topics, payloads, keys, traces, versions, strict=True)
+    ]
+    rows = await conn.fetch(INSERT_EVENTS, doc)
     return {str(row[0]): (row[1], row[2]) for row in rows}
 
 

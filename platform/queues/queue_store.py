@@ -37,12 +37,13 @@ FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::float8[])
 ON CONFLICT (queue, deduplication_id) WHERE deduplication_id IS NOT NULL DO NOTHING
 RETURNING id, deduplication_id
 """
-# $1 queues text[], $2 bodies text[] (JSON text), $3 headers jsonb[], $4 dedup ids text[]:
-# fan-out of many events to many queues in one statement (ungrouped, visible now)
+# $1 the messages, a JSON array of {queue, body (JSON text), topic, event, dedup}: fan-out of
+# many events to many queues in one statement (ungrouped, visible now). The headers
+# `{"topic", "eventId"}` are built here.
 INSERT_FANOUT: Final = """
 INSERT INTO ripple_queue_messages (queue, body, headers, deduplication_id)
-SELECT q, b::jsonb, h, d
-FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::text[]) AS t(q, b, h, d)
+SELECT m.queue, m.body::jsonb, jsonb_build_object('topic', m.topic, 'eventId', m.event), m.dedup
+FROM jsonb_to_recordset($1::jsonb) AS m(queue text, body text, topic text, event text, dedup text)
 ON CONFLICT (queue, deduplication_id) WHERE deduplication_id IS NOT NULL DO NOTHING
 """
 # $1 queue, $2 dedup ids text[]: ids of existing messages with these deduplication ids
@@ -247,12 +248,19 @@ async def insert_fanout(
     conn: Connection,
     queues: list[str],
     bodies: list[str],
-    headers: list[dict[str, Any]],
+    topics: list[str],
+    event_ids: list[str],
     dedup_ids: list[str],
 ) -> int:
     """Insert fan-out messages across queues; how many were new. `bodies` are JSON text
-    (publish encoded each payload once; it is not decoded and encoded again here)."""
-    status = await conn.execute(INSERT_FANOUT, queues, bodies, headers, dedup_ids)
+    (publish encoded each payload once; it is not decoded and encoded again here); each
+    message's headers are its event's `topic` and `eventId`."""
+    # One JSON document, not five parallel arrays (asyncpg type-checks every array element).
+    doc = [
+        {"queue": q, "body": b, "topic": t, "event": e, "dedup": d}
+        for q, b, t, e, d in zip(queues, bodies, topics, event_ids, dedup_ids, strict=True)
+    ]
+    status = await conn.execute(INSERT_FANOUT, doc)
     return int(status.rsplit(" ", 1)[-1])
 
 

@@ -56,17 +56,17 @@ class DeliveryStatus:
 #: The replay id of live deliveries (replays get a fresh one: see migration 0010).
 LIVE_REPLAY_ID: Final = "00000000-0000-0000-0000-000000000000"
 
-# $1 delivery ids uuid[], $2 subscription ids uuid[], $3 event ids uuid[], $4 topics text[],
-# $5 payloads text[] (JSON text), $6 event times timestamptz[], $7 trace contexts jsonb[], $8
-# replay ids uuid[] (the nil uuid for live deliveries): the deliveries of many events in one
-# statement (a publish group commit, a backfill or replay batch; see
+# $1 the deliveries, a JSON array of {id, subscription, event, topic, payload (JSON text),
+# event_time, trace, replay (the nil uuid for live deliveries)}: the deliveries of many events
+# in one statement (a publish group commit, a backfill or replay batch; see
 # ripple.platform.events.publish_writer); returns the event id of each delivery written.
 INSERT_DELIVERIES_BATCH: Final = """
 INSERT INTO ripple_webhook_deliveries
     (id, subscription_id, event_id, topic, payload, event_time, trace, replay_id)
-SELECT i, s, e, t, p::jsonb, w, c, r
-FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[],
-            $6::timestamptz[], $7::jsonb[], $8::uuid[]) AS d(i, s, e, t, p, w, c, r)
+SELECT d.id, d.subscription, d.event, d.topic, d.payload::jsonb, d.event_time, d.trace, d.replay
+FROM jsonb_to_recordset($1::jsonb)
+    AS d(id uuid, subscription uuid, event uuid, topic text, payload text,
+         event_time timestamptz, trace jsonb, replay uuid)
 ON CONFLICT (event_id, subscription_id, replay_id) DO NOTHING
 RETURNING event_id
 """
@@ -382,17 +382,32 @@ async def insert_deliveries_batch(
     """Insert pending deliveries of many events (skipping existing (event, subscription,
     replay) triples); how many were written, by event id. `payloads` are JSON text;
     `replay_ids`: None for live deliveries."""
-    rows = await conn.fetch(
-        INSERT_DELIVERIES_BATCH,
-        list(ids),
-        list(subscription_ids),
-        list(event_ids),
-        list(topics),
-        list(payloads),
-        list(event_times),
-        list(traces),
-        list(replay_ids) if replay_ids is not None else [LIVE_REPLAY_ID] * len(ids),
-    )
+    replays = replay_ids if replay_ids is not None else [LIVE_REPLAY_ID] * len(ids)
+    # One JSON document, not eight parallel arrays (asyncpg type-checks every array element).
+    doc = [
+        {
+            "id": i,
+            "subscription": s,
+            "event": e,
+            "topic": t,
+            "payload": p,
+            "event_time": w.isoformat(),
+            "trace": c,
+            "replay": r,
+        }
+        for i, s, e, t, p, w, c, r in zip(
+            ids,
+            subscription_ids,
+            event_ids,
+            topics,
+            payloads,
+            event_times,
+            traces,
+            replays,
+            strict=True,
+        )
+    ]
+    rows = await conn.fetch(INSERT_DELIVERIES_BATCH, doc)
     return Counter(str(row[0]) for row in rows)
 
 

@@ -19,7 +19,7 @@ import structlog
 
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, transaction
-from ripple.platform.core.ids import new_id
+from ripple.platform.core.ids import new_ids
 from ripple.platform.core.wake import DeliveriesReady, SubscriptionsChanged, Waker
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
 from ripple.platform.events import subscription_store
@@ -138,7 +138,7 @@ class WebhookKind:
             return [0] * len(items)
         written = await store.insert_deliveries_batch(
             conn,
-            [new_id() for _ in pairs],
+            new_ids(len(pairs)),
             [sub.id for _, sub in pairs],
             [event.event_id for event, _ in pairs],
             [event.topic for event, _ in pairs],

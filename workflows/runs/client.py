@@ -17,7 +17,7 @@ from ripple.platform.core.commit_watch import CommitWatch
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, dumps, map_errors, transaction
 from ripple.platform.core.group_commit import GroupCommit
-from ripple.platform.core.ids import check_idempotency_key, check_text, new_id
+from ripple.platform.core.ids import check_idempotency_key, check_text, new_id, new_ids
 from ripple.platform.core.wake import (
     NullWaker,
     RunReady,
@@ -407,7 +407,6 @@ class WorkflowClient:
             if retention is _UNSET:
                 # known here when this process registered the workflow; else the default
                 retention = retentions[req.workflow] = self._retention_seconds(known)
-            columns[0].append(new_id())
             columns[1].append(req.workflow)
             if req.input_json is not None:
                 text: str | None = None if req.input_json == "null" else req.input_json
@@ -418,6 +417,7 @@ class WorkflowClient:
             columns[3].append(req.idempotency_key)
             columns[4].append(None if req.trace is None else dumps(req.trace))
             columns[5].append(retention)
+        columns[0].extend(new_ids(len(columns[1])))  # the run ids, made in one go
         created = 0
         with map_errors():
             if columns[0]:

@@ -166,17 +166,17 @@ SELECT run_id, status, output, error FROM ripple_runs
 WHERE workflow = $1 AND idempotency_key = $2
 """
 
-# Runs created inside a publisher's transaction (topic fan-out), as parallel arrays. Inputs and
-# traces arrive as JSON text (a publish encodes each payload once and every row reuses it).
-# $1 run ids text[], $2 workflows text[], $3 inputs text[] (JSON), $4 idempotency keys text[],
-# $5 traces text[] (JSON), $6 retention seconds float8[]
+# Runs created inside a publisher's transaction (topic fan-out), as one JSON array of {run_id,
+# workflow, input, idempotency_key, trace, retention_seconds}. Inputs and traces arrive as JSON
+# text (a publish encodes each payload once and every row reuses it).
 _INSERT_RUNS_BATCH: Final = f"""
 INSERT INTO ripple_runs (run_id, workflow, input, idempotency_key, trace, retention_seconds,
                          {_FLOW_COLUMNS})
 SELECT r.run_id, r.workflow, r.input::jsonb, r.idempotency_key, r.trace::jsonb,
        r.retention_seconds, 0, {_FLOW_VALUES.format(input="r.input::jsonb")}
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::float8[])
-     AS r(run_id, workflow, input, idempotency_key, trace, retention_seconds)
+FROM jsonb_to_recordset($1::jsonb)
+     AS r(run_id text, workflow text, input text, idempotency_key text, trace text,
+          retention_seconds float8)
 LEFT JOIN ripple_flow_controls f ON f.workflow = r.workflow
 ON CONFLICT (workflow, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 """  # noqa: S608
@@ -384,9 +384,21 @@ async def insert_runs(
 ) -> int:
     """A publish's runs as parallel arrays (inputs and traces as JSON text); how many were
     created (a repeated idempotency key creates none)."""
-    status = await conn.execute(
-        _INSERT_RUNS_BATCH, run_ids, workflows, inputs, idempotency_keys, traces, retention_seconds
-    )
+    # One JSON document, not six parallel arrays (asyncpg type-checks every array element).
+    doc = [
+        {
+            "run_id": r,
+            "workflow": w,
+            "input": i,
+            "idempotency_key": k,
+            "trace": t,
+            "retention_seconds": s,
+        }
+        for r, w, i, k, t, s in zip(
+            run_ids, workflows, inputs, idempotency_keys, traces, retention_seconds, strict=True
+        )
+    ]
+    status = await conn.execute(_INSERT_RUNS_BATCH, doc)
     return command_count(status)
 
 

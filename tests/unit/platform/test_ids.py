@@ -62,3 +62,24 @@ def test_uuid7__a_forked_child_draws_fresh_random_bits() -> None:
     assert os.read(read, 1) == b"1"
     os.waitpid(pid, 0)
     os.close(read)
+
+
+def test_new_ids__a_batch_interleaves_in_order_with_single_ids() -> None:
+    first = ids.new_id()
+    batch = ids.new_ids(500)
+    last = ids.new_id()
+    made = [first, *batch, last]
+    assert made == sorted(made)
+    assert len(set(made)) == len(made)
+    assert all(str(uuid.UUID(m)) == m and uuid.UUID(m).version == 7 for m in batch)
+    assert ids.new_ids(0) == []
+
+
+def test_new_ids__overflow_within_a_batch_borrows_the_next_millisecond(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ids, "_last", (5_000, (1 << ids._RAND_BITS) - 2))
+    with mock.patch.object(time, "time_ns", return_value=5_000 * 1_000_000):
+        made = [uuid.UUID(m) for m in ids.new_ids(3)]
+    assert [m.int >> 80 for m in made] == [5_000, 5_001, 5_001]
+    assert made == sorted(made)
