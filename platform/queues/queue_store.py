@@ -25,15 +25,15 @@ __all__ = [
     "set_visibility",
 ]
 
-# $1 queue, $2 bodies as JSON text[], $3 headers as JSON text[], $4 group ids text[], $5 dedup
-# ids text[], $6 delays in seconds float8[]. A deduplication id already present inserts nothing.
-# (Bodies arrive as text the caller already encoded while checking its limits.)
+# $1 queue, $2 the messages, a JSON array of {body (JSON text), headers (JSON text), group_id,
+# dedup, delay (seconds)}. A deduplication id already present inserts nothing. (Bodies arrive
+# as text the caller already encoded while checking its limits.)
 INSERT_MESSAGES: Final = """
 INSERT INTO ripple_queue_messages (queue, body, headers, group_id, deduplication_id, visible_at)
 SELECT $1, m.body::jsonb, m.headers::jsonb, m.group_id, m.dedup,
        CASE WHEN m.delay > 0 THEN now() + make_interval(secs => m.delay) ELSE now() END
-FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::float8[])
-    AS m(body, headers, group_id, dedup, delay)
+FROM jsonb_to_recordset($2::jsonb)
+    AS m(body text, headers text, group_id text, dedup text, delay float8)
 ON CONFLICT (queue, deduplication_id) WHERE deduplication_id IS NOT NULL DO NOTHING
 RETURNING id, deduplication_id
 """
@@ -240,7 +240,12 @@ async def insert_messages(
     delays: list[float],
 ) -> list[tuple[int, str | None]]:
     """Insert messages; (id, dedup id) of each inserted one (deduplicated ones are absent)."""
-    rows = await conn.fetch(INSERT_MESSAGES, queue, bodies, headers, group_ids, dedup_ids, delays)
+    # One JSON document, not five parallel arrays (asyncpg type-checks every array element).
+    doc = [
+        {"body": b, "headers": h, "group_id": g, "dedup": d, "delay": t}
+        for b, h, g, d, t in zip(bodies, headers, group_ids, dedup_ids, delays, strict=True)
+    ]
+    rows = await conn.fetch(INSERT_MESSAGES, queue, doc)
     return [(row["id"], row["deduplication_id"]) for row in rows]
 
 
