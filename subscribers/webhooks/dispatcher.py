@@ -501,7 +501,10 @@ class WebhookDispatcher:
             if action != "delivered":
                 outcome.held = self._hold_slot(asyncio.current_task())
             self._unrecorded.append(outcome)
-            if len(self._recorders) < MAX_RECORDERS:
+            # Counted by done(), not by membership: a writer that just found nothing left and
+            # returned stays in the set until its done-callback runs, and an outcome handed
+            # over in between must still get a writer (else it waits for the next attempt).
+            if sum(not t.done() for t in self._recorders) < MAX_RECORDERS:
                 task = asyncio.create_task(self._record_batches(), name="webhook-recorder")
                 self._recorders.add(task)
                 task.add_done_callback(self._recorders.discard)

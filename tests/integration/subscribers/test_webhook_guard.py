@@ -16,6 +16,7 @@ from ripple.platform.core.db import Pool, transaction
 from ripple.platform.core.wake import NullWaker
 from ripple.subscribers.webhooks import delivery_store as store
 from ripple.subscribers.webhooks.dispatcher import WebhookDispatcher
+from ripple.subscribers.webhooks.outcomes import Decision
 from ripple.subscribers.webhooks.webhook import Deliveries
 from tests.helpers import assert_eventually
 from tests.integration.subscribers.conftest import Hooks
@@ -519,3 +520,36 @@ async def test_webhook_finish_attempts__one_batch_fences_records_and_folds_healt
     assert health[ok_sub.id]["last_success_at"] is not None
     assert health[ok_sub.id]["last_failure_at"] is not None
     assert health[bad_sub.id]["failing_since"] < started
+
+
+async def test_webhook_dispatcher__outcome_handed_over_as_the_writer_returns_is_written(
+    pool: Pool, hook_settings: Settings, hooks: Hooks
+) -> None:
+    # Regression: the writer that has just found nothing left to write and returned stays in
+    # the dispatcher's set until its done-callback runs. An attempt ending in between saw "a
+    # writer is running", started none, and its outcome waited for the next attempt (forever,
+    # on a quiet endpoint; the lease then expired and the webhook was sent again).
+    sub = await hooks.subscribe("http://127.0.0.1:9/x")
+    await hooks.publish([sub])
+    async with pool.acquire() as conn:
+        (claimed,) = await store.claim_due(
+            conn,
+            limit=1,
+            endpoint_limit=8,
+            in_flight={},
+            default_timeout=15,
+            lease_margin=10,
+        )
+    dispatcher = WebhookDispatcher(pool, NullWaker(), hook_settings)
+    returned = asyncio.ensure_future(asyncio.sleep(0))
+    await returned  # done, its done-callbacks (the set's discard) not run yet
+    dispatcher._recorders.add(returned)
+    await dispatcher._record(claimed, Decision("delivered"), datetime.now(UTC), 1.0, 204, None, "")
+
+    async def delivered() -> bool:
+        (row,) = await hooks.deliveries(sub)
+        return bool(row["status"] == "delivered")
+
+    await assert_eventually(delivered, timeout=10)
+    dispatcher._recorders.discard(returned)
+    await dispatcher._recorded()
