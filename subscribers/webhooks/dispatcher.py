@@ -523,8 +523,7 @@ class WebhookDispatcher:
             log.warning("webhook_claim_lost", outcome=action, **_ids(delivery))
             return
         except RippleError as exc:
-            # Not recorded: the claim expires with its lease and the delivery is attempted again.
-            log.warning("webhook_record_failed", error=str(exc), outcome=action, **_ids(delivery))
+            _record_failed(exc, action, delivery)
             return
         self._observe(outcome, disabled)
 
@@ -544,14 +543,9 @@ class WebhookDispatcher:
                                 [o.finished for o in batch],
                                 self._settings.webhook_disable_after,
                             )
-                except Exception as exc:  # not recorded: each claim expires with its lease
+                except Exception as exc:
                     for o in batch:
-                        log.warning(
-                            "webhook_record_failed",
-                            error=str(exc),
-                            outcome=o.decision.action,
-                            **_ids(o.finished.delivery),
-                        )
+                        _record_failed(exc, o.decision.action, o.finished.delivery)
                     continue
                 for o, (owned, exhausted) in zip(batch, results, strict=True):
                     await self._settle(o, owned=owned, exhausted=exhausted)
@@ -576,12 +570,7 @@ class WebhookDispatcher:
                 async with transaction(self._pool) as conn:
                     disabled = await self._disable(conn, delivery.subscription_id, reason)
             except RippleError as exc:
-                log.warning(
-                    "webhook_record_failed",
-                    error=str(exc),
-                    outcome=outcome.decision.action,
-                    **_ids(delivery),
-                )
+                _record_failed(exc, outcome.decision.action, delivery)
                 return
         self._observe(outcome, disabled)
 
@@ -615,6 +604,12 @@ class WebhookDispatcher:
         if disabled_reason is not None:
             log.warning("webhook_endpoint_failing", reason=disabled_reason, disabled=True, **fields)
             self._waker.notify(SubscriptionsChanged())
+
+
+def _record_failed(exc: BaseException, action: str, delivery: store.ClaimedDelivery) -> None:
+    """An outcome that could not be written: the claim expires with its lease and the
+    delivery is attempted again."""
+    log.warning("webhook_record_failed", error=str(exc), outcome=action, **_ids(delivery))
 
 
 def _ids(delivery: store.ClaimedDelivery) -> dict[str, Any]:
