@@ -57,6 +57,9 @@ class QueueKind:
         # A repeat (same event and subscription) is deduplicated; it still counts as delivered.
         return [len(subscriptions) for _, subscriptions in items]
 
+    def count_committed(self, written: Sequence[tuple[Sequence[SubscriptionRow], int]]) -> None:
+        """Nothing beyond the deliveries counted by the publisher."""
+
     def after_commit(self, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]) -> None:
         queues = {str(sub.target["queue"]) for sub in subscriptions}
         self._waker.notify(*(QueueReady(queue=queue) for queue in sorted(queues)))

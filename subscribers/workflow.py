@@ -7,12 +7,14 @@ transaction through the workflow client, which wakes workers after the commit.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from ripple.platform.core.db import Connection
 from ripple.platform.errors import InvalidInput
 from ripple.platform.events.fanout import FanOutItem, PublishedEvent, SubscriptionRow
+from ripple.platform.ops import metrics
 from ripple.subscribers.targets import WorkflowTarget
 from ripple.workflows.authoring.definition import check_workflow_name
 from ripple.workflows.runs.client import RunRequest, WorkflowClient
@@ -59,6 +61,17 @@ class WorkflowKind:
         # Events in a group are new, so every run is new; a repeat (not possible through
         # publish) would only make these counts an upper bound.
         return [len(subscriptions) for _, subscriptions in items]
+
+    def count_committed(self, written: Sequence[tuple[Sequence[SubscriptionRow], int]]) -> None:
+        """Runs started, by workflow. A publish's events are new, so each subscription of an
+        event started a run (`created` is smaller only for a repeat, which starts none of the
+        subscriptions after the count)."""
+        started: Counter[str] = Counter()
+        for subscriptions, created in written:
+            for sub in subscriptions[:created]:
+                started[str(sub.target["workflow"])] += 1
+        for workflow, n in started.items():
+            metrics.RUNS_STARTED.labels(workflow).inc(n)
 
     def after_commit(self, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]) -> None:
         self._client.notify_runs_ready()

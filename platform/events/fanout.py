@@ -83,6 +83,12 @@ class TargetKind(Protocol):
         """Send wake hints once the publish transaction committed. Never raises."""
         ...
 
+    def count_committed(self, written: Sequence[tuple[Sequence[SubscriptionRow], int]]) -> None:
+        """Count (metrics) what committed publishes wrote for this kind: per event, its
+        subscriptions of this kind and how many deliveries `fan_out` wrote for them. Called
+        once, when the transaction is known to have committed. Never raises."""
+        ...
+
 
 class EventWaitResolver(Protocol):
     """Resolves workflow waits on a topic inside the publish transaction."""

@@ -180,7 +180,9 @@ class Publisher:
             (written,) = await write_events(tx, [item], self._kinds, self._resolver)
         # The caller commits later: hint now and again shortly; counted once it committed.
         wake.hint_around_caller_commit(lambda: self._after_commit([written]))
-        await self.commit_watch.after_caller_commit(conn, lambda: count_written([written]))
+        await self.commit_watch.after_caller_commit(
+            conn, lambda: count_written([written], self._kinds)
+        )
         return written
 
     def _after_commit(self, written: Sequence[WrittenEvent]) -> None:

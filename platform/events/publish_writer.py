@@ -141,21 +141,31 @@ async def write_events(
     return out
 
 
-def count_written(written: Sequence[WrittenEvent]) -> None:
+def count_written(written: Sequence[WrittenEvent], kinds: Mapping[str, TargetKind]) -> None:
     """Metrics for written events: call once their transaction committed (or, in a caller's
-    transaction, once it is handed back), so a rolled-back or retried group counts nothing."""
+    transaction, once it is handed back), so a rolled-back or retried group counts nothing.
+    Each kind counts its own (`TargetKind.count_committed`: runs started, by workflow)."""
     published: Counter[str] = Counter()
     created: Counter[str] = Counter()
+    per_kind: dict[str, list[tuple[Sequence[SubscriptionRow], int]]] = {}
     for outcome in written:
         if outcome.event is None:
             continue
         published[metrics.topic_prefix(outcome.event.topic)] += 1
         created.update(outcome.created)
+        for kind_name, rows in outcome.by_kind.items():
+            if rows:
+                per_kind.setdefault(kind_name, []).append((rows, outcome.created.get(kind_name, 0)))
     for prefix, n in published.items():
         metrics.EVENTS_PUBLISHED.labels(prefix).inc(n)
     for kind_name, n in created.items():
         if n:
             metrics.DELIVERIES.labels(kind_name, "created").inc(n)
+    for kind_name, kind_written in per_kind.items():
+        try:
+            kinds[kind_name].count_committed(kind_written)
+        except Exception:  # counting never fails a committed publish
+            log.exception("count_committed_failed", kind=kind_name)
 
 
 class GroupCommitter:
@@ -190,7 +200,7 @@ class GroupCommitter:
         async with db.transaction(self._pool) as conn:
             written = await write_events(conn, group, self._kinds, self._resolver)
         try:
-            count_written(written)
+            count_written(written, self._kinds)
             self._after_commit(written)
         except Exception:  # hints never fail a committed publish
             log.exception("after_commit_failed")

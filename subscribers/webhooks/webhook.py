@@ -149,6 +149,9 @@ class WebhookKind:
         )
         return [written[event.event_id] for event, _ in items]
 
+    def count_committed(self, written: Sequence[tuple[Sequence[SubscriptionRow], int]]) -> None:
+        """Nothing beyond the deliveries counted by the publisher."""
+
     def after_commit(self, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]) -> None:
         """Wake dispatchers. Never raises."""
         if subscriptions and self._waker is not None:

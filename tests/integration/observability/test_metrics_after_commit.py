@@ -12,6 +12,7 @@ from prometheus_client import REGISTRY
 
 from ripple.platform.client import Client
 from ripple.platform.errors import RippleError
+from ripple.subscribers import WorkflowTarget
 from tests.helpers import assert_eventually
 
 
@@ -108,3 +109,27 @@ async def test_metrics__a_bulk_retry_counts_every_run_it_retried(client: Client)
     )
     assert await client.retry_many(name) == 3
     assert started(name) == 3
+
+
+@pytest.mark.parametrize("commit", [False, True], ids=["rolled-back", "committed"])
+async def test_metrics__runs_a_publish_fans_out_count_as_started_once_committed(
+    client: Client, commit: bool
+) -> None:
+    # Fan-out created runs without counting them in workflow_runs_started_total.
+    name, other = unique("metric-fanout"), unique("metric-fanout-b")
+    prefix = unique("fanout")
+    await client.subscribe(f"{prefix}.*", WorkflowTarget(name))
+    await client.subscribe(f"{prefix}.#", WorkflowTarget(other))
+    await client.publish(f"{prefix}.one", {"n": 1})  # group-committed
+    await asyncio.gather(*(client.publish(f"{prefix}.two", {"n": n}) for n in range(5)))
+    assert (started(name), started(other)) == (6, 6)
+    async with client.pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        await client.publish(f"{prefix}.three", {"n": 9}, conn=conn)
+        assert started(name) == 6  # not committed yet
+        await (tx.commit() if commit else tx.rollback())
+    await assert_eventually(lambda: client.publisher.commit_watch.pending == 0)
+    expected = 7 if commit else 6
+    assert (await runs_of(client, name), started(name)) == (expected, expected)
+    assert (await runs_of(client, other), started(other)) == (expected, expected)

@@ -240,6 +240,9 @@ class ExplodingKind:
                 raise InvalidInput("boom")
         return await self._inner.fan_out(conn, items)
 
+    def count_committed(self, written: Sequence[tuple[Sequence[SubscriptionRow], int]]) -> None:
+        return None
+
     def after_commit(self, event: PublishedEvent, subs: Sequence[SubscriptionRow]) -> None:
         self._inner.after_commit(event, subs)
 
@@ -279,6 +282,9 @@ class LateExplodingKind:
         if any(isinstance(e.payload, dict) and e.payload.get("boom") for e, _ in items):
             raise InvalidInput("boom")
         return [0 for _ in items]
+
+    def count_committed(self, written: Sequence[tuple[Sequence[SubscriptionRow], int]]) -> None:
+        return None
 
     def after_commit(self, event: PublishedEvent, subs: Sequence[SubscriptionRow]) -> None:
         return None
