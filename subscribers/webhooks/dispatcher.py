@@ -226,9 +226,11 @@ class WebhookDispatcher:
             self._http = None
 
     async def _recorded(self) -> None:
-        """Wait until every finished attempt handed to the recorder is written."""
+        """Wait until every finished attempt handed to the writer is written."""
+        self._ensure_writer()
         while self._recorders:
             await asyncio.gather(*self._recorders, return_exceptions=True)
+            self._ensure_writer()
 
     async def _idle(self, hint: Any, timeout: float | None = None) -> None:
         """Wait for a hint, a freed slot, stop, or the poll interval, whichever comes first."""
@@ -501,13 +503,7 @@ class WebhookDispatcher:
             if action != "delivered":
                 outcome.held = self._hold_slot(asyncio.current_task())
             self._unrecorded.append(outcome)
-            # Counted by done(), not by membership: a writer that just found nothing left and
-            # returned stays in the set until its done-callback runs, and an outcome handed
-            # over in between must still get a writer (else it waits for the next attempt).
-            if sum(not t.done() for t in self._recorders) < MAX_RECORDERS:
-                task = asyncio.create_task(self._record_batches(), name="webhook-recorder")
-                self._recorders.add(task)
-                task.add_done_callback(self._recorders.discard)
+            self._ensure_writer()
             return
         # Disabling (rare) is one transaction with the attempt's record.
         try:
@@ -526,6 +522,18 @@ class WebhookDispatcher:
             _record_failed(exc, action, delivery)
             return
         self._observe(outcome, disabled)
+
+    def _ensure_writer(self) -> None:
+        """Start a writer for the handed-over outcomes unless enough are running.
+
+        Counted by done(), not by membership: a writer that just found nothing left and
+        returned stays in the set until its done-callback runs, and an outcome handed over in
+        between must still get a writer (else it waits for the next attempt's).
+        """
+        if self._unrecorded and sum(not t.done() for t in self._recorders) < MAX_RECORDERS:
+            task = asyncio.create_task(self._record_batches(), name="webhook-recorder")
+            self._recorders.add(task)
+            task.add_done_callback(self._recorders.discard)
 
     async def _record_batches(self) -> None:
         """Write finished attempts, all that have gathered, one statement per batch.
