@@ -6,8 +6,8 @@ without limit) and answers a plain 400 to any request target over 64 KiB (`httpt
 keeps 16-bit offsets). `BoundedHttpToolsProtocol` keeps the rest of uvicorn's protocol
 (keep-alive, pipelining, flow control, graceful shutdown) and adds:
 
-- a request target over `MAX_URI_BYTES` reaches the app without `parse_url`, so the app's
-  `RequestLimits` answers its 414 problem at any length the head limit admits;
+- a request target too long for `parse_url` reaches the app split as h11 splits it, so the
+  app's `RequestLimits` answers its 414 problem at any length the head limit admits;
 - a head over `MAX_REQUEST_HEAD_BYTES` is refused with a problem response (414 when the target
   alone is over `MAX_URI_BYTES`, else 431) after any earlier pipelined responses; the connection
   is then half-closed and what the client still sends is read and dropped (up to a bound and
@@ -36,6 +36,8 @@ _DISCARD_LIMIT: Final = 64 * 1024 * 1024
 _REQUEST_LINE_EXTRA: Final = 12
 #: ": " and "\r\n" around each header's name and value.
 _HEADER_LINE_EXTRA: Final = 4
+#: Longest request target `httptools.parse_url` accepts (it keeps 16-bit offsets).
+_PARSE_URL_MAX: Final = 0xFFFF
 
 
 class _HeadRefused(Exception):
@@ -104,11 +106,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._refuse(complete=True)
             raise _HeadRefused  # stops the parser; `send_400_response` sends nothing then
         url = self.url
-        if len(url) <= MAX_URI_BYTES:
+        if len(url) <= _PARSE_URL_MAX:
             super().on_headers_complete()
             return
-        # `httptools.parse_url` fails on targets over 64 KiB; the app answers 414 to every
-        # target this long and reads only its path and query, split here as h11 splits them.
+        # `httptools.parse_url` fails on this target (uvicorn then answers a bare 400); the app
+        # answers 414 to a target this long and reads only its path and query, split here as
+        # h11 splits them.
         self.url = b"/"
         super().on_headers_complete()
         self.url = url
