@@ -1,6 +1,7 @@
 """REST publish through `ripple serve` on each HTTP parser and event loop, side by side.
 
-python -m bench.rest_variants [ROUNDS]: for h11/httptools x asyncio/uvloop, requests/s with
+python -m bench.rest_variants [ROUNDS]: for uvicorn's h11/httptools x asyncio/uvloop, and the
+product's setup (`ripple`: its bounded httptools protocol on uvloop), requests/s with
 bench/rest.py's load and the API process's CPU per request, interleaved over ROUNDS rounds
 (one calibration for all). Not a `make bench` suite: it informs the choice in
 ripple.platform.api.server.
@@ -20,7 +21,10 @@ from bench.rest import REQUESTS, serve, throughput
 from ripple.platform.client import Client
 from ripple.subscribers import QueueTarget
 
-VARIANTS = [(http, loop) for loop in ("asyncio", "uvloop") for http in ("h11", "httptools")]
+VARIANTS = [
+    *((http, loop) for loop in ("asyncio", "uvloop") for http in ("h11", "httptools")),
+    ("ripple", "uvloop"),
+]
 
 
 async def run(rounds: int) -> None:

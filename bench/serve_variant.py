@@ -1,7 +1,8 @@
 """`ripple serve` with another HTTP parser or event loop, for bench/rest_variants.py.
 
 python -m bench.serve_variant HTTP LOOP serve [ripple serve options]: HTTP is uvicorn's
-parser (`h11`, `httptools`), LOOP `uvloop` or `asyncio`. Everything else is the product's.
+parser (`h11`, `httptools`: uvicorn's own protocols) or `ripple` (the product's bounded httptools
+protocol), LOOP `uvloop` or `asyncio`. Everything else is the product's.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ def main() -> None:
     def init(self: uvicorn.Config, *a: Any, **kw: Any) -> None:
         config_init(self, *a, **{**kw, "http": http})
 
-    uvicorn.Config.__init__ = init  # type: ignore[method-assign]
+    if http != "ripple":
+        uvicorn.Config.__init__ = init  # type: ignore[method-assign]
     if loop == "asyncio":
         server._loop_factory = lambda: None
     from ripple.platform.cli import main as ripple

@@ -24,11 +24,13 @@ from ripple.platform.core.config import Settings
 __all__ = ["V1_ROUTES", "create_app"]
 
 #: The `/v1` route modules of `ripple.platform.api`, in the order their routes are matched.
+#: FastAPI tries the modules' routers in turn at some 10-20 µs each, so topics (publish, the
+#: hottest route, whose `/v1/topics/` paths no other module shares) comes first.
 V1_ROUTES = (
+    "topics",
     "recovery",
     "runs",
     "signals",
-    "topics",
     "subscriptions",
     "queues",
     "deliveries",

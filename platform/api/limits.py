@@ -20,18 +20,30 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ripple.platform.api.problems import problem_response
 
-#: Longest request target (path and query) answered normally; longer ones get 414. The HTTP
-#: server reads request lines up to `MAX_REQUEST_HEAD_BYTES`, so any URI up to that size gets
-#: this answer instead of a dropped connection.
+#: Longest request target (path and query) answered normally; longer ones get 414, at any
+#: length (ripple.platform.api.http_protocol answers targets longer than the head limit).
 MAX_URI_BYTES: Final = 8 * 1024
+#: Longest request head (request line and header lines) `ripple serve` reads; a longer one is
+#: refused (414 when its target is over `MAX_URI_BYTES`, else 431) and the connection closed.
 MAX_REQUEST_HEAD_BYTES: Final = 256 * 1024
 
-__all__ = ["RequestLimits", "json_depth", "strict_json_problem"]
+__all__ = ["RequestLimits", "json_depth", "strict_json_problem", "uri_too_long"]
 
 _OPEN: Final = frozenset(b"[{")
 _CLOSE: Final = frozenset(b"]}")
 _QUOTE: Final = ord('"')
 _BACKSLASH: Final = ord("\\")
+
+
+def uri_too_long(size: int, instance: str, *, complete: bool = True) -> JSONResponse:
+    """The 414 problem for a request target of `size` bytes (`complete=False`: at least)."""
+    length = f"{size} bytes" if complete else f"over {size} bytes"
+    return problem_response(
+        414,
+        f"request URI is {length}, longer than {MAX_URI_BYTES}: send large values in a "
+        "request body",
+        instance=instance,
+    )
 
 
 def json_depth(data: bytes, limit: int) -> int:
@@ -124,13 +136,7 @@ class RequestLimits:
         if scope["type"] == "http":
             target = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
             if target > MAX_URI_BYTES:
-                too_long = problem_response(
-                    414,
-                    f"request URI is {target} bytes, longer than {MAX_URI_BYTES}: send large "
-                    "values in a request body",
-                    instance=scope.get("path", ""),
-                )
-                await too_long(scope, receive, send)
+                await uri_too_long(target, scope.get("path", ""))(scope, receive, send)
                 return
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
