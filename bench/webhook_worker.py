@@ -1,0 +1,43 @@
+"""Webhook benchmark processes, each run as `ripple worker` runs its loops: uvloop through
+`run_process`, the startup objects frozen out of the garbage collector's view.
+
+`python -m bench.webhook_worker ripple` delivers every due webhook delivery of the database in
+the RIPPLE_* environment with one `WebhookDispatcher`; `python -m bench.webhook_worker bare URL
+CONCURRENCY POSTS` POSTs signed JSON to URL with bare aiohttp. Each prints `ready` once set up,
+then `<deliveries> <seconds>` for the work alone, and exits.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from bench.bare_http import aiohttp_posts
+from ripple.platform.client import Client
+from ripple.platform.core.logs import configure_logging
+from ripple.platform.ops.runner import freeze_startup_objects, run_process
+
+
+async def ripple() -> None:
+    async with Client() as client:
+        dispatcher = client.background_services(webhooks=True, sweeper=False)[0]
+        freeze_startup_objects()
+        print("ready", flush=True)
+        started = time.perf_counter()
+        made = await dispatcher.run_until_idle()  # type: ignore[attr-defined]
+        print(made, time.perf_counter() - started, flush=True)
+
+
+async def bare(url: str, concurrency: int, posts: int) -> None:
+    freeze_startup_objects()
+    print("ready", flush=True)
+    rate = await aiohttp_posts(url, concurrency, posts)
+    print(posts, posts / rate, flush=True)
+
+
+if __name__ == "__main__":
+    configure_logging(level="warning")
+    if sys.argv[1] == "ripple":
+        run_process(ripple())
+    else:
+        run_process(bare(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
