@@ -477,6 +477,13 @@ class WebhookDispatcher:
         """Hand the outcome to the batched writer, or (disabling) write it here and now."""
         action = decision.action
         status = {"delivered": "delivered", "retry": "pending"}.get(action, "failed")
+        # A successful exchange's slot goes to the next delivery at once (the claim's lease
+        # keeps this one from being claimed again); a failure's slot stays taken until its
+        # outcome is written, because the write may disable the endpoint and nothing more may
+        # be sent to it before then (a disabling attempt keeps its slot as it writes here).
+        held = None
+        if action not in ("delivered", "disable"):
+            held = self._hold_slot(asyncio.current_task())
         outcome = _Outcome(
             finished=store.FinishedAttempt(
                 delivery=delivery,
@@ -492,16 +499,11 @@ class WebhookDispatcher:
                 healthy=action == "delivered",
             ),
             decision=decision,
-            held=None,
+            held=held,
         )
         if action != "disable":
             # Common case: the attempt ends here and its outcome is written with the others
-            # that finish meanwhile (one statement). A successful exchange's slot goes to the
-            # next delivery at once (the claim's lease keeps this one from being claimed
-            # again); a failure's slot stays taken until its outcome is written, because the
-            # write may disable the endpoint and nothing more may be sent to it before then.
-            if action != "delivered":
-                outcome.held = self._hold_slot(asyncio.current_task())
+            # that finish meanwhile (one statement).
             self._unrecorded.append(outcome)
             self._ensure_writer()
             return
@@ -630,7 +632,7 @@ def _ids(delivery: store.ClaimedDelivery) -> dict[str, Any]:
     }
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Outcome:
     """A finished attempt on its way to the batched write."""
 

@@ -553,3 +553,46 @@ async def test_webhook_dispatcher__outcome_handed_over_as_the_writer_returns_is_
     await assert_eventually(delivered, timeout=10)
     dispatcher._recorders.discard(returned)
     await dispatcher._recorded()
+
+
+async def test_webhook_finish__a_healthy_endpoint_does_not_serialize_concurrent_writes(
+    pool: Pool, hooks: Hooks
+) -> None:
+    # ON CONFLICT DO UPDATE locks the conflicting health row before it tests its WHERE, so
+    # every batch of successes queued behind the previous batch's open transaction, although
+    # a healthy endpoint's row is rewritten at most once a second. Now it is not touched.
+    sub = await hooks.subscribe("http://127.0.0.1:9/x")
+    for _ in range(3):
+        await hooks.publish([sub])
+    async with pool.acquire() as conn:
+        claimed = await store.claim_due(
+            conn, limit=3, endpoint_limit=8, in_flight={}, default_timeout=15, lease_margin=10
+        )
+    assert len(claimed) == 3
+
+    def delivered(c: store.ClaimedDelivery) -> store.FinishedAttempt:
+        return store.FinishedAttempt(
+            delivery=c,
+            status="delivered",
+            delay=0.0,
+            status_code=204,
+            last_error=None,
+            started_at=datetime.now(UTC),
+            latency_ms=1.0,
+            outcome="delivered",
+            error=None,
+            response_body="",
+            healthy=True,
+        )
+
+    async with pool.acquire() as conn:  # the endpoint's health row: healthy, just now
+        assert await store.finish_attempts(conn, [delivered(claimed[0])], 60.0) == [(True, False)]
+    # the second batch is written while the first one's transaction is still open
+    async with pool.acquire() as first, pool.acquire() as second, first.transaction():
+        assert await store.finish_attempts(first, [delivered(claimed[1])], 60.0) == [(True, False)]
+        async with second.transaction():
+            await second.execute("SET LOCAL lock_timeout = '2s'")
+            # with the old statement: LockNotAvailableError after 2 s
+            assert await store.finish_attempts(second, [delivered(claimed[2])], 60.0) == [
+                (True, False)
+            ]
