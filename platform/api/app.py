@@ -6,6 +6,7 @@ Given `Settings`, the app owns a `Client` (connected at startup, closed at shutd
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
@@ -15,6 +16,7 @@ from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from ripple.platform.api.deps import require_token
+from ripple.platform.api.hot_routes import HotRoute, HotRoutes
 from ripple.platform.api.limits import MAX_URI_BYTES, RequestLimits
 from ripple.platform.api.methods import AllowedMethods
 from ripple.platform.api.problems import PROBLEM_JSON, install_problem_handlers
@@ -89,10 +91,15 @@ def create_app(
 
     # Each route module straight into the app (FastAPI builds a route again on every include).
     auth = [Depends(require_token)]
+    hot: list[HotRoute] = []
     for name in V1_ROUTES:
         if routes is None or name in routes:
-            router = importlib.import_module(f"ripple.platform.api.{name}").router
-            app.include_router(router, prefix="/v1", dependencies=auth)
+            module = importlib.import_module(f"ripple.platform.api.{name}")
+            app.include_router(module.router, prefix="/v1", dependencies=auth)
+            hot.extend(
+                dataclasses.replace(route, prefix=f"/v1{route.prefix}")
+                for route in getattr(module, "HOT_ROUTES", ())
+            )
     if routes is None:
         from ripple.platform.api import ops
         from ripple.platform.ui.routes import mount_ui
@@ -100,6 +107,14 @@ def create_app(
         app.include_router(ops.router)
         mount_ui(app)
     install_problem_handlers(app)
+    # Innermost: publish and start skip FastAPI's per-request work once the limits passed.
+    app.add_middleware(
+        HotRoutes,
+        routes=hot,
+        client=client,
+        tokens=settings.api_tokens,
+        handlers=lambda: app.exception_handlers,
+    )
     app.add_middleware(AllowedMethods, paths=lambda: app.openapi()["paths"])
     app.add_middleware(
         RequestLimits, max_body_bytes=settings.max_body_bytes, max_depth=settings.max_json_depth

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Body, Header, Path, Query
+from fastapi import APIRouter, Body, Header, Path, Query, Response
 from pydantic import Field
 
 from ripple.platform.api.deps import ClientDep, Limit
+from ripple.platform.api.hot_routes import HotRoute
 from ripple.platform.api.models import (
     ApiModel,
     DateTimeIn,
@@ -20,11 +21,13 @@ from ripple.platform.api.models import (
 )
 from ripple.platform.api.problems import ProblemError, problem_responses
 from ripple.platform.api.workflow_stats import workflow_counts
+from ripple.platform.client import Client
 from ripple.platform.errors import InvalidInput
+from ripple.workflows import RunHandle
 from ripple.workflows.authoring.definition import NAME_RE
 from ripple.workflows.authoring.flow import MAX_PRIORITY
 
-__all__ = ["router"]
+__all__ = ["HOT_ROUTES", "router"]
 
 router = APIRouter(tags=["workflows"])
 
@@ -215,13 +218,27 @@ async def list_workflows(client: ClientDep) -> list[WorkflowSummary]:
 )
 async def start_run(
     name: WorkflowName, body: StartRun, client: ClientDep, wait: WaitQuery = None
-) -> Started:
+) -> Started | Response:
     """Start a run by name with raw JSON input; with `wait`, also wait (long-poll) for it to
     end and answer its output or error, or `timedOut: true`.
 
     A repeat with the same `idempotencyKey` returns the first run's id (also `201`).
     """
-    handle = await client.start(
+    if wait is None:
+        return await _start(client, name, body)
+    outcome = await client.wait_run((await _create(client, name, body)).run_id, wait)
+    run = outcome.run
+    return Started(
+        run_id=run.run_id,
+        status=run.status,
+        output=run.output,
+        error=run.error,
+        timed_out=outcome.timed_out,
+    )
+
+
+async def _create(client: Client, name: str, body: StartRun) -> RunHandle[Any]:
+    return await client.start(
         name,
         body.input,
         idempotency_key=body.idempotency_key,
@@ -229,22 +246,32 @@ async def start_run(
         version=body.version,
         priority=body.priority,
     )
-    if wait is not None:
-        outcome = await client.wait_run(handle.run_id, wait)
-        run = outcome.run
-        return Started(
-            run_id=run.run_id,
-            status=run.status,
-            output=run.output,
-            error=run.error,
-            timed_out=outcome.timed_out,
-        )
+
+
+async def _start(client: Client, name: str, body: StartRun) -> Response:
+    """A start without `wait`: the route's answer, serialised once (the hot route's too)."""
+    run_id = (await _create(client, name, body)).run_id
     if body.idempotency_key is None:
         # A start without a key creates a pending run (or, debounced, joins one not yet
         # started): no read needed. A key may name an earlier run in any state.
-        return Started(run_id=handle.run_id, status="pending")
-    found = await client.get_run(handle.run_id)
-    return Started(run_id=handle.run_id, status=found.status if found is not None else "pending")
+        started = Started(run_id=run_id, status="pending")
+    else:
+        found = await client.get_run(run_id)
+        started = Started(run_id=run_id, status=found.status if found is not None else "pending")
+    return Response(started.model_dump_json(), 201, media_type="application/json")
+
+
+#: `start_run` without `wait` for `HotRoutes` (ripple.platform.api.hot_routes): same model,
+#: name check and answer.
+HOT_ROUTES: Final = (
+    HotRoute(
+        prefix="/workflows/",
+        suffix="/runs",
+        param_ok=lambda name: bool(NAME_RE.fullmatch(name)),
+        body=StartRun,
+        answer=_start,
+    ),
+)
 
 
 @router.get("/workflows/{name}/runs", response_model=RunPage, responses=problem_responses(422))

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Path, Query, Response
 from pydantic import Field
 
 from ripple.platform.api.deps import ClientDep
+from ripple.platform.api.hot_routes import HotRoute
 from ripple.platform.api.models import ApiModel, JsonNotNull, OutModel, Published, jsonable
 from ripple.platform.api.problems import ProblemError, problem_responses
+from ripple.platform.client import Client
 from ripple.platform.events.topics import MAX_NAME_LENGTH
 
-__all__ = ["router"]
+__all__ = ["HOT_ROUTES", "router"]
 
 router = APIRouter(tags=["topics"])
 
@@ -52,6 +55,10 @@ async def publish(topic: Topic, body: PublishIn, client: ClientDep) -> Response:
 
     A repeat with the same `idempotencyKey` returns the first event's id and delivers nothing.
     """
+    return await _publish(client, topic, body)
+
+
+async def _publish(client: Client, topic: str, body: PublishIn) -> Response:
     result = await client.publish(topic, body.payload, body.idempotency_key)
     # Built typed and serialised once, here: returned as a model, FastAPI would validate it
     # against `response_model` again and encode it through its generic path (the hot route).
@@ -62,6 +69,20 @@ async def publish(topic: Topic, body: PublishIn, client: ClientDep) -> Response:
         waits_resolved=result.waits_resolved,
     )
     return Response(published.model_dump_json(), 202, media_type="application/json")
+
+
+_TOPIC_RE: Final = re.compile(TOPIC_PATTERN)
+
+#: `publish` for `HotRoutes` (ripple.platform.api.hot_routes): same model, check and answer.
+HOT_ROUTES: Final = (
+    HotRoute(
+        prefix="/topics/",
+        suffix="/events",
+        param_ok=lambda topic: len(topic) <= MAX_NAME_LENGTH and bool(_TOPIC_RE.fullmatch(topic)),
+        body=PublishIn,
+        answer=_publish,
+    ),
+)
 
 
 class Verdict(OutModel):
