@@ -161,6 +161,11 @@ def check_json(value: Any, *, field: str, max_depth: int, max_bytes: int | None 
     return size
 
 
+#: What `json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)` uses,
+#: built once: `json.dumps` with options builds an encoder per call.
+_COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def encode_json(value: Any, *, field: str, max_depth: int, max_bytes: int) -> str:
     """`value` as compact JSON text, checked against the depth and size limits.
 
@@ -168,7 +173,7 @@ def encode_json(value: Any, *, field: str, max_depth: int, max_bytes: int) -> st
     has enough brackets to possibly exceed `max_depth`.
     """
     try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _COMPACT.encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"{field} is not JSON: {exc}", field=field) from None
     # json.dumps escapes U+0000 as `\u0000`; only then (or for deep values) is the value walked.
@@ -197,16 +202,22 @@ def nul_error(field: str) -> InvalidInput:
     )
 
 
-def _check_keys(value: Any, field: str) -> None:
+_CONTAINERS: Final = (dict, list)
+
+
+def _check_keys(value: dict[Any, Any] | list[Any], field: str) -> None:
     # json.dumps turns int/float/bool/None keys into strings silently; refuse them instead.
+    # Runs for every payload and body, so it calls itself for containers only.
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidInput(f"{field} has a non-string object key {key!r}", field=field)
-            _check_keys(item, field)
-    elif isinstance(value, list):
+            if isinstance(item, _CONTAINERS):
+                _check_keys(item, field)
+    else:
         for item in value:
-            _check_keys(item, field)
+            if isinstance(item, _CONTAINERS):
+                _check_keys(item, field)
 
 
 def _check_depth(value: Any, field: str, max_depth: int, depth: int) -> None:

@@ -91,7 +91,8 @@ UPDATE ripple_queue_messages m SET
     dead_at = CASE WHEN m.receive_count < lim.n THEN NULL ELSE now() END
 FROM lim
 WHERE m.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING m.id, m.body, m.headers, m.group_id, m.receive_count, m.dead_at IS NOT NULL AS dead
+RETURNING m.id, m.body, NULLIF(m.headers, '{}'::jsonb) AS headers, m.group_id, m.receive_count,
+    m.dead_at IS NOT NULL AS dead
 """
 # $1 queue, $2 ids bigint[], $3 receive counts int[]: delete the messages whose receipts match
 ACK_MESSAGES: Final = """
@@ -168,7 +169,7 @@ class ClaimedMessage:
         return cls(
             row["id"],
             row["body"],
-            row["headers"],
+            row["headers"] or {},  # NULL for none: no JSON text to decode
             row["group_id"],
             row["receive_count"],
             row["dead"],

@@ -8,6 +8,7 @@ stops matching as soon as the message is received again, so a slow consumer can 
 
 from __future__ import annotations
 
+import operator
 import re
 import time
 from collections.abc import Sequence
@@ -77,6 +78,9 @@ def _seconds(value: timedelta | float | int | None, name: str, upper: float) -> 
             f"{name} must be between 0 and {upper:g} seconds, got {secs:g}", field=name
         )
     return secs
+
+
+_by_id: Final = operator.attrgetter("id")
 
 
 def _parse_receipt(receipt: object) -> tuple[int, int]:
@@ -273,12 +277,11 @@ class Queues:
                     c.receive_count,
                     f"{c.id}.{c.receive_count}",
                 )
-                for c in claimed
+                for c in sorted(claimed, key=_by_id)
                 if not c.dead
             ]
             # Only dead letters this time: there may be more behind them.
             if delivered or not dead:
-                delivered.sort(key=lambda m: int(m.id))
                 return delivered
 
     # -- settling --------------------------------------------------------------------------

@@ -65,6 +65,7 @@ async def test_queue__send_receive_ack(queues: Queues) -> None:
     assert [m.body for m in got] == [{"n": 1}, {"n": 2}]
     assert got[0].id == first
     assert got[0].headers == {"h": "v"}
+    assert got[1].headers == {}
     assert got[0].receive_count == 1
     stats = await queues.stats("q")
     assert (stats.visible, stats.in_flight, stats.dead_letters, stats.depth) == (1, 2, 0, 3)

@@ -148,8 +148,9 @@ def test_encode_json__checks_limits_and_returns_text() -> None:
     assert encode_json({"a": [1, "é"]}, field="body", max_depth=4, max_bytes=100) == '{"a":[1,"é"]}'
     with pytest.raises(InvalidInput, match="not JSON"):
         encode_json({"a": float("nan")}, field="body", max_depth=4, max_bytes=100)
-    with pytest.raises(InvalidInput, match="non-string object key"):
-        encode_json({"a": {1: 2}}, field="body", max_depth=4, max_bytes=100)
+    for keyed in ({"a": {1: 2}}, [{"b": [{None: 1}]}], {"a": [1, {"b": {2.5: 1}}]}):
+        with pytest.raises(InvalidInput, match="non-string object key"):
+            encode_json(keyed, field="body", max_depth=4, max_bytes=100)
     with pytest.raises(InvalidInput, match="nests deeper than 2"):
         encode_json([[[1]]], field="body", max_depth=2, max_bytes=100)
     with pytest.raises(InvalidInput, match="limit is 5 bytes"):
