@@ -49,7 +49,8 @@ async def _reachable_pg(url: str) -> bool:
 
 def _reachable_redis(url: str) -> bool:
     try:
-        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+        with redis.Redis.from_url(url, socket_connect_timeout=1) as client:
+            return bool(client.ping())
     except (redis.RedisError, OSError):
         return False
 
