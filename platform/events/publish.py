@@ -195,7 +195,9 @@ class Publisher:
             if outcome.event is None:
                 continue
             for kind_name, rows in outcome.by_kind.items():
-                per_kind.setdefault(kind_name, {}).update((row.id, row) for row in rows)
+                known = per_kind.setdefault(kind_name, {})
+                for row in rows:
+                    known[row.id] = row
                 last[kind_name] = outcome.event
         for kind_name, rows_by_id in per_kind.items():
             try:

@@ -152,7 +152,8 @@ def count_written(written: Sequence[WrittenEvent], kinds: Mapping[str, TargetKin
         if outcome.event is None:
             continue
         published[metrics.topic_prefix(outcome.event.topic)] += 1
-        created.update(outcome.created)
+        for kind_name, n in outcome.created.items():  # Counter.update is slower per call
+            created[kind_name] += n
         for kind_name, rows in outcome.by_kind.items():
             if rows:
                 per_kind.setdefault(kind_name, []).append((rows, outcome.created.get(kind_name, 0)))
