@@ -7,6 +7,7 @@ a `Connection` so callers compose one transaction; no HTTP and no policy decisio
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -112,7 +113,7 @@ FROM ranked r, ripple_subscriptions s
 WHERE d.id = r.id AND r.slot <= $5 AND s.id = d.subscription_id
 RETURNING d.id, d.subscription_id, d.event_id, d.topic,
           COALESCE(d.payload::text, 'null') AS payload, d.event_time, d.attempts,
-          d.claim_token, d.trace, s.target
+          d.claim_token, d.trace, s.target::text AS target
 """
 
 # $1 delivery ids uuid[], $2 their claim tokens uuid[]. Gives up claims (shutdown): due now.
@@ -350,6 +351,7 @@ class ClaimedDelivery:
     attempt: int
     claim_token: uuid.UUID
     trace: dict[str, str] | None
+    #: the subscription's target as claimed (shared by its deliveries: read, never mutate)
     target: dict[str, Any]
 
     @classmethod
@@ -364,8 +366,25 @@ class ClaimedDelivery:
             attempt=row["attempts"],
             claim_token=row["claim_token"],
             trace=row["trace"],
-            target=row["target"],
+            target=_target(row["target"]),
         )
+
+
+#: Webhook targets by their JSON text, decoded once (a claim returns the subscription's target
+#: with every delivery: decoding it per delivery cost a json.loads each).
+_TARGETS: dict[str, dict[str, Any]] = {}
+#: Most targets remembered (cleared when full: a changed target is simply a new text).
+TARGETS_KEPT: Final = 1024
+
+
+def _target(text: str) -> dict[str, Any]:
+    """The target whose JSON text is `text`; shared between deliveries, never mutated."""
+    target = _TARGETS.get(text)
+    if target is None:
+        if len(_TARGETS) >= TARGETS_KEPT:
+            _TARGETS.clear()
+        target = _TARGETS[text] = json.loads(text)
+    return target
 
 
 def parse_uuid(value: str) -> uuid.UUID | None:
