@@ -7,6 +7,7 @@ a `Connection` so callers compose one transaction; no HTTP and no policy decisio
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -30,6 +31,7 @@ __all__ = [
     "disable_subscription",
     "fail_orphans",
     "finish_attempts",
+    "finish_document",
     "get_delivery",
     "list_attempts",
     "list_deliveries",
@@ -111,15 +113,17 @@ FROM ranked r, ripple_subscriptions s
 WHERE d.id = r.id AND r.slot <= $5 AND s.id = d.subscription_id
 RETURNING d.id, d.subscription_id, d.event_id, d.topic,
           COALESCE(d.payload::text, 'null') AS payload, d.event_time, d.attempts,
-          d.claim_token, d.trace, s.target
+          d.claim_token, d.trace, s.target::text AS target
 """
 
 # $1 delivery ids uuid[], $2 their claim tokens uuid[]. Gives up claims (shutdown): due now.
+# Rows are found by id (`= ANY($1)`: the primary key, whatever the statistics say); a held token
+# implies a pending delivery (constraint ripple_webhook_deliveries_claimed_pending, 0015).
 RELEASE_CLAIMS: Final = """
 UPDATE ripple_webhook_deliveries d
 SET claim_token = NULL, next_attempt_at = now(), updated_at = now()
 FROM unnest($1::uuid[], $2::uuid[]) AS c(id, token)
-WHERE d.id = c.id AND d.claim_token = c.token AND d.status = 'pending'
+WHERE d.id = ANY($1::uuid[]) AND d.id = c.id AND d.claim_token = c.token
 """
 
 # $1 the finished attempts, a JSON array of objects with the keys the record type below names
@@ -131,6 +135,11 @@ WHERE d.id = c.id AND d.claim_token = c.token AND d.status = 'pending'
 # aggregate; last_success_at of a healthy endpoint is kept to the second). Per input row:
 # owned (its claim was still held) and exhausted (it failed and its endpoint has been failing
 # for $2 seconds).
+# `d` finds the deliveries by id (`= ANY(ARRAY(...))` is a primary-key lookup whatever the
+# statistics say) and token alone: a held token implies a pending delivery (constraint
+# ripple_webhook_deliveries_claimed_pending, migration 0015). With `status = 'pending'` tested
+# too, a table not analyzed since a backlog arrived got a plan that read every pending delivery
+# through the status index for each batch (20 ms per batch of 20 at 10,000 pending).
 FINISH_ATTEMPTS: Final = """
 WITH i AS (
     SELECT * FROM jsonb_to_recordset($1::jsonb)
@@ -146,7 +155,7 @@ WITH i AS (
         delivered_at = CASE WHEN i.status = 'delivered' THEN now() ELSE w.delivered_at END,
         updated_at = now()
     FROM i
-    WHERE w.id = i.id AND w.claim_token = i.token AND w.status = 'pending'
+    WHERE w.id = ANY(ARRAY(SELECT i.id FROM i)) AND w.id = i.id AND w.claim_token = i.token
     RETURNING w.id, w.subscription_id
 ), a AS (
     INSERT INTO ripple_webhook_attempts
@@ -342,6 +351,7 @@ class ClaimedDelivery:
     attempt: int
     claim_token: uuid.UUID
     trace: dict[str, str] | None
+    #: the subscription's target as claimed (shared by its deliveries: read, never mutate)
     target: dict[str, Any]
 
     @classmethod
@@ -356,8 +366,25 @@ class ClaimedDelivery:
             attempt=row["attempts"],
             claim_token=row["claim_token"],
             trace=row["trace"],
-            target=row["target"],
+            target=_target(row["target"]),
         )
+
+
+#: Webhook targets by their JSON text, decoded once (a claim returns the subscription's target
+#: with every delivery: decoding it per delivery cost a json.loads each).
+_TARGETS: dict[str, dict[str, Any]] = {}
+#: Most targets remembered (cleared when full: a changed target is simply a new text).
+TARGETS_KEPT: Final = 1024
+
+
+def _target(text: str) -> dict[str, Any]:
+    """The target whose JSON text is `text`; shared between deliveries, never mutated."""
+    target = _TARGETS.get(text)
+    if target is None:
+        if len(_TARGETS) >= TARGETS_KEPT:
+            _TARGETS.clear()
+        target = _TARGETS[text] = json.loads(text)
+    return target
 
 
 def parse_uuid(value: str) -> uuid.UUID | None:
@@ -473,7 +500,14 @@ async def finish_attempts(
     """
     if not attempts:
         return []
-    doc = [
+    rows = await conn.fetch(FINISH_ATTEMPTS, finish_document(attempts), disable_after)
+    by_id = {str(row["id"]): (bool(row["owned"]), bool(row["exhausted"])) for row in rows}
+    return [by_id[a.delivery.id] for a in attempts]
+
+
+def finish_document(attempts: Sequence[FinishedAttempt]) -> list[dict[str, Any]]:
+    """FINISH_ATTEMPTS' $1 (jsonb: the pool encodes it) for `attempts`."""
+    return [
         {
             "id": a.delivery.id,
             "token": str(a.delivery.claim_token),
@@ -491,9 +525,6 @@ async def finish_attempts(
         }
         for a in attempts
     ]
-    rows = await conn.fetch(FINISH_ATTEMPTS, doc, disable_after)  # jsonb: the pool encodes it
-    by_id = {str(row["id"]): (bool(row["owned"]), bool(row["exhausted"])) for row in rows}
-    return [by_id[a.delivery.id] for a in attempts]
 
 
 async def release_claims(conn: Connection, claims: Sequence[ClaimedDelivery]) -> int:

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 import aiohttp
 import structlog
+from prometheus_client import Counter
 
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, map_errors, transaction
@@ -71,6 +72,8 @@ REFILL_SHARE: Final = 0.25
 REFILL_WAIT: Final = 0.01
 #: Most URLs whose literal-address check passed are remembered (the policy never changes).
 CHECKED_URLS: Final = 4096
+#: The decision for a 2xx answer (`decide` returns the same).
+DELIVERED: Final = Decision("delivered")
 
 
 def message_body(topic: str, event_time: datetime, payload_json: str) -> bytes:
@@ -101,6 +104,8 @@ def _error_text(exc: BaseException) -> str:
 
 async def _read_head(response: aiohttp.ClientResponse) -> str:
     """The start of the body; at most RESPONSE_READ_CAP bytes are read, the rest never is."""
+    if response.content.at_eof():  # no body (204, Content-Length: 0) or already read
+        return ""
     chunks: list[bytes] = []
     size = 0
     while size < RESPONSE_READ_CAP:
@@ -160,6 +165,8 @@ class WebhookDispatcher:
         self._refill_at = max(1, int(settings.webhook_concurrency * REFILL_SHARE))
         self._claimed_at = float("-inf")
         self._checked_urls: set[str] = set()
+        #: the DELIVERIES counter of each outcome (labelled once)
+        self._counted: dict[str, Counter] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -444,15 +451,18 @@ class WebhookDispatcher:
             if status_code is not None:
                 error = None  # the response head timed out; the status still counts
         latency_ms = (time.perf_counter() - t0) * 1000.0
-        decision = decide(
-            attempt=delivery.attempt,
-            status_code=status_code,
-            error=error,
-            retry_after=retry_after,
-            schedule=schedule_for(target),
-            now=datetime.now(UTC),
-            rng=self._rng,
-        )
+        if status_code is not None and 200 <= status_code < 300:
+            decision = DELIVERED  # what decide() answers, without its schedule and clock
+        else:
+            decision = decide(
+                attempt=delivery.attempt,
+                status_code=status_code,
+                error=error,
+                retry_after=retry_after,
+                schedule=schedule_for(target),
+                now=datetime.now(UTC),
+                rng=self._rng,
+            )
         await self._record(delivery, decision, started_at, latency_ms, status_code, error, head)
 
     def _check_literal(self, url: str) -> None:
@@ -593,7 +603,11 @@ class WebhookDispatcher:
 
     def _observe(self, outcome: _Outcome, disabled_reason: str | None) -> None:
         decision = outcome.decision
-        DELIVERIES.labels(kind="webhook", outcome=decision.action).inc()
+        counter = self._counted.get(decision.action)
+        if counter is None:  # labels() takes a lock and builds a key on every call
+            counter = DELIVERIES.labels(kind="webhook", outcome=decision.action)
+            self._counted[decision.action] = counter
+        counter.inc()
         # `webhook_endpoint_failing` is not set here: the gauge collector recomputes it from
         # Postgres before each scrape and removes deleted subscriptions' series; set per
         # attempt, a worker kept one series per subscription it ever saw, deleted or not.

@@ -11,6 +11,9 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
+import pytest
+
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Pool, transaction
 from ripple.platform.core.wake import NullWaker
@@ -596,3 +599,87 @@ async def test_webhook_finish__a_healthy_endpoint_does_not_serialize_concurrent_
             assert await store.finish_attempts(second, [delivered(claimed[2])], 60.0) == [
                 (True, False)
             ]
+
+
+async def test_webhook_finish_and_release__find_claims_by_id_on_a_table_never_analyzed(
+    pool: Pool, hooks: Hooks
+) -> None:
+    # A backlog that arrived since the table was last analyzed: ending claims must look the
+    # claimed rows up by id, not read every pending delivery for each batch (the status test
+    # made the planner scan the whole backlog through the status index: 20 ms per batch of 20).
+    sub = await hooks.subscribe("http://127.0.0.1:9/x")
+    await pool.execute("ALTER TABLE ripple_webhook_deliveries SET (autovacuum_enabled = false)")
+    await pool.execute(
+        """
+        INSERT INTO ripple_webhook_deliveries (id, subscription_id, event_id, topic, event_time)
+        SELECT gen_random_uuid(), $1, gen_random_uuid(), 't', now() FROM generate_series(1, 5000)
+        """,
+        uuid.UUID(sub.id),
+    )
+    async with pool.acquire() as conn:
+        claimed = await store.claim_due(
+            conn,
+            limit=10,
+            endpoint_limit=10,
+            in_flight={},
+            default_timeout=15,
+            lease_margin=10,
+        )
+    assert len(claimed) == 10
+    finished = [
+        store.FinishedAttempt(
+            delivery=c,
+            status="delivered",
+            delay=0.0,
+            status_code=204,
+            last_error=None,
+            started_at=datetime.now(UTC),
+            latency_ms=1.0,
+            outcome="delivered",
+            error=None,
+            response_body="",
+            healthy=True,
+        )
+        for c in claimed
+    ]
+    statements = [
+        (store.FINISH_ATTEMPTS, (store.finish_document(finished), 3600.0)),
+        (
+            store.RELEASE_CLAIMS,
+            ([uuid.UUID(c.id) for c in claimed], [c.claim_token for c in claimed]),
+        ),
+    ]
+    for statement, args in statements:
+        async with pool.acquire() as conn:
+            tx = conn.transaction()
+            await tx.start()
+            try:
+                plan = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, *args)
+            finally:
+                await tx.rollback()
+        doc = json.loads(plan) if isinstance(plan, str) else plan
+        scans = [
+            n
+            for n in _plan_nodes(doc[0]["Plan"])
+            if n.get("Relation Name") == "ripple_webhook_deliveries" and "Scan" in n["Node Type"]
+        ]
+        assert scans, doc
+        # every row the statement read of the deliveries is one of the ten it ends
+        assert all(n["Actual Rows"] * n["Actual Loops"] <= 10 for n in scans), scans
+
+
+async def test_webhook_claim_token__is_held_only_by_a_pending_delivery(
+    pool: Pool, hooks: Hooks
+) -> None:
+    # Ending a claim matches id and token alone: the database refuses a token on a finished
+    # delivery, so a finished delivery can never be "ended" again by a stale claim.
+    sub = await hooks.subscribe("http://127.0.0.1:9/x")
+    await hooks.publish([sub])
+    (row,) = await hooks.deliveries(sub)
+    with pytest.raises(asyncpg.CheckViolationError):
+        await pool.execute(
+            "UPDATE ripple_webhook_deliveries SET status = 'delivered', next_attempt_at = NULL, "
+            "claim_token = $2 WHERE id = $1",
+            row["id"],
+            uuid.uuid4(),
+        )

@@ -8,6 +8,7 @@ from email.utils import format_datetime
 
 import pytest
 
+from ripple.subscribers.webhooks.dispatcher import DELIVERED
 from ripple.subscribers.webhooks.outcomes import (
     DEFAULT_SCHEDULE,
     RETRY_AFTER_CAP,
@@ -38,6 +39,8 @@ def _decide(status: int | None, attempt: int = 1, **kw: object):  # type: ignore
 @pytest.mark.parametrize("status", [200, 201, 202, 204, 299])
 def test_decide__2xx_is_delivered(status: int) -> None:
     assert _decide(status).action == "delivered"
+    # The dispatcher answers a 2xx with DELIVERED without calling decide(): they must agree.
+    assert _decide(status) == DELIVERED
 
 
 @pytest.mark.parametrize("status", [301, 302, 307, 308])
