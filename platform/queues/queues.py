@@ -46,10 +46,9 @@ MAX_BATCH: Final = 1000
 MAX_VISIBILITY: Final = 12 * 3600.0
 MAX_WAIT: Final = 300.0
 _QUEUE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
 # Message id (bigint) and receive count (int): digits that always fit their columns.
-_RECEIPT: Final = re.compile(r"([0-9]{1,18})\.([0-9]{1,9})")
-
-
 class StaleReceipt(Conflict):
     """The receipt is from an earlier delivery: the message was received again since."""
 
@@ -84,10 +83,19 @@ _by_id: Final = operator.attrgetter("id")
 
 
 def _parse_receipt(receipt: object) -> tuple[int, int]:
-    match = _RECEIPT.fullmatch(receipt) if isinstance(receipt, str) else None
-    if match is None:
-        raise InvalidInput(f"{receipt!r} is not a receipt; pass Message.receipt", field="receipt")
-    return int(match.group(1)), int(match.group(2))
+    """`<message id>.<receive count>`: 1-18 and 1-9 ASCII digits (Message.receipt's form)."""
+    if isinstance(receipt, str):
+        message_id, dot, count = receipt.partition(".")
+        if (
+            dot
+            and 0 < len(message_id) <= 18
+            and 0 < len(count) <= 9
+            and receipt.isascii()
+            and message_id.isdigit()
+            and count.isdigit()
+        ):
+            return int(message_id), int(count)
+    raise InvalidInput(f"{receipt!r} is not a receipt; pass Message.receipt", field="receipt")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,15 +146,26 @@ class Queues:
 
     # -- sending ---------------------------------------------------------------------------
 
-    def _add(self, batch: _Batch, message: OutgoingMessage) -> None:
-        if message.body is None:
+    def _add_body(self, batch: _Batch, body: Any) -> None:
+        """A bare body: `_add(batch, OutgoingMessage(body))` without building the message."""
+        batch.bodies.append(self._body(body))
+        batch.headers.append("{}")
+        batch.groups.append(None)
+        batch.dedups.append(None)
+        batch.delays.append(0.0)
+
+    def _body(self, body: Any) -> str:
+        if body is None:
             raise InvalidInput("body must be JSON, not None; send {} for no data", field="body")
-        body = encode_json(
-            message.body,
+        return encode_json(
+            body,
             field="body",
             max_depth=self._settings.max_json_depth,
             max_bytes=self._settings.max_body_bytes,
         )
+
+    def _add(self, batch: _Batch, message: OutgoingMessage) -> None:
+        body = self._body(message.body)
         headers = message.headers or {}
         if not isinstance(headers, dict):
             raise InvalidInput("headers must be a JSON object", field="headers")
@@ -197,7 +216,10 @@ class Queues:
             raise InvalidInput(f"send_batch takes 1-{MAX_BATCH} messages", field="messages")
         batch = _Batch()
         for item in messages:
-            self._add(batch, item if isinstance(item, OutgoingMessage) else OutgoingMessage(item))
+            if isinstance(item, OutgoingMessage):
+                self._add(batch, item)
+            else:
+                self._add_body(batch, item)
         with db.map_errors():
             if conn is None:  # one statement: atomic without an explicit transaction
                 async with self._pool.acquire() as own:
