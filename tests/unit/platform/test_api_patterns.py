@@ -41,7 +41,7 @@ SAMPLES = [
     "1.2.3",
     "1.",
     ".1",
-    "１.2",  # a fullwidth digit: str.isdigit() says yes, the receipt pattern no
+    "\uff11.2",  # a fullwidth digit: str.isdigit() says yes, the receipt pattern no
     "1.²",
     "1.2\n",
     "+1.2",
