@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fastapi.security.utils import get_authorization_scheme_param
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
@@ -127,9 +128,7 @@ class HotRoutes:
             return True
         if authorization is None:
             return False
-        # As FastAPI's HTTPBearer reads the header.
-        scheme, _, credentials = authorization.partition(" ")
-        credentials = credentials.strip()
+        scheme, credentials = get_authorization_scheme_param(authorization)  # as HTTPBearer does
         return (
             scheme.lower() == "bearer"
             and bool(credentials)

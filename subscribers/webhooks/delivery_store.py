@@ -7,6 +7,7 @@ a `Connection` so callers compose one transaction; no HTTP and no policy decisio
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections import Counter
@@ -370,20 +371,11 @@ class ClaimedDelivery:
         )
 
 
-#: Webhook targets by their JSON text, decoded once (a claim returns the subscription's target
-#: with every delivery: decoding it per delivery cost a json.loads each).
-_TARGETS: dict[str, dict[str, Any]] = {}
-#: Most targets remembered (cleared when full: a changed target is simply a new text).
-TARGETS_KEPT: Final = 1024
-
-
+@functools.lru_cache(maxsize=1024)
 def _target(text: str) -> dict[str, Any]:
-    """The target whose JSON text is `text`; shared between deliveries, never mutated."""
-    target = _TARGETS.get(text)
-    if target is None:
-        if len(_TARGETS) >= TARGETS_KEPT:
-            _TARGETS.clear()
-        target = _TARGETS[text] = json.loads(text)
+    """The target whose JSON text is `text`, decoded once (a claim returns the subscription's
+    target with every delivery). Shared between deliveries: read, never mutate."""
+    target: dict[str, Any] = json.loads(text)
     return target
 
 

@@ -355,15 +355,7 @@ async def test_webhook_claim__reads_due_index_in_order_on_a_table_never_analyzed
     # A backlog that arrived since the table was last analyzed (a fresh install, a burst after
     # a quiet hour): the claim must still read the due index in order and stop at its limit,
     # not fetch every pending delivery and sort them (8-12 ms per claim at 20,000).
-    sub = await hooks.subscribe("http://127.0.0.1:9/x")
-    await pool.execute("ALTER TABLE ripple_webhook_deliveries SET (autovacuum_enabled = false)")
-    await pool.execute(
-        """
-        INSERT INTO ripple_webhook_deliveries (id, subscription_id, event_id, topic, event_time)
-        SELECT gen_random_uuid(), $1, gen_random_uuid(), 't', now() FROM generate_series(1, 5000)
-        """,
-        uuid.UUID(sub.id),
-    )
+    await _unanalyzed_backlog(pool, hooks)
     async with transaction(pool) as conn:
         plan = await conn.fetchval(
             "EXPLAIN (FORMAT JSON) " + store.CLAIM_DUE,
@@ -376,7 +368,7 @@ async def test_webhook_claim__reads_due_index_in_order_on_a_table_never_analyzed
             15.0,
             10.0,
         )
-    doc = json.loads(plan) if isinstance(plan, str) else plan
+    doc = _plan_doc(plan)
     nodes = list(_plan_nodes(doc[0]["Plan"]))
     # The due rows are locked straight off the index, in its order (no sort in between).
     (lock,) = [n for n in nodes if n["Node Type"] == "LockRows"]
@@ -385,6 +377,25 @@ async def test_webhook_claim__reads_due_index_in_order_on_a_table_never_analyzed
         "Index Scan",
         "ripple_webhook_deliveries_due",
     ), lock
+
+
+async def _unanalyzed_backlog(pool: Pool, hooks: Hooks) -> None:
+    """5,000 pending deliveries of one subscription that the table was never analyzed with
+    (a fresh install, a burst after a quiet hour): statistics say the table is nearly empty."""
+    sub = await hooks.subscribe("http://127.0.0.1:9/x")
+    await pool.execute("ALTER TABLE ripple_webhook_deliveries SET (autovacuum_enabled = false)")
+    await pool.execute(
+        """
+        INSERT INTO ripple_webhook_deliveries (id, subscription_id, event_id, topic, event_time)
+        SELECT gen_random_uuid(), $1, gen_random_uuid(), 't', now() FROM generate_series(1, 5000)
+        """,
+        uuid.UUID(sub.id),
+    )
+
+
+def _plan_doc(plan: Any) -> Any:
+    """An `EXPLAIN (FORMAT JSON)` result as JSON (the pool may or may not have decoded it)."""
+    return json.loads(plan) if isinstance(plan, str) else plan
 
 
 def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -607,15 +618,7 @@ async def test_webhook_finish_and_release__find_claims_by_id_on_a_table_never_an
     # A backlog that arrived since the table was last analyzed: ending claims must look the
     # claimed rows up by id, not read every pending delivery for each batch (the status test
     # made the planner scan the whole backlog through the status index: 20 ms per batch of 20).
-    sub = await hooks.subscribe("http://127.0.0.1:9/x")
-    await pool.execute("ALTER TABLE ripple_webhook_deliveries SET (autovacuum_enabled = false)")
-    await pool.execute(
-        """
-        INSERT INTO ripple_webhook_deliveries (id, subscription_id, event_id, topic, event_time)
-        SELECT gen_random_uuid(), $1, gen_random_uuid(), 't', now() FROM generate_series(1, 5000)
-        """,
-        uuid.UUID(sub.id),
-    )
+    await _unanalyzed_backlog(pool, hooks)
     async with pool.acquire() as conn:
         claimed = await store.claim_due(
             conn,
@@ -657,7 +660,7 @@ async def test_webhook_finish_and_release__find_claims_by_id_on_a_table_never_an
                 plan = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, *args)
             finally:
                 await tx.rollback()
-        doc = json.loads(plan) if isinstance(plan, str) else plan
+        doc = _plan_doc(plan)
         scans = [
             n
             for n in _plan_nodes(doc[0]["Plan"])
