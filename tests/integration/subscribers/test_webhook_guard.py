@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 from ripple.platform.core.config import Settings
-from ripple.platform.core.db import Pool, transaction
+from ripple.platform.core.db import Connection, Pool, transaction
 from ripple.platform.core.wake import NullWaker
 from ripple.subscribers.webhooks import delivery_store as store
 from ripple.subscribers.webhooks.dispatcher import WebhookDispatcher
@@ -276,14 +276,7 @@ async def test_webhook_dispatcher__lost_lease_is_retried_and_stale_claim_fenced(
         await hooks.publish([sub])
         # a dispatcher claims the delivery and dies before recording anything
         async with transaction(pool) as conn:
-            (dead,) = await store.claim_due(
-                conn,
-                limit=10,
-                endpoint_limit=10,
-                in_flight={},
-                default_timeout=15,
-                lease_margin=10,
-            )
+            (dead,) = await _claim(conn, 10, 10)
         assert await WebhookDispatcher(pool, NullWaker(), hook_settings).run_until_idle() == 0
         # move time past the lease
         await pool.execute("UPDATE ripple_webhook_deliveries SET next_attempt_at = now()")
@@ -379,6 +372,41 @@ async def test_webhook_claim__reads_due_index_in_order_on_a_table_never_analyzed
     ), lock
 
 
+async def _claim(conn: Connection, limit: int, endpoint_limit: int) -> list[store.ClaimedDelivery]:
+    """Claim as a dispatcher with nothing in flight does (15 s timeout, 10 s lease margin)."""
+    return await store.claim_due(
+        conn,
+        limit=limit,
+        endpoint_limit=endpoint_limit,
+        in_flight={},
+        default_timeout=15,
+        lease_margin=10,
+    )
+
+
+def _finished(
+    c: store.ClaimedDelivery,
+    *,
+    healthy: bool = True,
+    delay: float = 0.0,
+    started: datetime | None = None,
+) -> store.FinishedAttempt:
+    """The outcome of an attempt on `c`: a 204 when `healthy`, else a 500 to retry."""
+    return store.FinishedAttempt(
+        delivery=c,
+        status="delivered" if healthy else "pending",
+        delay=delay,
+        status_code=204 if healthy else 500,
+        last_error=None if healthy else "endpoint returned 500",
+        started_at=started or datetime.now(UTC),
+        latency_ms=1.0,
+        outcome="delivered" if healthy else "retry",
+        error=None,
+        response_body="",
+        healthy=healthy,
+    )
+
+
 async def _unanalyzed_backlog(pool: Pool, hooks: Hooks) -> None:
     """5,000 pending deliveries of one subscription that the table was never analyzed with
     (a fresh install, a burst after a quiet hour): statistics say the table is nearly empty."""
@@ -469,14 +497,7 @@ async def test_webhook_finish_attempts__one_batch_fences_records_and_folds_healt
     await hooks.publish([ok_sub, bad_sub])
     await hooks.publish([ok_sub, bad_sub])
     async with transaction(pool) as conn:
-        claimed = await store.claim_due(
-            conn,
-            limit=10,
-            endpoint_limit=10,
-            in_flight={},
-            default_timeout=15,
-            lease_margin=10,
-        )
+        claimed = await _claim(conn, 10, 10)
     assert len(claimed) == 4
     # bad_sub has been failing for two hours; one of its claims was lost to another dispatcher
     await pool.execute(
@@ -494,19 +515,7 @@ async def test_webhook_finish_attempts__one_batch_fences_records_and_folds_healt
     started = datetime.now(UTC)
 
     def finished(c: store.ClaimedDelivery, healthy: bool) -> store.FinishedAttempt:
-        return store.FinishedAttempt(
-            delivery=c,
-            status="delivered" if healthy else "pending",
-            delay=60.0,
-            status_code=204 if healthy else 500,
-            last_error=None if healthy else "endpoint returned 500",
-            started_at=started,
-            latency_ms=1.0,
-            outcome="delivered" if healthy else "retry",
-            error=None,
-            response_body="",
-            healthy=healthy,
-        )
+        return _finished(c, healthy=healthy, delay=60.0, started=started)
 
     batch = [finished(ok[0], True), finished(bad[0], False), finished(ok[1], False)]
     batch.append(finished(bad[1], False))
@@ -546,14 +555,7 @@ async def test_webhook_dispatcher__outcome_handed_over_as_the_writer_returns_is_
     sub = await hooks.subscribe("http://127.0.0.1:9/x")
     await hooks.publish([sub])
     async with pool.acquire() as conn:
-        (claimed,) = await store.claim_due(
-            conn,
-            limit=1,
-            endpoint_limit=8,
-            in_flight={},
-            default_timeout=15,
-            lease_margin=10,
-        )
+        (claimed,) = await _claim(conn, 1, 8)
     dispatcher = WebhookDispatcher(pool, NullWaker(), hook_settings)
     returned = asyncio.ensure_future(asyncio.sleep(0))
     await returned  # done, its done-callbacks (the set's discard) not run yet
@@ -579,35 +581,18 @@ async def test_webhook_finish__a_healthy_endpoint_does_not_serialize_concurrent_
     for _ in range(3):
         await hooks.publish([sub])
     async with pool.acquire() as conn:
-        claimed = await store.claim_due(
-            conn, limit=3, endpoint_limit=8, in_flight={}, default_timeout=15, lease_margin=10
-        )
+        claimed = await _claim(conn, 3, 8)
     assert len(claimed) == 3
 
-    def delivered(c: store.ClaimedDelivery) -> store.FinishedAttempt:
-        return store.FinishedAttempt(
-            delivery=c,
-            status="delivered",
-            delay=0.0,
-            status_code=204,
-            last_error=None,
-            started_at=datetime.now(UTC),
-            latency_ms=1.0,
-            outcome="delivered",
-            error=None,
-            response_body="",
-            healthy=True,
-        )
-
     async with pool.acquire() as conn:  # the endpoint's health row: healthy, just now
-        assert await store.finish_attempts(conn, [delivered(claimed[0])], 60.0) == [(True, False)]
+        assert await store.finish_attempts(conn, [_finished(claimed[0])], 60.0) == [(True, False)]
     # the second batch is written while the first one's transaction is still open
     async with pool.acquire() as first, pool.acquire() as second, first.transaction():
-        assert await store.finish_attempts(first, [delivered(claimed[1])], 60.0) == [(True, False)]
+        assert await store.finish_attempts(first, [_finished(claimed[1])], 60.0) == [(True, False)]
         async with second.transaction():
             await second.execute("SET LOCAL lock_timeout = '2s'")
             # with the old statement: LockNotAvailableError after 2 s
-            assert await store.finish_attempts(second, [delivered(claimed[2])], 60.0) == [
+            assert await store.finish_attempts(second, [_finished(claimed[2])], 60.0) == [
                 (True, False)
             ]
 
@@ -620,31 +605,9 @@ async def test_webhook_finish_and_release__find_claims_by_id_on_a_table_never_an
     # made the planner scan the whole backlog through the status index: 20 ms per batch of 20).
     await _unanalyzed_backlog(pool, hooks)
     async with pool.acquire() as conn:
-        claimed = await store.claim_due(
-            conn,
-            limit=10,
-            endpoint_limit=10,
-            in_flight={},
-            default_timeout=15,
-            lease_margin=10,
-        )
+        claimed = await _claim(conn, 10, 10)
     assert len(claimed) == 10
-    finished = [
-        store.FinishedAttempt(
-            delivery=c,
-            status="delivered",
-            delay=0.0,
-            status_code=204,
-            last_error=None,
-            started_at=datetime.now(UTC),
-            latency_ms=1.0,
-            outcome="delivered",
-            error=None,
-            response_body="",
-            healthy=True,
-        )
-        for c in claimed
-    ]
+    finished = [_finished(c) for c in claimed]
     statements = [
         (store.FINISH_ATTEMPTS, (store.finish_document(finished), 3600.0)),
         (
