@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from typing import Any
 
@@ -11,6 +12,7 @@ from bench.common import (
     bench_database,
     cpu_seconds,
     parent_pid,
+    pct,
     postgres_cpu_seconds,
     report,
     subprocess_module,
@@ -100,12 +102,45 @@ async def latency() -> None:
                 for _ in range(20):  # warm up connections and statement caches
                     await (await client.start(definition)).result(timeout=30)
                 samples = []
+                walls: dict[str, tuple[float, float]] = {}
                 for _ in range(LATENCY_RUNS):
-                    t0 = time.perf_counter()
+                    t0, wall0 = time.perf_counter(), time.time()
                     handle = await client.start(definition)
                     await handle.result(timeout=30)
                     samples.append(time.perf_counter() - t0)
+                    walls[handle.run_id] = (wall0, wall0 + samples[-1])
                 report(f"start→result latency ({label}, other process)", summary(samples))
+                report("  where it goes (p50 of each hop)", await _hops(client, walls))
+
+
+#: Per run: when its insert, its claim and its completion began, by the database's clock
+#: (one machine: the caller's wall clock too). Each is a statement's start, so a hop includes
+#: the commit of the statement before it.
+RUN_TIMES = """
+SELECT run_id, extract(epoch FROM created_at)::float8, extract(epoch FROM started_at)::float8,
+       extract(epoch FROM completed_at)::float8
+FROM ripple_runs WHERE run_id = ANY($1::text[])
+"""
+
+
+async def _hops(client: Client, walls: dict[str, tuple[float, float]]) -> str:
+    """The p50 of each hop of a run's start→result path: the caller to its insert; the insert
+    to the claim (its commit, the hint, the worker's wake-up); the claim to the completion (the
+    claim and the run's execution); the completion to `result()` returning (its commit, the
+    hint, the read). Medians of hops do not add up to the median of the whole."""
+    hops: dict[str, list[float]] = {
+        "call→insert": [],
+        "insert→claim": [],
+        "claim→completion": [],
+        "completion→result": [],
+    }
+    for run_id, created, claimed, completed in await client.pool.fetch(RUN_TIMES, list(walls)):
+        called, returned = walls[run_id]
+        marks = (called, created, claimed, completed, returned)
+        for name, (a, b) in zip(hops, itertools.pairwise(marks), strict=True):
+            hops[name].append(b - a)
+    medians = (f"{name} {pct(values, 50) * 1000:.2f}" for name, values in hops.items())
+    return ", ".join(medians) + " ms"
 
 
 async def sleep_lateness() -> None:
