@@ -125,6 +125,11 @@ class Worker:
                 raise TypeError(f"{definition!r} is not a @workflow definition")
             self._defs[(definition.name, definition.version)] = definition
         self._pairs = sorted(self._defs)
+        #: Claim without flow control first: none of these workflows declares any (runs that
+        #: still need it, keyed by another version, are then claimed with it).
+        self._plain_claims = all(
+            d.concurrency is None and d.throttle is None for d in self._defs.values()
+        )
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{new_id()[-12:]}"
         self._inflight: dict[str, _InFlight] = {}
         self._stopping = False
@@ -414,6 +419,7 @@ class Worker:
                         lease=self.settings.lease_seconds,
                         limit=limit,
                         pairs=self._pairs,
+                        plain=self._plain_claims,
                     )
                     resumed = [c.run_id for c in claims if not c.fresh]
                     journals = await store.load_journals(conn, run_ids=resumed) if resumed else {}

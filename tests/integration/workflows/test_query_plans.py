@@ -48,7 +48,11 @@ async def test_claim_and_next_due__walk_the_claim_index_with_bounded_work(
     await _fill(app)
     if analyzed:
         await app.pool.execute("ANALYZE ripple_runs")
-    for sql, args in [(claim_sql._NEXT_DUE, NEXT_DUE_ARGS), (claim_sql._CLAIM_RUNS, CLAIM_ARGS)]:
+    for sql, args in [
+        (claim_sql._NEXT_DUE, NEXT_DUE_ARGS),
+        (claim_sql._CLAIM_RUNS, CLAIM_ARGS),
+        (claim_sql._CLAIM_PLAIN, CLAIM_ARGS),
+    ]:
         # (EXPLAIN ANALYZE executes the claim: ten runs become running, which is harmless.)
         rows = await app.pool.fetch("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, *args)
         plan = "\n".join(r[0] for r in rows)
@@ -60,7 +64,8 @@ async def test_claim_and_next_due__walk_the_claim_index_with_bounded_work(
         assert _buffers(plan) < 200, plan
 
 
-async def test_claim__takes_the_oldest_due_runs_of_served_pairs_only(app: App) -> None:
+@pytest.mark.parametrize("plain", [False, True], ids=["flow-control", "plain"])
+async def test_claim__takes_the_oldest_due_runs_of_served_pairs_only(app: App, plain: bool) -> None:
     await app.pool.execute(
         "INSERT INTO ripple_runs (run_id, workflow, version, available_at) VALUES "
         "('old-a', 'a', 1, now() - interval '3 s'), ('old-b', 'b', NULL, now() - interval '2 s'),"
@@ -69,10 +74,14 @@ async def test_claim__takes_the_oldest_due_runs_of_served_pairs_only(app: App) -
     )
     pairs = [("a", 1), ("b", 3), ("b", 2)]
     async with app.pool.acquire() as conn:
-        claims = await store.claim_runs(conn, worker_id="w", lease=30.0, limit=2, pairs=pairs)
+        claims = await store.claim_runs(
+            conn, worker_id="w", lease=30.0, limit=2, pairs=pairs, plain=plain
+        )
         assert [c.run_id for c in claims] == ["old-a", "old-b"]
         assert {c.run_id: c.version for c in claims} == {"old-a": 1, "old-b": 3}
-        rest = await store.claim_runs(conn, worker_id="w", lease=30.0, limit=10, pairs=pairs)
+        rest = await store.claim_runs(
+            conn, worker_id="w", lease=30.0, limit=10, pairs=pairs, plain=plain
+        )
         assert [c.run_id for c in rest] == ["new-a"]
         due = await store.next_due(conn, pairs=pairs)
     # 'later-b' is next (an hour away); the claimed runs' leases expire in 30 s.
@@ -101,3 +110,49 @@ async def test_claim__parked_runs_are_not_rescanned(app: App) -> None:
     assert _buffers(plan) < 300, plan
     running = await app.pool.fetchval("SELECT count(*) FROM ripple_runs WHERE status = 'running'")
     assert running == 10
+
+
+async def test_plain_claim__leaves_flow_control_its_runs_and_claims_them_with_it(app: App) -> None:
+    """A worker whose workflows declare no flow control claims without it first; runs that
+    still need it (keyed when another version declared it) are claimed under it all the same:
+    one of three per concurrency key, the others parked; a keyed run that already holds its
+    slot (a recovery) passes, as flow control would let it."""
+    await app.pool.execute(
+        "INSERT INTO ripple_runs (run_id, workflow, version, available_at, status, "
+        "concurrency_key, concurrency_limit, lease_owner, started_at) VALUES "
+        "('free-1', 'wf', 1, now() - interval '5 s', 'pending', NULL, NULL, NULL, NULL),"
+        "('k-1', 'wf', 1, now() - interval '4 s', 'pending', 'k', 1, NULL, NULL),"
+        "('k-2', 'wf', 1, now() - interval '3 s', 'pending', 'k', 1, NULL, NULL),"
+        "('k-3', 'wf', 1, now() - interval '2 s', 'pending', 'k', 1, NULL, NULL),"
+        "('held', 'wf', 1, now() - interval '1 s', 'running', 'j', 1, 'dead', now()),"
+        "('free-2', 'wf', 1, now(), 'pending', NULL, NULL, NULL, NULL)"
+    )
+    await app.pool.execute(
+        "INSERT INTO ripple_concurrency_slots (workflow, key, active, lim, granted) "
+        "VALUES ('wf', 'j', 1, 1, 1)"
+    )
+    async with app.pool.acquire() as conn:
+        claims = await store.claim_runs(
+            conn, worker_id="w", lease=30.0, limit=10, pairs=[("wf", 1)], plain=True
+        )
+    assert sorted(c.run_id for c in claims) == ["free-1", "free-2", "held", "k-1"]
+    assert {c.run_id for c in claims if c.keyed} == {"held", "k-1"}
+    parked = await app.pool.fetch(
+        "SELECT run_id, blocked_by FROM ripple_runs WHERE status = 'pending' ORDER BY run_id"
+    )
+    assert [(r["run_id"], r["blocked_by"]) for r in parked] == [
+        ("k-2", "concurrency"),
+        ("k-3", "concurrency"),
+    ]
+    slots = await app.pool.fetch(
+        "SELECT key, active FROM ripple_concurrency_slots WHERE workflow = 'wf' ORDER BY key"
+    )
+    assert [(r["key"], r["active"]) for r in slots] == [("j", 1), ("k", 1)]
+
+
+async def test_plain_claim__with_nothing_due_claims_nothing(app: App) -> None:
+    async with app.pool.acquire() as conn:
+        claims = await store.claim_runs(
+            conn, worker_id="w", lease=30.0, limit=10, pairs=[("wf", 1)], plain=True
+        )
+    assert claims == []
