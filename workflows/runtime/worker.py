@@ -28,6 +28,7 @@ import structlog
 
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import (
+    Connection,
     DedicatedConnection,
     Pool,
     create_pool,
@@ -54,6 +55,10 @@ from ripple.workflows.runtime.writer import PgRunWriter, StepCommitter
 __all__ = ["Worker", "WorkerClient"]
 
 log = structlog.get_logger("ripple.workflows.worker")
+
+#: Seconds a worker claims with flow control directly after a plain claim found runs that
+#: need it (a flow-controlled stream); then it tries the cheaper plain claim again.
+GOVERNED_HOLD = 5.0
 
 
 class WorkerClient(Protocol):
@@ -125,11 +130,10 @@ class Worker:
                 raise TypeError(f"{definition!r} is not a @workflow definition")
             self._defs[(definition.name, definition.version)] = definition
         self._pairs = sorted(self._defs)
-        #: Claim without flow control first: none of these workflows declares any (runs that
-        #: still need it, keyed by another version, are then claimed with it).
-        self._plain_claims = all(
-            d.concurrency is None and d.throttle is None for d in self._defs.values()
-        )
+        #: Loop time until which claims go through flow control directly: a plain claim
+        #: (without it; see `store.claim_runs_plain`) found runs it must decide, so more are
+        #: likely. Until then, and again once it passes, the plain claim comes first.
+        self._governed_until = float("-inf")
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{new_id()[-12:]}"
         self._inflight: dict[str, _InFlight] = {}
         self._stopping = False
@@ -413,14 +417,7 @@ class Worker:
             with map_errors():
                 # scoped(): behind a transaction pooler, SET LOCAL synchronous_commit instead.
                 async with self._claimer.scoped(conn):
-                    claims = await store.claim_runs(
-                        conn,
-                        worker_id=self.worker_id,
-                        lease=self.settings.lease_seconds,
-                        limit=limit,
-                        pairs=self._pairs,
-                        plain=self._plain_claims,
-                    )
+                    claims = await self._claim_runs(conn, limit)
                     resumed = [c.run_id for c in claims if not c.fresh]
                     journals = await store.load_journals(conn, run_ids=resumed) if resumed else {}
         except RippleError as exc:
@@ -447,6 +444,21 @@ class Worker:
             self._inflight[claim.run_id] = slot
             slot.task = asyncio.create_task(self._execute(slot, claim, rows))
         return len(claims)
+
+    async def _claim_runs(self, conn: Connection, limit: int) -> list[store.ClaimedRun]:
+        """Claim with flow control while it was recently needed, else plainly first."""
+        now = asyncio.get_running_loop().time()
+        lease = self.settings.lease_seconds
+        if now < self._governed_until:
+            return await store.claim_runs(
+                conn, worker_id=self.worker_id, lease=lease, limit=limit, pairs=self._pairs
+            )
+        claims, governed = await store.claim_runs_plain(
+            conn, worker_id=self.worker_id, lease=lease, limit=limit, pairs=self._pairs
+        )
+        if governed:
+            self._governed_until = now + GOVERNED_HOLD
+        return claims
 
     async def _execute(
         self, slot: _InFlight, claim: store.ClaimedRun, rows: list[store.JournalRow]

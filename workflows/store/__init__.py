@@ -14,6 +14,7 @@ from __future__ import annotations
 from ripple.workflows.store.claim import (
     ClaimedRun,
     claim_runs,
+    claim_runs_plain,
     delete_worker,
     heartbeat_worker,
     next_due,
@@ -109,6 +110,7 @@ __all__ = [
     "cancel_tree",
     "cancel_trees",
     "claim_runs",
+    "claim_runs_plain",
     "claim_signal_key",
     "commit_runs",
     "complete_parent_step",

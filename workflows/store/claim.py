@@ -14,6 +14,7 @@ from ripple.workflows.store.rows import Executor
 __all__ = [
     "ClaimedRun",
     "claim_runs",
+    "claim_runs_plain",
     "delete_worker",
     "heartbeat_worker",
     "next_due",
@@ -306,24 +307,38 @@ async def claim_runs(
     lease: float,
     limit: int,
     pairs: Sequence[tuple[str, int]],
-    plain: bool = False,
 ) -> list[ClaimedRun]:
-    """Claim up to `limit` due runs of the given (workflow, version) pairs.
+    """Claim up to `limit` due runs of the given (workflow, version) pairs."""
+    rows = await conn.fetch(_CLAIM_RUNS, *_claim_args(worker_id, lease, limit, pairs))
+    return [ClaimedRun.from_row(row) for row in rows]
 
-    `plain`: first try the claim without flow control (for a worker whose workflows declare
-    none); if it left candidates that flow control must decide, claim those with it.
-    """
-    names = [p[0] for p in pairs]
-    versions = [p[1] for p in pairs]
-    args = (worker_id, lease, limit, sorted(set(names)), names, versions)
-    if not plain:
-        return [ClaimedRun.from_row(row) for row in await conn.fetch(_CLAIM_RUNS, *args)]
+
+async def claim_runs_plain(
+    conn: Executor,
+    *,
+    worker_id: str,
+    lease: float,
+    limit: int,
+    pairs: Sequence[tuple[str, int]],
+) -> tuple[list[ClaimedRun], bool]:
+    """`claim_runs` that tries the claim without flow control first: the claimed runs, and
+    whether flow control was needed (candidates it must decide were found, and claimed with
+    it by a second statement)."""
+    args = _claim_args(worker_id, lease, limit, pairs)
     rows = await conn.fetch(_CLAIM_PLAIN, *args)
     claimed = [ClaimedRun.from_row(row) for row in rows if row["run_id"] is not None]
-    if rows[0]["governed"] and len(claimed) < limit:
+    governed: bool = rows[0]["governed"]
+    if governed and len(claimed) < limit:
         rest = await conn.fetch(_CLAIM_RUNS, *args[:2], limit - len(claimed), *args[3:])
         claimed += [ClaimedRun.from_row(row) for row in rest]
-    return claimed
+    return claimed, governed
+
+
+def _claim_args(
+    worker_id: str, lease: float, limit: int, pairs: Sequence[tuple[str, int]]
+) -> tuple[Any, ...]:
+    names = [p[0] for p in pairs]
+    return (worker_id, lease, limit, sorted(set(names)), names, [p[1] for p in pairs])
 
 
 async def next_due(conn: Executor, *, pairs: Sequence[tuple[str, int]]) -> float | None:

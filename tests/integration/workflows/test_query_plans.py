@@ -12,6 +12,7 @@ import re
 
 import pytest
 
+from ripple.platform.core.db import Connection
 from ripple.workflows import store
 from ripple.workflows.store import claim as claim_sql
 from tests.integration.workflows.conftest import App
@@ -32,6 +33,18 @@ async def _fill(app: App) -> None:
             "FROM generate_series(1, 3000) AS i",
             workflow,
         )
+
+
+async def _claim(
+    conn: Connection, *, limit: int, pairs: list[tuple[str, int]], plain: bool
+) -> list[store.ClaimedRun]:
+    if not plain:
+        return await store.claim_runs(conn, worker_id="w", lease=30.0, limit=limit, pairs=pairs)
+    claims, governed = await store.claim_runs_plain(
+        conn, worker_id="w", lease=30.0, limit=limit, pairs=pairs
+    )
+    assert not governed
+    return claims
 
 
 def _buffers(plan: str) -> int:
@@ -74,14 +87,10 @@ async def test_claim__takes_the_oldest_due_runs_of_served_pairs_only(app: App, p
     )
     pairs = [("a", 1), ("b", 3), ("b", 2)]
     async with app.pool.acquire() as conn:
-        claims = await store.claim_runs(
-            conn, worker_id="w", lease=30.0, limit=2, pairs=pairs, plain=plain
-        )
+        claims = await _claim(conn, limit=2, pairs=pairs, plain=plain)
         assert [c.run_id for c in claims] == ["old-a", "old-b"]
         assert {c.run_id: c.version for c in claims} == {"old-a": 1, "old-b": 3}
-        rest = await store.claim_runs(
-            conn, worker_id="w", lease=30.0, limit=10, pairs=pairs, plain=plain
-        )
+        rest = await _claim(conn, limit=10, pairs=pairs, plain=plain)
         assert [c.run_id for c in rest] == ["new-a"]
         due = await store.next_due(conn, pairs=pairs)
     # 'later-b' is next (an hour away); the claimed runs' leases expire in 30 s.
@@ -132,9 +141,10 @@ async def test_plain_claim__leaves_flow_control_its_runs_and_claims_them_with_it
         "VALUES ('wf', 'j', 1, 1, 1)"
     )
     async with app.pool.acquire() as conn:
-        claims = await store.claim_runs(
-            conn, worker_id="w", lease=30.0, limit=10, pairs=[("wf", 1)], plain=True
+        claims, governed = await store.claim_runs_plain(
+            conn, worker_id="w", lease=30.0, limit=10, pairs=[("wf", 1)]
         )
+    assert governed
     assert sorted(c.run_id for c in claims) == ["free-1", "free-2", "held", "k-1"]
     assert {c.run_id for c in claims if c.keyed} == {"held", "k-1"}
     parked = await app.pool.fetch(
@@ -152,7 +162,7 @@ async def test_plain_claim__leaves_flow_control_its_runs_and_claims_them_with_it
 
 async def test_plain_claim__with_nothing_due_claims_nothing(app: App) -> None:
     async with app.pool.acquire() as conn:
-        claims = await store.claim_runs(
-            conn, worker_id="w", lease=30.0, limit=10, pairs=[("wf", 1)], plain=True
+        claims, governed = await store.claim_runs_plain(
+            conn, worker_id="w", lease=30.0, limit=10, pairs=[("wf", 1)]
         )
-    assert claims == []
+    assert (claims, governed) == ([], False)
