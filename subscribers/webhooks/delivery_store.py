@@ -117,12 +117,15 @@ RETURNING d.id, d.subscription_id, d.event_id, d.topic,
           d.claim_token, d.trace, s.target::text AS target
 """
 
-# $1 delivery ids uuid[], $2 their claim tokens uuid[]. Gives up claims (shutdown): due now.
+# $1 delivery ids uuid[], $2 their claim tokens uuid[], $3 attempts to give back (1: the claims
+# were never attempted, so the claim's count is undone; 0: cancelled attempts, which may have
+# reached the endpoint). Gives up claims (shutdown, a stale or purged buffer): due now.
 # Rows are found by id (`= ANY($1)`: the primary key, whatever the statistics say); a held token
 # implies a pending delivery (constraint ripple_webhook_deliveries_claimed_pending, 0015).
 RELEASE_CLAIMS: Final = """
 UPDATE ripple_webhook_deliveries d
-SET claim_token = NULL, next_attempt_at = now(), updated_at = now()
+SET claim_token = NULL, next_attempt_at = now(), attempts = d.attempts - $3::int,
+    updated_at = now()
 FROM unnest($1::uuid[], $2::uuid[]) AS c(id, token)
 WHERE d.id = ANY($1::uuid[]) AND d.id = c.id AND d.claim_token = c.token
 """
@@ -519,10 +522,16 @@ def finish_document(attempts: Sequence[FinishedAttempt]) -> list[dict[str, Any]]
     ]
 
 
-async def release_claims(conn: Connection, claims: Sequence[ClaimedDelivery]) -> int:
-    """Give up claims still held (their attempts were cancelled); return how many."""
+async def release_claims(
+    conn: Connection, claims: Sequence[ClaimedDelivery], *, attempted: bool = True
+) -> int:
+    """Give up claims still held; return how many. `attempted`: their attempts were started
+    (then cancelled) and stay counted; False (never sent) gives the claim's count back."""
     status = await conn.execute(
-        RELEASE_CLAIMS, [uuid.UUID(c.id) for c in claims], [c.claim_token for c in claims]
+        RELEASE_CLAIMS,
+        [uuid.UUID(c.id) for c in claims],
+        [c.claim_token for c in claims],
+        0 if attempted else 1,
     )
     return int(status.rsplit(" ", 1)[-1])
 

@@ -612,7 +612,7 @@ async def test_webhook_finish_and_release__find_claims_by_id_on_a_table_never_an
         (store.FINISH_ATTEMPTS, (store.finish_document(finished), 3600.0)),
         (
             store.RELEASE_CLAIMS,
-            ([uuid.UUID(c.id) for c in claimed], [c.claim_token for c in claimed]),
+            ([uuid.UUID(c.id) for c in claimed], [c.claim_token for c in claimed], 1),
         ),
     ]
     for statement, args in statements:
