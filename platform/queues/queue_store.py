@@ -115,11 +115,12 @@ USING unnest($2::bigint[], $3::int[]) AS r(id, receive_count)
 WHERE m.id = r.id AND m.queue = $1 AND m.receive_count = r.receive_count AND m.dead_at IS NULL
 RETURNING m.id
 """
-# $1 queue, $2 receipts text[] ("{id}.{receive count}", checked by the caller): delete the
-# messages they match; returns the receipts that matched.
+# $1 queue, $2 receipts ("{id}.{receive count}") joined by ",", checked by the caller: one
+# text, not a text[] (asyncpg checks every array element in Python). Deletes the messages
+# they match; returns the receipts that matched.
 ACK_RECEIPTS: Final = """
 DELETE FROM ripple_queue_messages m
-USING unnest($2::text[]) AS r(receipt)
+USING unnest(string_to_array($2::text, ',')) AS r(receipt)
 WHERE m.id = split_part(r.receipt, '.', 1)::bigint AND m.queue = $1
     AND m.receive_count = split_part(r.receipt, '.', 2)::int AND m.dead_at IS NULL
 RETURNING r.receipt
@@ -295,8 +296,8 @@ async def ack_messages(
     return {row["id"] for row in rows}
 
 
-async def ack_receipts(conn: Connection, queue: str, receipts: list[str]) -> set[str]:
-    """Delete the messages these well-formed receipts match; the receipts that matched."""
+async def ack_receipts(conn: Connection, queue: str, receipts: str) -> set[str]:
+    """Delete the messages these well-formed receipts (joined by ",") match; those that did."""
     return {row[0] for row in await conn.fetch(ACK_RECEIPTS, queue, receipts)}
 
 

@@ -351,7 +351,7 @@ class Queues:
                 _parse_receipt(receipt)  # raises for the first malformed one
         with db.map_errors():
             async with self._pool.acquire() as conn:
-                done = await queue_store.ack_receipts(conn, queue, list(receipts))
+                done = await queue_store.ack_receipts(conn, queue, joined)
         return [r for r in receipts if r in done]
 
     async def nack(self, queue: str, receipt: str, delay: timedelta | float = 0) -> None:
