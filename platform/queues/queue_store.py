@@ -9,18 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 import asyncpg
 
 from ripple.platform.core.db import Connection
 
 __all__ = [
-    "ClaimedMessage",
     "DeadLetter",
     "QueueStats",
     "ack_messages",
+    "ack_receipts",
     "claim_messages",
+    "insert_bodies",
     "insert_messages",
     "set_visibility",
 ]
@@ -36,6 +37,14 @@ FROM jsonb_to_recordset($2::jsonb)
     AS m(body text, headers text, group_id text, dedup text, delay float8)
 ON CONFLICT (queue, deduplication_id) WHERE deduplication_id IS NOT NULL DO NOTHING
 RETURNING id, deduplication_id
+"""
+# $1 queue, $2 bare bodies as one JSON array text (no headers, group, dedup or delay): the
+# array is parsed once here, not a document of JSON strings parsed twice. Ids in array order.
+INSERT_BODIES: Final = """
+INSERT INTO ripple_queue_messages (queue, body)
+SELECT $1, b.body FROM jsonb_array_elements($2::text::jsonb) WITH ORDINALITY AS b(body, n)
+ORDER BY b.n
+RETURNING id::text
 """
 # $1 the messages, a JSON array of {queue, body (JSON text), topic, event, dedup}: fan-out of
 # many events to many queues in one statement (ungrouped, visible now). The headers
@@ -57,7 +66,9 @@ WHERE queue = $1 AND deduplication_id = ANY($2::text[])
 # id of each FIFO group (a group whose head is in flight or delayed yields nothing, which is
 # what makes groups single-flight); `picked` locks up to $2 of both, skipping rows other
 # receivers hold; the UPDATE delivers them (receive_count + 1, invisible for $3 s), except
-# messages already received max_receives times, which become dead letters instead.
+# messages already received max_receives times, which become dead letters instead. Rows come
+# back oldest id first as (id text, body, headers (NULL for none), group_id, receive_count,
+# receipt, dead): what `Message` holds, so the client builds nothing else per message.
 CLAIM_MESSAGES: Final = """
 WITH ready AS (
     SELECT id, receive_count FROM ripple_queue_messages
@@ -82,7 +93,7 @@ WITH ready AS (
     LIMIT $2
 ), lim AS MATERIALIZED (
     SELECT coalesce((SELECT max_receives FROM ripple_queues WHERE name = $1), $4) AS n
-)
+), claimed AS (
 UPDATE ripple_queue_messages m SET
     receive_count = CASE WHEN m.receive_count < lim.n
                          THEN m.receive_count + 1 ELSE m.receive_count END,
@@ -91,8 +102,11 @@ UPDATE ripple_queue_messages m SET
     dead_at = CASE WHEN m.receive_count < lim.n THEN NULL ELSE now() END
 FROM lim
 WHERE m.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING m.id, m.body, NULLIF(m.headers, '{}'::jsonb) AS headers, m.group_id, m.receive_count,
-    m.dead_at IS NOT NULL AS dead
+RETURNING m.id, m.body, m.headers, m.group_id, m.receive_count, m.dead_at IS NOT NULL AS dead
+)
+SELECT id::text, body, NULLIF(headers, '{}'::jsonb) AS headers, group_id, receive_count,
+    id::text || '.' || receive_count::text AS receipt, dead
+FROM claimed ORDER BY id
 """
 # $1 queue, $2 ids bigint[], $3 receive counts int[]: delete the messages whose receipts match
 ACK_MESSAGES: Final = """
@@ -100,6 +114,16 @@ DELETE FROM ripple_queue_messages m
 USING unnest($2::bigint[], $3::int[]) AS r(id, receive_count)
 WHERE m.id = r.id AND m.queue = $1 AND m.receive_count = r.receive_count AND m.dead_at IS NULL
 RETURNING m.id
+"""
+# $1 queue, $2 receipts ("{id}.{receive count}") joined by ",", checked by the caller: one
+# text, not a text[] (asyncpg checks every array element in Python). Deletes the messages
+# they match; returns the receipts that matched.
+ACK_RECEIPTS: Final = """
+DELETE FROM ripple_queue_messages m
+USING unnest(string_to_array($2::text, ',')) AS r(receipt)
+WHERE m.id = split_part(r.receipt, '.', 1)::bigint AND m.queue = $1
+    AND m.receive_count = split_part(r.receipt, '.', 2)::int AND m.dead_at IS NULL
+RETURNING r.receipt
 """
 # $1 queue, $2 id, $3 receive count, $4 seconds until visible again
 SET_VISIBILITY: Final = """
@@ -151,18 +175,6 @@ UPSERT_QUEUE: Final = """
 INSERT INTO ripple_queues (name, max_receives) VALUES ($1, $2)
 ON CONFLICT (name) DO UPDATE SET max_receives = EXCLUDED.max_receives, updated_at = now()
 """
-
-
-class ClaimedMessage(NamedTuple):
-    """A row returned by a claim: delivered, or just moved to the dead letters. (A tuple: a
-    claim builds one per message, and a frozen dataclass costs several times as much to make.)"""
-
-    id: int
-    body: Any
-    headers: dict[str, Any]
-    group_id: str | None
-    receive_count: int
-    dead: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +251,11 @@ async def insert_messages(
     return [(row["id"], row["deduplication_id"]) for row in rows]
 
 
+async def insert_bodies(conn: Connection, queue: str, bodies: str) -> list[str]:
+    """Insert bare bodies (one JSON array text); the new ids in array order."""
+    return [row[0] for row in await conn.fetch(INSERT_BODIES, queue, bodies)]
+
+
 async def insert_fanout(
     conn: Connection,
     queues: list[str],
@@ -266,10 +283,10 @@ async def find_by_dedup(conn: Connection, queue: str, dedup_ids: list[str]) -> d
 
 async def claim_messages(
     conn: Connection, queue: str, limit: int, visibility: float, max_receives: int
-) -> list[ClaimedMessage]:
-    rows = await conn.fetch(CLAIM_MESSAGES, queue, limit, visibility, max_receives)
-    # Headers are NULL for none (no JSON text to decode).
-    return [ClaimedMessage(row[0], row[1], row[2] or {}, row[3], row[4], row[5]) for row in rows]
+) -> list[asyncpg.Record]:
+    """Claimed rows: CLAIM_MESSAGES's columns, read by position (a Record is already a
+    tuple; wrapping each row in another object cost more than the rest of the claim's Python)."""
+    return await conn.fetch(CLAIM_MESSAGES, queue, limit, visibility, max_receives)
 
 
 async def ack_messages(
@@ -277,6 +294,11 @@ async def ack_messages(
 ) -> set[int]:
     rows = await conn.fetch(ACK_MESSAGES, queue, ids, receive_counts)
     return {row["id"] for row in rows}
+
+
+async def ack_receipts(conn: Connection, queue: str, receipts: str) -> set[str]:
+    """Delete the messages these well-formed receipts (joined by ",") match; those that did."""
+    return {row[0] for row in await conn.fetch(ACK_RECEIPTS, queue, receipts)}
 
 
 async def set_visibility(

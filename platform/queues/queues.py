@@ -8,10 +8,10 @@ stops matching as soon as the message is received again, so a slow consumer can 
 
 from __future__ import annotations
 
-import operator
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
@@ -23,7 +23,7 @@ from ripple.platform.core.config import Settings
 from ripple.platform.core.ids import check_text
 from ripple.platform.core.wake import NullWaker, QueueReady, queue_channel
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
-from ripple.platform.events.topics import encode_json
+from ripple.platform.events.topics import encode_json, encode_json_items
 from ripple.platform.queues import queue_store
 from ripple.platform.queues.queue_store import DeadLetter, QueueStats
 
@@ -46,6 +46,8 @@ MAX_BATCH: Final = 1000
 MAX_VISIBILITY: Final = 12 * 3600.0
 MAX_WAIT: Final = 300.0
 _QUEUE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+# Receipts joined by ",": all of them well-formed (checked once, not receipt by receipt).
+_RECEIPTS: Final = re.compile(r"[0-9]{1,18}\.[0-9]{1,9}(?:,[0-9]{1,18}\.[0-9]{1,9})*")
 
 
 # Message id (bigint) and receive count (int): digits that always fit their columns.
@@ -79,9 +81,6 @@ def _seconds(value: timedelta | float | int | None, name: str, upper: float) -> 
     return secs
 
 
-_by_id: Final = operator.attrgetter("id")
-
-
 def _parse_receipt(receipt: object) -> tuple[int, int]:
     """`<message id>.<receive count>`: 1-18 and 1-9 ASCII digits (Message.receipt's form)."""
     if isinstance(receipt, str):
@@ -96,6 +95,23 @@ def _parse_receipt(receipt: object) -> tuple[int, int]:
         ):
             return int(message_id), int(count)
     raise InvalidInput(f"{receipt!r} is not a receipt; pass Message.receipt", field="receipt")
+
+
+@dataclass(slots=True)
+class _Item:
+    index: int = 0
+
+
+@contextmanager
+def _naming_item(count: int) -> Iterator[_Item]:
+    """Prefix an `InvalidInput` raised for one message of a batch with that message's index."""
+    item = _Item()
+    try:
+        yield item
+    except InvalidInput as exc:
+        if count == 1:
+            raise
+        raise InvalidInput(f"message {item.index} of the batch: {exc}", field=exc.field) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,13 +162,21 @@ class Queues:
 
     # -- sending ---------------------------------------------------------------------------
 
-    def _add_body(self, batch: _Batch, body: Any) -> None:
-        """A bare body: `_add(batch, OutgoingMessage(body))` without building the message."""
-        batch.bodies.append(self._body(body))
-        batch.headers.append("{}")
-        batch.groups.append(None)
-        batch.dedups.append(None)
-        batch.delays.append(0.0)
+    def _bodies(self, bodies: Sequence[Any]) -> str:
+        """Bare bodies as one JSON array text, each checked as `_body` checks one."""
+        settings = self._settings
+        if not any(body is None for body in bodies):
+            text = encode_json_items(
+                bodies, max_depth=settings.max_json_depth, max_bytes=settings.max_body_bytes
+            )
+            if text is not None:
+                return text
+        # Some body fails (or the batch check could not clear it): find it and say why.
+        with _naming_item(len(bodies)) as item:
+            parts = []
+            for item.index, body in enumerate(bodies):
+                parts.append(self._body(body))
+        return "[" + ",".join(parts) + "]"
 
     def _body(self, body: Any) -> str:
         if body is None:
@@ -214,30 +238,24 @@ class Queues:
         validate_queue_name(queue)
         if not 1 <= len(messages) <= MAX_BATCH:
             raise InvalidInput(f"send_batch takes 1-{MAX_BATCH} messages", field="messages")
-        batch = _Batch()
-        for item in messages:
-            if isinstance(item, OutgoingMessage):
-                self._add(batch, item)
-            else:
-                self._add_body(batch, item)
+        if any(isinstance(item, OutgoingMessage) for item in messages):
+            batch = _Batch()
+            with _naming_item(len(messages)) as item:
+                for item.index, message in enumerate(messages):
+                    if not isinstance(message, OutgoingMessage):
+                        message = OutgoingMessage(message)
+                    self._add(batch, message)
+            bodies: str | _Batch = batch
+        else:  # bare bodies (the common batch): one JSON array, no per-message options
+            bodies = self._bodies(messages)
         with db.map_errors():
             if conn is None:  # one statement: atomic without an explicit transaction
                 async with self._pool.acquire() as own:
-                    ids = await insert_batch(
-                        own,
-                        queue,
-                        batch.bodies,
-                        batch.headers,
-                        batch.groups,
-                        batch.dedups,
-                        batch.delays,
-                    )
+                    ids = await insert_batch(own, queue, bodies)
                 self._waker.notify(QueueReady(queue=queue))
                 return ids
         async with db.transaction(self._pool, conn) as tx:
-            ids = await insert_batch(
-                tx, queue, batch.bodies, batch.headers, batch.groups, batch.dedups, batch.delays
-            )
+            ids = await insert_batch(tx, queue, bodies)
         # The caller commits later: a hint now alone could wake receivers that see nothing yet;
         # as publish does, hint now and again shortly after.
         wake.hint_around_caller_commit(lambda: self._waker.notify(QueueReady(queue=queue)))
@@ -282,28 +300,25 @@ class Queues:
                     claimed = await queue_store.claim_messages(
                         conn, queue, limit, visibility, DEFAULT_MAX_RECEIVES
                     )
-            dead = [c for c in claimed if c.dead]
-            for c in dead:
-                log.warning(
-                    "queue_message_dead_lettered",
-                    queue=queue,
-                    message_id=c.id,
-                    receive_count=c.receive_count,
-                )
+            # Rows by position (see claim_messages), oldest id first, receipt built by SQL;
+            # headers are NULL for none (no JSON text to decode).
             delivered = [
-                Message(
-                    str(c.id),
-                    c.body,
-                    c.headers,
-                    c.group_id,
-                    c.receive_count,
-                    f"{c.id}.{c.receive_count}",
-                )
-                for c in sorted(claimed, key=_by_id)
-                if not c.dead
+                Message(row[0], row[1], row[2] or {}, row[3], row[4], row[5])
+                for row in claimed
+                if not row[6]
             ]
+            if len(delivered) == len(claimed):
+                return delivered
+            for row in claimed:
+                if row[6]:
+                    log.warning(
+                        "queue_message_dead_lettered",
+                        queue=queue,
+                        message_id=row[0],
+                        receive_count=row[4],
+                    )
             # Only dead letters this time: there may be more behind them.
-            if delivered or not dead:
+            if delivered:
                 return delivered
 
     # -- settling --------------------------------------------------------------------------
@@ -326,13 +341,18 @@ class Queues:
         validate_queue_name(queue)
         if not receipts:
             return []
-        parsed = [_parse_receipt(r) for r in receipts]
+        try:
+            joined = ",".join(receipts)
+        except TypeError:
+            joined = ""
+        # A "," inside one receipt would pass the pattern as two: the count rules that out.
+        if not _RECEIPTS.fullmatch(joined) or joined.count(",") != len(receipts) - 1:
+            for receipt in receipts:
+                _parse_receipt(receipt)  # raises for the first malformed one
         with db.map_errors():
             async with self._pool.acquire() as conn:
-                done = await queue_store.ack_messages(
-                    conn, queue, [p[0] for p in parsed], [p[1] for p in parsed]
-                )
-        return [r for r, (mid, _) in zip(receipts, parsed, strict=True) if mid in done]
+                done = await queue_store.ack_receipts(conn, queue, joined)
+        return [r for r in receipts if r in done]
 
     async def nack(self, queue: str, receipt: str, delay: timedelta | float = 0) -> None:
         """Give the message back: visible again after `delay` (0: now)."""
@@ -419,21 +439,17 @@ class Queues:
             await queue_store.set_max_receives(conn, queue, n)
 
 
-async def insert_batch(
-    conn: db.Connection,
-    queue: str,
-    bodies: list[str],
-    headers: list[str],
-    groups: list[str | None],
-    dedups: list[str | None],
-    delays: list[float],
-) -> list[str]:
-    """Insert validated messages (bodies and headers as JSON text); ids in input order.
+async def insert_batch(conn: db.Connection, queue: str, batch: _Batch | str) -> list[str]:
+    """Insert validated messages; ids in input order. `batch` is a `_Batch` (bodies and
+    headers as JSON text) or bare bodies as one JSON array text.
 
     A message whose deduplication id exists already gets the existing message's id.
     """
+    if isinstance(batch, str):
+        return await queue_store.insert_bodies(conn, queue, batch)
+    bodies, dedups = batch.bodies, batch.dedups
     inserted = await queue_store.insert_messages(
-        conn, queue, bodies, headers, groups, dedups, delays
+        conn, queue, bodies, batch.headers, batch.groups, dedups, batch.delays
     )
     if len(inserted) == len(bodies):
         return [str(i) for i, _ in inserted]

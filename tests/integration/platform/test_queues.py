@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -105,6 +106,14 @@ async def test_queue__visibility_timeout_redelivers_and_fences_receipt(
         await queues.ack("q", second.receipt)
     with pytest.raises(InvalidInput, match="not a receipt"):
         await queues.ack("q", "garbage")
+    # ack_batch checks all receipts at once: two receipts in one string are still one bad one.
+    bad_batches: list[list[Any]] = [
+        [second.receipt, f"{second.receipt},{second.receipt}"],
+        [second.receipt, 7],
+    ]
+    for bad in bad_batches:
+        with pytest.raises(InvalidInput, match="not a receipt"):
+            await queues.ack_batch("q", bad)
 
 
 async def test_queue__nack_and_extend(queues: Queues, pool: Pool) -> None:
@@ -237,6 +246,45 @@ async def test_queue__validation(queues: Queues) -> None:
         await queues.receive("q", visibility_timeout=-1)
     with pytest.raises(InvalidInput, match="not None"):
         await queues.send("q", None)
+
+
+async def test_queue__send_batch_names_the_failing_message_and_writes_nothing(
+    queues: Queues, settings: Settings
+) -> None:
+    ok: dict[str, Any] = {"n": 1}
+    too_deep: Any = 1
+    for _ in range(settings.max_json_depth + 1):
+        too_deep = [too_deep]
+    cases: list[tuple[list[Any], str]] = [
+        ([ok, {1: "x"}], "message 1 of the batch: body has a non-string object key 1"),
+        ([ok, [{"a": {None: 1}}]], "message 1 of the batch: body has a non-string object key"),
+        ([ok, ok, {"s": "a\x00"}], "message 2 of the batch: body contains the NUL character"),
+        ([None, ok], "message 0 of the batch: body must be JSON, not None"),
+        (
+            [ok, too_deep],
+            f"message 1 of the batch: body nests deeper than {settings.max_json_depth}",
+        ),
+        ([ok, "x" * settings.max_body_bytes], "message 1 of the batch: body is"),
+        ([ok, float("nan")], "message 1 of the batch: body is not JSON"),
+        (
+            [ok, OutgoingMessage(ok, headers={"h": {2: 1}})],
+            "message 1 of the batch: headers has a non-string object key 2",
+        ),
+    ]
+    for messages, error in cases:
+        with pytest.raises(InvalidInput, match=re.escape(error)):
+            await queues.send_batch("q", messages)
+    with pytest.raises(InvalidInput, match=r"^body has a non-string object key 1$"):
+        await queues.send("q", {1: "x"})  # one message: no index to name
+    assert (await queues.stats("q")).depth == 0
+    # Whatever passes is stored as sent: brackets and escapes inside strings are not nesting.
+    at_limit: Any = {"s": "]]}}[[{", "e": '\\"[', "é": [1.5, True, None]}
+    for _ in range(settings.max_json_depth - 2):  # the dict and its list: 2 levels
+        at_limit = [at_limit]
+    bodies = [at_limit, ok, "plain", 7]
+    ids = await queues.send_batch("q", bodies)
+    got = await queues.receive("q", max_messages=10)
+    assert [(m.id, m.body) for m in got] == list(zip(ids, bodies, strict=True))
 
 
 def walk(node: dict[str, Any]) -> Iterator[dict[str, Any]]:

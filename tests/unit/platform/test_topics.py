@@ -12,6 +12,7 @@ from ripple.platform.events.topics import (
     compile_pattern,
     contains,
     encode_json,
+    encode_json_items,
     first_mismatch,
     validate_pattern,
     validate_topic,
@@ -157,3 +158,58 @@ def test_encode_json__checks_limits_and_returns_text() -> None:
         encode_json("éééé", field="body", max_depth=2, max_bytes=5)
     # Brackets inside strings do not count as nesting.
     assert encode_json({"s": "[[[[[["}, field="body", max_depth=2, max_bytes=100)
+
+
+# JSON-ish values that trip every check: non-string keys, U+0000, brackets and escapes inside
+# strings, NaN, nesting around the depth limit (tuples aside: the batch check leaves them to
+# the item walk).
+_KEYS = st.one_of(st.text(alphabet='ab[]{}"\\\x00', max_size=3), st.integers(0, 2), st.none())
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 5),
+    st.floats(allow_infinity=False),
+    st.text(alphabet='ab[]{}"\\\x00é', max_size=4),
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_KEYS, inner, max_size=3)),
+    max_leaves=12,
+)
+
+
+def _item_by_item(items: list[object], max_depth: int, max_bytes: int) -> str | None:
+    try:
+        texts = [
+            encode_json(i, field="body", max_depth=max_depth, max_bytes=max_bytes) for i in items
+        ]
+    except InvalidInput:
+        return None
+    return "[" + ",".join(texts) + "]"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_VALUES, min_size=1, max_size=4), st.integers(1, 4), st.integers(2, 60))
+def test_encode_json_items__agrees_with_encode_json_item_by_item(
+    items: list[object], max_depth: int, max_bytes: int
+) -> None:
+    # A whole-batch answer only when every item passes, and then the same text; None is the
+    # caller's cue to run the item-by-item checks that name the failing item.
+    text = encode_json_items(items, max_depth=max_depth, max_bytes=max_bytes)
+    expected = _item_by_item(items, max_depth, max_bytes)
+    if text is not None:
+        assert text == expected
+    elif expected is not None:
+        # Only a batch over the size limit is left to the item walk although each item fits.
+        assert len(expected.encode()) > max_bytes
+
+
+def test_encode_json_items__refuses_what_encode_json_refuses() -> None:
+    ok = {"a": [1, {"s": "]]}}[[", "e": '\\"['}]}
+    assert encode_json_items([ok, ok], max_depth=3, max_bytes=200) == (
+        "[" + ",".join([encode_json(ok, field="b", max_depth=3, max_bytes=200)] * 2) + "]"
+    )
+    for bad in ({1: "a"}, {"a": [{True: 1}]}, [[[[1]]]], "a\x00", float("nan"), {"a": {1, 2}}):
+        assert encode_json_items([ok, bad], max_depth=3, max_bytes=200) is None, bad
+    # Tuples encode as arrays; their keys are for the item walk to judge.
+    assert encode_json_items([({1: 2},)], max_depth=3, max_bytes=200) is None
