@@ -5,7 +5,9 @@ and purged when their endpoint is disabled (real sockets to local sinks)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -40,6 +42,28 @@ async def _claimed(hooks: Hooks, sub: SubscriptionRow) -> dict[str, uuid.UUID]:
 
 def _sent_ids(sink: Sink) -> set[str]:
     return {str(uuid.UUID(r.headers["webhook-id"].removeprefix("msg_"))) for r in sink.received}
+
+
+@contextlib.asynccontextmanager
+async def _hung_endpoint(
+    pool: Pool, settings: Settings, hooks: Hooks
+) -> AsyncIterator[tuple[Sink, SubscriptionRow]]:
+    """Six deliveries to an endpoint that never answers, a dispatcher running with two slots
+    (both sending to it once this yields); the dispatcher is stopped on the way out."""
+    slow = Sink()
+    slow.responder = lambda _r, _n: slow.hang()
+    async with slow:
+        sub = await hooks.subscribe(slow.url(), timeout=120)
+        for _ in range(6):
+            await hooks.publish([sub])
+        d = WebhookDispatcher(pool, NullWaker(), settings)
+        task = asyncio.create_task(d.run())
+        try:
+            await assert_eventually(lambda: len(slow.received) == 2, timeout=20)
+            yield slow, sub
+        finally:
+            d.stop()
+            await asyncio.wait_for(task, 15)
 
 
 async def test_webhook_buffer__a_freed_slot_starts_a_buffered_delivery_without_a_claim(
@@ -85,24 +109,12 @@ async def test_webhook_buffer__stop_releases_buffered_deliveries_unsent(
 ) -> None:
     # Two slots, both held by a hung endpoint; two more of its deliveries wait in the buffer.
     settings = _slots(hook_settings, overall=2, endpoint=2)
-    slow = Sink()
-    slow.responder = lambda _r, _n: slow.hang()
-    async with slow:
-        sub = await hooks.subscribe(slow.url(), timeout=120)
-        for _ in range(6):
-            await hooks.publish([sub])
-        d = WebhookDispatcher(pool, NullWaker(), settings)
-        task = asyncio.create_task(d.run())
-        try:
-            await assert_eventually(lambda: len(slow.received) == 2, timeout=20)
+    async with _hung_endpoint(pool, settings, hooks) as (slow, sub):
 
-            async def four_claimed() -> bool:
-                return len(await _claimed(hooks, sub)) == 4
+        async def four_claimed() -> bool:
+            return len(await _claimed(hooks, sub)) == 4
 
-            await assert_eventually(four_claimed, timeout=20)
-        finally:
-            d.stop()
-            await asyncio.wait_for(task, 15)
+        await assert_eventually(four_claimed, timeout=20)
     rows = await hooks.deliveries(sub)
     assert len(slow.received) == 2  # the buffered ones were not sent on the way out
     assert {r["status"] for r in rows} == {"pending"}
@@ -116,34 +128,22 @@ async def test_webhook_buffer__stale_buffered_deliveries_are_released_not_sent_l
 ) -> None:
     monkeypatch.setattr(dispatcher_module, "BUFFER_MAX_AGE", 0.2)
     settings = _slots(hook_settings, overall=2, endpoint=2)
-    slow = Sink()
-    slow.responder = lambda _r, _n: slow.hang()
-    async with slow:
-        sub = await hooks.subscribe(slow.url(), timeout=120)
-        for _ in range(6):
-            await hooks.publish([sub])
-        d = WebhookDispatcher(pool, NullWaker(), settings)
-        task = asyncio.create_task(d.run())
-        try:
-            await assert_eventually(lambda: len(slow.received) == 2, timeout=20)
+    async with _hung_endpoint(pool, settings, hooks) as (slow, sub):
 
-            async def buffered() -> dict[str, uuid.UUID]:
-                claimed = await _claimed(hooks, sub)
-                unsent = {i: t for i, t in claimed.items() if i not in _sent_ids(slow)}
-                return unsent if len(unsent) == 2 else {}
+        async def buffered() -> dict[str, uuid.UUID]:
+            claimed = await _claimed(hooks, sub)
+            unsent = {i: t for i, t in claimed.items() if i not in _sent_ids(slow)}
+            return unsent if len(unsent) == 2 else {}
 
-            first = await assert_eventually(buffered, timeout=20)
+        first = await assert_eventually(buffered, timeout=20)
 
-            async def released() -> bool:
-                # every stale claim was given back (and claimed again, under a new token)
-                now = {str(r["id"]): r["claim_token"] for r in await hooks.deliveries(sub)}
-                return all(now[i] != token for i, token in first.items())
+        async def released() -> bool:
+            # every stale claim was given back (and claimed again, under a new token)
+            now = {str(r["id"]): r["claim_token"] for r in await hooks.deliveries(sub)}
+            return all(now[i] != token for i, token in first.items())
 
-            await assert_eventually(released, timeout=20)
-            assert len(slow.received) == 2  # stale deliveries are released, never sent late
-        finally:
-            d.stop()
-            await asyncio.wait_for(task, 15)
+        await assert_eventually(released, timeout=20)
+        assert len(slow.received) == 2  # stale deliveries are released, never sent late
     rows = await hooks.deliveries(sub)
     assert all(r["claim_token"] is None for r in rows)
     # each release gave its claim's attempt back: only the two sent attempts count
