@@ -182,12 +182,17 @@ def encode_json(value: Any, *, field: str, max_depth: int, max_bytes: int) -> st
         _check_depth(value, field, max_depth, 1)
     elif isinstance(value, dict | list):
         _check_keys(value, field)
-    size = len(text) if text.isascii() else len(text.encode())
+    size = _utf8_size(text)
     if size > max_bytes:
         raise InvalidInput(
             f"{field} is {size} bytes of JSON; the limit is {max_bytes} bytes", field=field
         )
     return text
+
+
+def _utf8_size(text: str) -> int:
+    """Bytes of `text` in UTF-8 (no encoding for ASCII text, the common case)."""
+    return len(text) if text.isascii() else len(text.encode())
 
 
 # A JSON string as json.dumps writes it, and a container holding no other container.
@@ -209,8 +214,7 @@ def encode_json_items(values: Sequence[Any], *, max_depth: int, max_bytes: int) 
     except (TypeError, ValueError):
         return None
     # The whole array within the size limit bounds every item; U+0000 needs the precise walk.
-    size = len(text) if text.isascii() else len(text.encode())
-    if size > max_bytes or NUL_ESCAPE in text:
+    if _utf8_size(text) > max_bytes or NUL_ESCAPE in text:
         return None
     # Depth: with strings removed, each pass drops the containers that hold no container, so
     # the array (one level above its items) is gone after at most max_depth + 1 passes.

@@ -18,7 +18,6 @@ from ripple.platform.core.db import Connection
 __all__ = [
     "DeadLetter",
     "QueueStats",
-    "ack_messages",
     "ack_receipts",
     "claim_messages",
     "insert_bodies",
@@ -107,13 +106,6 @@ RETURNING m.id, m.body, m.headers, m.group_id, m.receive_count, m.dead_at IS NOT
 SELECT id::text, body, NULLIF(headers, '{}'::jsonb) AS headers, group_id, receive_count,
     id::text || '.' || receive_count::text AS receipt, dead
 FROM claimed ORDER BY id
-"""
-# $1 queue, $2 ids bigint[], $3 receive counts int[]: delete the messages whose receipts match
-ACK_MESSAGES: Final = """
-DELETE FROM ripple_queue_messages m
-USING unnest($2::bigint[], $3::int[]) AS r(id, receive_count)
-WHERE m.id = r.id AND m.queue = $1 AND m.receive_count = r.receive_count AND m.dead_at IS NULL
-RETURNING m.id
 """
 # $1 queue, $2 receipts ("{id}.{receive count}") joined by ",", checked by the caller: one
 # text, not a text[] (asyncpg checks every array element in Python). Deletes the messages
@@ -287,13 +279,6 @@ async def claim_messages(
     """Claimed rows: CLAIM_MESSAGES's columns, read by position (a Record is already a
     tuple; wrapping each row in another object cost more than the rest of the claim's Python)."""
     return await conn.fetch(CLAIM_MESSAGES, queue, limit, visibility, max_receives)
-
-
-async def ack_messages(
-    conn: Connection, queue: str, ids: list[int], receive_counts: list[int]
-) -> set[int]:
-    rows = await conn.fetch(ACK_MESSAGES, queue, ids, receive_counts)
-    return {row["id"] for row in rows}
 
 
 async def ack_receipts(conn: Connection, queue: str, receipts: str) -> set[str]:

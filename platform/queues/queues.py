@@ -329,8 +329,8 @@ class Queues:
         message_id, count = _parse_receipt(receipt)
         with db.map_errors():
             async with self._pool.acquire() as conn:
-                done = await queue_store.ack_messages(conn, queue, [message_id], [count])
-                if not done:
+                # A well-formed receipt is its own one-item list (see ack_batch).
+                if not await queue_store.ack_receipts(conn, queue, receipt):
                     await self._refuse(conn, queue, receipt, message_id, count)
 
     async def ack_batch(self, queue: str, receipts: Sequence[str]) -> list[str]:

@@ -220,7 +220,7 @@ class WebhookDispatcher:
             log.info("webhook_dispatcher_stopped")
 
     async def run_until_idle(self) -> int:
-        """Deliver until nothing is due and nothing is in flight; return attempts made.
+        """Deliver until nothing is due, buffered or in flight; return the attempts started.
 
         A database error while claiming is raised (it must not look like "idle").
         """
@@ -445,9 +445,9 @@ class WebhookDispatcher:
         """Release buffered deliveries claimed more than BUFFER_MAX_AGE ago (the oldest are
         first); they are due again for whichever dispatcher has a slot."""
         buffer = self._buffer
-        if not buffer or buffer[0][0] > time.monotonic() - BUFFER_MAX_AGE:
-            return
         stale_before = time.monotonic() - BUFFER_MAX_AGE
+        if not buffer or buffer[0][0] > stale_before:
+            return
         stale: list[store.ClaimedDelivery] = []
         while buffer and buffer[0][0] <= stale_before:
             delivery = buffer.popleft()[1]

@@ -202,17 +202,16 @@ RETURNING r.run_id, r.workflow, r.version, r.input, r.attempt, r.epoch, r.deadli
 
 _CLAIM_RUNS: Final = _CANDIDATES + _FLOW_CONTROL + _TAKE.format(source="ok")
 
-# The claim without flow control, for workers whose workflows declare none (the CTEs above
-# cost about a quarter of a millisecond of planning and execution per claim even when they
-# find nothing to do). It takes the candidates that flow control would pass untouched, and
-# reports in `governed` whether it left any that flow control must decide: then the worker
-# claims again with _CLAIM_RUNS (runs keyed by another version of the workflow, say). The
-# first row is a NULL run_id when nothing was taken.
 #: Whether flow control decides about candidate `c` (else it passes it untouched).
 _GOVERNED: Final = """(c.throttle_key IS NOT NULL AND c.fresh AND c.prev_status = 'pending')
         OR (c.concurrency_key IS NOT NULL AND c.prev_status = 'pending')"""
 _TAKE_PLAIN: Final = _TAKE.format(source="plain")
-# Composed of this module's constants only (no input reaches the text).
+# The claim without flow control, tried first (`claim_runs_plain`): the CTEs above cost about
+# a quarter of a millisecond of planning and execution per claim even when no candidate has a
+# key. It takes the candidates flow control would pass untouched and reports in `governed`
+# whether it left any that flow control must decide; the caller then claims those with
+# _CLAIM_RUNS. The first row has a NULL run_id when nothing was taken. Composed of this
+# module's constants only (no input reaches the text).
 _CLAIM_PLAIN: Final = f"""{_CANDIDATES}), plain AS (
     SELECT c.* FROM c WHERE NOT ({_GOVERNED})
 ), taken AS (

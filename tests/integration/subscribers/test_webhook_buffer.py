@@ -50,8 +50,7 @@ async def _hung_endpoint(
 ) -> AsyncIterator[tuple[Sink, SubscriptionRow]]:
     """Six deliveries to an endpoint that never answers, a dispatcher running with two slots
     (both sending to it once this yields); the dispatcher is stopped on the way out."""
-    slow = Sink()
-    slow.responder = lambda _r, _n: slow.hang()
+    slow = Sink.hung()
     async with slow:
         sub = await hooks.subscribe(slow.url(), timeout=120)
         for _ in range(6):
@@ -156,8 +155,7 @@ async def test_webhook_buffer__endpoint_cap_bounds_exchanges_and_its_share_of_th
     # 8 slots, 2 per endpoint: the hung endpoint has its 2 exchanges and at most 2 buffered
     # deliveries (its share), and the other endpoint's deliveries all go through meanwhile.
     settings = _slots(hook_settings, overall=8, endpoint=2)
-    slow = Sink()
-    slow.responder = lambda _r, _n: slow.hang()
+    slow = Sink.hung()
     async with slow, Sink() as fast:
         slow_sub = await hooks.subscribe(slow.url(), timeout=120)
         fast_sub = await hooks.subscribe(fast.url())

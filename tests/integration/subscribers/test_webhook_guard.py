@@ -155,8 +155,7 @@ async def test_webhook_dispatcher__connections_per_origin_are_capped(
             "webhook_origin_concurrency": 3,
         }
     )
-    slow = Sink()
-    slow.responder = lambda _r, _n: slow.hang()
+    slow = Sink.hung()
     async with slow:
         subs = [await hooks.subscribe(slow.url(f"/s{i}"), timeout=120) for i in range(4)]
         for _ in range(2):
@@ -182,8 +181,7 @@ async def test_webhook_dispatcher__connections_per_origin_are_capped(
 async def test_webhook_dispatcher__attempt_times_out(
     pool: Pool, hook_settings: Settings, hooks: Hooks
 ) -> None:
-    sink = Sink()
-    sink.responder = lambda _r, _n: sink.hang()
+    sink = Sink.hung()
     async with sink:
         sub = await hooks.subscribe(sink.url(), timeout=0.3)
         await hooks.publish([sub])
@@ -199,8 +197,7 @@ async def test_webhook_dispatcher__slow_endpoint_does_not_block_others(
     settings = hook_settings.model_copy(
         update={"webhook_concurrency": 4, "webhook_endpoint_concurrency": 2}
     )
-    slow = Sink()
-    slow.responder = lambda _r, _n: slow.hang()
+    slow = Sink.hung()
     async with slow, Sink() as fast:
         slow_sub = await hooks.subscribe(slow.url(), timeout=120)
         fast_sub = await hooks.subscribe(fast.url())
@@ -242,8 +239,7 @@ async def test_webhook_dispatcher__slow_endpoints_holding_most_slots_do_not_star
             "webhook_origin_concurrency": 20,
         }
     )
-    slow = Sink()
-    slow.responder = lambda _r, _n: slow.hang()
+    slow = Sink.hung()
     async with slow, Sink() as fast:
         slow_subs = [await hooks.subscribe(slow.url(f"/s{i}"), timeout=120) for i in range(4)]
         fast_sub = await hooks.subscribe(fast.url())

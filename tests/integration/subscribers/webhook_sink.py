@@ -51,6 +51,13 @@ class Sink:
         self._writers: set[asyncio.StreamWriter] = set()
         self._closed = asyncio.Event()
 
+    @classmethod
+    def hung(cls) -> Sink:
+        """A sink that never answers (each request waits until the sink closes)."""
+        sink = cls()
+        sink.responder = lambda _req, _n: sink.hang()
+        return sink
+
     def url(self, path: str = "/hook", host: str = "127.0.0.1") -> str:
         return f"http://{host}:{self.port}{path}"
 

@@ -15,9 +15,11 @@ from ripple.workflows import (
     RunStatus,
     Throttle,
     WorkflowContext,
+    store,
     workflow,
 )
 from ripple.workflows.authoring.flow import check_key_path
+from ripple.workflows.runtime import worker as worker_module
 from tests.helpers import assert_eventually
 from tests.integration.workflows.conftest import App
 
@@ -90,6 +92,40 @@ async def test_concurrency__one_run_per_key_and_keys_side_by_side(app: App) -> N
     assert peak["all"] > 1
     # every slot was given back
     assert await app.pool.fetchval("SELECT sum(active) FROM ripple_concurrency_slots") == 0
+
+
+@pytest.mark.parametrize("hold", [5.0, 0.0], ids=["held", "no-hold"])
+async def test_concurrency__a_governed_plain_claim_switches_to_flow_control_claims(
+    app: App, monkeypatch: pytest.MonkeyPatch, hold: float
+) -> None:
+    """A plain claim that finds keyed runs hands them to flow control, and the worker claims
+    with flow control directly for GOVERNED_HOLD seconds (0: it tries plainly every time)."""
+    monkeypatch.setattr(worker_module, "GOVERNED_HOLD", hold)
+    claims: list[str] = []
+    plain, full = store.claim_runs_plain, store.claim_runs
+
+    async def counted_plain(*args: Any, **kw: Any) -> tuple[list[store.ClaimedRun], bool]:
+        claimed, governed = await plain(*args, **kw)
+        claims.append("governed" if governed else "plain")
+        return claimed, governed
+
+    async def counted_full(*args: Any, **kw: Any) -> list[store.ClaimedRun]:
+        claims.append("full")
+        return await full(*args, **kw)
+
+    monkeypatch.setattr(store, "claim_runs_plain", counted_plain)
+    monkeypatch.setattr(store, "claim_runs", counted_full)
+    handles = [await app.workflows.start(per_customer, {"customer": {"id": "k"}}) for _ in range(3)]
+    async with app.worker(per_customer, concurrency=10):
+        for handle in handles:
+            await handle.result(timeout=20)
+    assert peak["k"] == 1
+    assert claims[0] == "governed"
+    if hold:  # every claim after the first went to flow control directly (the test < 5 s)
+        assert set(claims[1:]) == {"full"}
+    else:
+        assert "full" not in claims
+        assert claims.count("governed") >= 3  # each run was claimed after a plain attempt
 
 
 async def test_concurrency__canceling_the_active_run_frees_its_slot(app: App) -> None:
