@@ -4,7 +4,7 @@
 `python -m bench.webhook_worker ripple` delivers every due webhook delivery of the database in
 the RIPPLE_* environment with one `WebhookDispatcher`; `python -m bench.webhook_worker bare URL
 CONCURRENCY POSTS` POSTs signed JSON to URL with bare aiohttp. Each prints `ready` once set up,
-then `<deliveries> <seconds>` for the work alone, and exits.
+then `<deliveries> <seconds> <cpu seconds>` for the work alone, and exits.
 """
 
 from __future__ import annotations
@@ -23,16 +23,17 @@ async def ripple() -> None:
         dispatcher = client.background_services(webhooks=True, sweeper=False)[0]
         freeze_startup_objects()
         print("ready", flush=True)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         made = await dispatcher.run_until_idle()  # type: ignore[attr-defined]
-        print(made, time.perf_counter() - started, flush=True)
+        print(made, time.perf_counter() - started, time.process_time() - cpu, flush=True)
 
 
 async def bare(url: str, concurrency: int, posts: int) -> None:
     freeze_startup_objects()
     print("ready", flush=True)
+    cpu = time.process_time()
     rate = await aiohttp_posts(url, concurrency, posts)
-    print(posts, posts / rate, flush=True)
+    print(posts, posts / rate, time.process_time() - cpu, flush=True)
 
 
 if __name__ == "__main__":

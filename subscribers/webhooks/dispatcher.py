@@ -75,13 +75,22 @@ REFILL_WAIT: Final = 0.01
 #: Claimed deliveries kept ready beyond the free slots, as a share of `webhook_concurrency`: a
 #: freed slot starts the next one at once instead of waiting for a claim (6-16 ms from send to
 #: rows on a loop busy with 50 exchanges, < 1 ms of it in Postgres). Without it only 14-18 of
-#: 50 slots were busy on average. One endpoint may take at most half of the buffer, so slow
-#: endpoints (whose buffered deliveries wait for their own slots) cannot fill it.
+#: 50 slots were busy on average. One endpoint's share of it is ENDPOINT_BUFFER_SHARE.
 BUFFER_SHARE: Final = 2.0
+#: Deliveries one endpoint may have buffered, as a multiple of its slot cap
+#: (`webhook_endpoint_concurrency`; at most the whole buffer): enough to keep its slots busy
+#: while the next claim is under way. At 1x, an endpoint with every slot of a 50-slot worker
+#: had its buffer emptied by each claim (4-5 ms from send to rows on a busy loop) and kept
+#: only 31-33 of its 50 slots sending; at 2x, 42.
+ENDPOINT_BUFFER_SHARE: Final = 2.0
 #: Seconds a delivery may wait in the buffer; older ones are released (due again, the claim's
 #: attempt count given back) rather than sent late: the claim's lease (the attempt's timeout
 #: plus LEASE_MARGIN, from the claim) must still cover the whole attempt once it starts.
 BUFFER_MAX_AGE: Final = LEASE_MARGIN / 4
+#: Seconds between checks for attempts past their timeout: one sweep cancels every overdue
+#: attempt, instead of a loop timer per attempt (`asyncio.timeout`: 5 us each under uvloop, of
+#: ~115 us of CPU per delivery). An attempt's timeout fires up to this much late.
+DEADLINE_SWEEP: Final = 0.05
 #: Most URLs whose literal-address check passed are remembered (the policy never changes).
 CHECKED_URLS: Final = 4096
 #: The decision for a 2xx answer (`decide` returns the same).
@@ -182,7 +191,11 @@ class WebhookDispatcher:
         self._buffered: dict[str, int] = {}
         self._buffer_size = max(1, int(settings.webhook_concurrency * BUFFER_SHARE))
         self._endpoint_buffer = max(
-            1, min(settings.webhook_endpoint_concurrency, self._buffer_size // 2)
+            1,
+            min(
+                int(settings.webhook_endpoint_concurrency * ENDPOINT_BUFFER_SHARE),
+                self._buffer_size,
+            ),
         )
         #: tasks giving unsent claims back (stale, purged or shut down)
         self._releasers: set[asyncio.Task[None]] = set()
@@ -192,6 +205,11 @@ class WebhookDispatcher:
         self._checked_urls: set[str] = set()
         #: the DELIVERIES counter of each outcome (labelled once)
         self._counted: dict[str, Counter] = {}
+        #: when each attempt in its exchange times out (monotonic), and those the deadline
+        #: sweeper cancelled for it (`_sweep_deadlines`)
+        self._deadlines: dict[asyncio.Task[None], float] = {}
+        self._expired: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -271,6 +289,10 @@ class WebhookDispatcher:
 
     async def aclose(self) -> None:
         """Close the HTTP session (its keep-alive connections)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
         if self._http is not None:
             await self._http.close()
             self._http = None
@@ -561,32 +583,48 @@ class WebhookDispatcher:
         retry_after: str | None = None
         head: str | None = None
         timeout = float(target.get("timeout") or self._settings.webhook_timeout)
+        task = asyncio.current_task()
+        assert task is not None
+        # The whole exchange, from waiting for a connection to the end of the response head,
+        # runs within the timeout: past it, the deadline sweeper cancels this task. Only
+        # awaits inside this `try` can see that cancellation (registered just before, removed
+        # in its `finally`), so it always lands in the handler below.
+        self._deadlines[task] = t0 + timeout
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep_deadlines(), name="webhook-deadlines")
         try:
-            async with asyncio.timeout(timeout):
-                url = str(target["url"])
-                # Host names are resolved and checked once, when a connection is opened.
-                self._check_literal(url)
-                body = message_body(delivery.topic, delivery.event_time, delivery.payload_json)
-                stamp = int(time.time())
-                msg_id = "msg_" + delivery.id.replace("-", "")
-                headers = {
-                    "content-type": "application/json",
-                    "webhook-id": msg_id,
-                    "webhook-timestamp": str(stamp),
-                    "webhook-signature": signature_header(
-                        msg_id, stamp, body, signing_secrets(target, started_at)
-                    ),
-                }
-                async with self._client().post(
-                    url, data=body, headers=headers, allow_redirects=False
-                ) as response:
-                    status_code = response.status
-                    retry_after = response.headers.get("retry-after")
-                    head = await _read_head(response)
+            url = str(target["url"])
+            # Host names are resolved and checked once, when a connection is opened.
+            self._check_literal(url)
+            body = message_body(delivery.topic, delivery.event_time, delivery.payload_json)
+            stamp = int(time.time())
+            msg_id = "msg_" + delivery.id.replace("-", "")
+            headers = {
+                "content-type": "application/json",
+                "webhook-id": msg_id,
+                "webhook-timestamp": str(stamp),
+                "webhook-signature": signature_header(
+                    msg_id, stamp, body, signing_secrets(target, started_at)
+                ),
+            }
+            async with self._client().post(
+                url, data=body, headers=headers, allow_redirects=False
+            ) as response:
+                status_code = response.status
+                retry_after = response.headers.get("retry-after")
+                head = await _read_head(response)
+        except asyncio.CancelledError:
+            # Cancelled for its timeout (and nothing else, e.g. shutdown): a timed-out attempt.
+            if task not in self._expired or task.uncancel() > 0:
+                raise
+            error = None if status_code is not None else _error_text(TimeoutError())
         except Exception as exc:  # any failure of this attempt is recorded and retried
             error = _error_text(exc)
             if status_code is not None:
                 error = None  # the response head timed out; the status still counts
+        finally:
+            del self._deadlines[task]
+            self._expired.discard(task)
         latency_ms = (time.perf_counter() - t0) * 1000.0
         if status_code is not None and 200 <= status_code < 300:
             decision = DELIVERED  # what decide() answers, without its schedule and clock
@@ -601,6 +639,20 @@ class WebhookDispatcher:
                 rng=self._rng,
             )
         await self._record(delivery, decision, started_at, latency_ms, status_code, error, head)
+
+    async def _sweep_deadlines(self) -> None:
+        """Cancel attempts past their timeout, every DEADLINE_SWEEP seconds while any is in
+        its exchange (`_attempt_inner` turns that cancellation into a timeout)."""
+        try:
+            while self._deadlines:
+                await asyncio.sleep(DEADLINE_SWEEP)
+                now = time.perf_counter()  # the clock of the deadlines (`t0`)
+                for task, deadline in self._deadlines.items():
+                    if deadline <= now and task not in self._expired:
+                        self._expired.add(task)
+                        task.cancel()
+        finally:
+            self._sweeper = None
 
     def _check_literal(self, url: str) -> None:
         """`check_literal_url`, remembered for URLs that passed (same URL, same verdict)."""

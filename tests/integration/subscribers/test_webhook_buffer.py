@@ -106,14 +106,15 @@ async def test_webhook_buffer__a_freed_slot_starts_a_buffered_delivery_without_a
 async def test_webhook_buffer__stop_releases_buffered_deliveries_unsent(
     pool: Pool, hook_settings: Settings, hooks: Hooks
 ) -> None:
-    # Two slots, both held by a hung endpoint; two more of its deliveries wait in the buffer.
+    # Two slots, both held by a hung endpoint; its four other deliveries wait in the buffer
+    # (its share: twice its cap).
     settings = _slots(hook_settings, overall=2, endpoint=2)
     async with _hung_endpoint(pool, settings, hooks) as (slow, sub):
 
-        async def four_claimed() -> bool:
-            return len(await _claimed(hooks, sub)) == 4
+        async def all_claimed() -> bool:
+            return len(await _claimed(hooks, sub)) == 6
 
-        await assert_eventually(four_claimed, timeout=20)
+        await assert_eventually(all_claimed, timeout=20)
     rows = await hooks.deliveries(sub)
     assert len(slow.received) == 2  # the buffered ones were not sent on the way out
     assert {r["status"] for r in rows} == {"pending"}
@@ -132,7 +133,7 @@ async def test_webhook_buffer__stale_buffered_deliveries_are_released_not_sent_l
         async def buffered() -> dict[str, uuid.UUID]:
             claimed = await _claimed(hooks, sub)
             unsent = {i: t for i, t in claimed.items() if i not in _sent_ids(slow)}
-            return unsent if len(unsent) == 2 else {}
+            return unsent if len(unsent) == 4 else {}
 
         first = await assert_eventually(buffered, timeout=20)
 
@@ -152,8 +153,9 @@ async def test_webhook_buffer__stale_buffered_deliveries_are_released_not_sent_l
 async def test_webhook_buffer__endpoint_cap_bounds_exchanges_and_its_share_of_the_buffer(
     pool: Pool, hook_settings: Settings, hooks: Hooks
 ) -> None:
-    # 8 slots, 2 per endpoint: the hung endpoint has its 2 exchanges and at most 2 buffered
-    # deliveries (its share), and the other endpoint's deliveries all go through meanwhile.
+    # 8 slots, 2 per endpoint: the hung endpoint has its 2 exchanges and at most 4 buffered
+    # deliveries (its share: twice its cap), and the other endpoint's deliveries all go
+    # through meanwhile.
     settings = _slots(hook_settings, overall=8, endpoint=2)
     slow = Sink.hung()
     async with slow, Sink() as fast:
@@ -166,7 +168,7 @@ async def test_webhook_buffer__endpoint_cap_bounds_exchanges_and_its_share_of_th
         try:
 
             async def slow_claimed() -> bool:
-                return len(await _claimed(hooks, slow_sub)) == 4
+                return len(await _claimed(hooks, slow_sub)) == 6
 
             await assert_eventually(slow_claimed, timeout=20)
             for _ in range(20):
@@ -179,7 +181,7 @@ async def test_webhook_buffer__endpoint_cap_bounds_exchanges_and_its_share_of_th
             await assert_eventually(fast_done, timeout=20)
             assert len(fast.received) == 20
             assert len(slow.received) == 2
-            assert len(await _claimed(hooks, slow_sub)) <= 4
+            assert len(await _claimed(hooks, slow_sub)) <= 6
         finally:
             d.stop()
             await asyncio.wait_for(task, 15)
@@ -189,7 +191,7 @@ async def test_webhook_buffer__a_disabled_endpoint_s_buffered_deliveries_are_not
     pool: Pool, hook_settings: Settings, hooks: Hooks
 ) -> None:
     # One exchange at a time per endpoint: the first delivery is refused for good (410) while
-    # the others wait in the buffer; disabling the endpoint gives them back unsent.
+    # the other two wait in the buffer; disabling the endpoint gives them back unsent.
     settings = _slots(hook_settings, overall=8, endpoint=1)
     async with Sink(lambda _r, _n: Reply(410)) as sink:
         sub = await hooks.subscribe(sink.url())
@@ -203,4 +205,4 @@ async def test_webhook_buffer__a_disabled_endpoint_s_buffered_deliveries_are_not
     assert sorted(r["attempts"] for r in rows) == [0, 0, 1]
     assert all(r["claim_token"] is None for r in rows)
     released = [e for e in logs if e["event"] == "webhook_claims_released"]
-    assert [(e["count"], e["attempted"]) for e in released] == [(1, False)]
+    assert [(e["count"], e["attempted"]) for e in released] == [(2, False)]

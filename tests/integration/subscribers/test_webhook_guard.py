@@ -191,6 +191,33 @@ async def test_webhook_dispatcher__attempt_times_out(
     assert row["last_error"].startswith("no response: TimeoutError")
 
 
+async def test_webhook_dispatcher__a_status_sent_before_the_timeout_still_counts(
+    pool: Pool, hook_settings: Settings, hooks: Hooks
+) -> None:
+    # The endpoint answers 200 and never finishes the body it announced: the attempt times
+    # out while reading it, and the status that did arrive decides the outcome.
+    done = asyncio.Event()
+
+    async def answer_then_stall(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
+        await writer.drain()
+        await done.wait()
+        writer.close()
+
+    server = await asyncio.start_server(answer_then_stall, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        sub = await hooks.subscribe(f"http://127.0.0.1:{port}/hook", timeout=0.3)
+        await hooks.publish([sub])
+        try:
+            await WebhookDispatcher(pool, NullWaker(), hook_settings).run_until_idle()
+        finally:
+            done.set()
+    (row,) = await hooks.deliveries(sub)
+    assert (row["status"], row["last_status_code"], row["attempts"]) == ("delivered", 200, 1)
+
+
 async def test_webhook_dispatcher__slow_endpoint_does_not_block_others(
     pool: Pool, hook_settings: Settings, hooks: Hooks
 ) -> None:
