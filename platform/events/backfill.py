@@ -2,7 +2,7 @@
 
 A backfill gives a new subscription the retained events published since a time, then it
 continues live. The live boundary is exact: every event records the subscription-set version
-its publisher matched it against (see `Subscriptions.matching_at`), and the subscription was
+its publisher matched it against (see `Subscriptions.targets_at`), and the subscription was
 created at version V, so the events tagged >= V were matched with it live and the rest are the
 backfill's. Those can still be committed for a moment after the subscription is (a publisher
 whose cache predates it), so the backfill waits until every cache has been re-checked (the poll

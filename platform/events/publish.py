@@ -149,17 +149,8 @@ class Publisher:
         A repeated `idempotency_key` returns the first event's id and writes nothing.
         """
         text = self._validate(topic, payload, idempotency_key)
-        matching, version = await self._subscriptions.matching_at(topic)
-        item = PendingEvent(
-            new_id(),
-            topic,
-            payload,
-            text,
-            idempotency_key,
-            None,
-            _group(_deliverable(matching, payload)),
-            version,
-        )
+        targets, version = await self._subscriptions.targets_at(topic, payload)
+        item = PendingEvent(new_id(), topic, payload, text, idempotency_key, None, targets, version)
         if not tracing.recording():  # no tracer provider: no span, no context to store
             written = await self._write(item, conn)
         else:
@@ -220,23 +211,6 @@ class Publisher:
                     run_ids = await self._resolver.matching_wait_runs(conn, topic, payload)
         waits = len(run_ids)
         return Explanation(topic, verdicts, waits, run_ids)
-
-
-def _deliverable(
-    matching: Sequence[CompiledSubscription], payload: Any
-) -> list[CompiledSubscription]:
-    return [
-        c
-        for c in matching
-        if c.active and (c.record.filter is None or contains(payload, c.record.filter))
-    ]
-
-
-def _group(targets: Sequence[CompiledSubscription]) -> dict[str, list[SubscriptionRow]]:
-    grouped: dict[str, list[SubscriptionRow]] = {}
-    for compiled in targets:
-        grouped.setdefault(compiled.record.kind, []).append(compiled.row)
-    return grouped
 
 
 def _verdict(compiled: CompiledSubscription, topic: str, payload: Any) -> SubscriptionVerdict:

@@ -54,8 +54,9 @@ class PendingEvent:
     payload_json: str
     idempotency_key: str | None
     trace: dict[str, str] | None
-    #: Matching active subscriptions whose filter the payload satisfies, by kind.
-    by_kind: dict[str, list[SubscriptionRow]]
+    #: Matching active subscriptions whose filter the payload satisfies, by kind (shared
+    #: between events of a topic: read only).
+    by_kind: Mapping[str, Sequence[SubscriptionRow]]
     #: The subscription-set version `by_kind` was matched against (stored with the event).
     subscriptions_version: int | None = None
 
@@ -69,7 +70,7 @@ class WrittenEvent:
     duplicate: bool
     waits: int
     event: PublishedEvent | None
-    by_kind: dict[str, list[SubscriptionRow]] = field(default_factory=dict)
+    by_kind: Mapping[str, Sequence[SubscriptionRow]] = field(default_factory=dict)
     #: Deliveries written, by kind (for the metrics counted once the commit is known).
     created: dict[str, int] = field(default_factory=dict)
 

@@ -15,10 +15,10 @@ import contextlib
 import dataclasses
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import structlog
 
@@ -31,11 +31,24 @@ from ripple.platform.events import backfill_store, subscription_store
 from ripple.platform.events.backfill import check_retained
 from ripple.platform.events.fanout import SubscriptionRow, TargetKind
 from ripple.platform.events.subscription_store import SubscriptionRecord
-from ripple.platform.events.topics import Pattern, check_json, compile_pattern, validate_pattern
+from ripple.platform.events.topics import (
+    Pattern,
+    check_json,
+    compile_pattern,
+    contains,
+    validate_pattern,
+)
 
 __all__ = ["CompiledSubscription", "Subscription", "Subscriptions"]
 
 log = structlog.get_logger("ripple.subscriptions")
+
+#: Topics whose fan-out targets one compiled set remembers (a set is rebuilt on every
+#: subscription change, which forgets them); past this many it starts over.
+TARGETS_MEMO: Final = 4096
+
+#: The rows an event fans out to, by kind (shared between publishes: read only).
+Targets = Mapping[str, Sequence[SubscriptionRow]]
 
 #: A subscription as callers see it (id, pattern, kind, target, filter, status, status_reason,
 #: created_at, updated_at).
@@ -65,6 +78,8 @@ class _CompiledSet:
         self._exact: dict[str, list[CompiledSubscription]] = {}
         self._by_first: dict[str, list[CompiledSubscription]] = {}
         self._wild_first: list[CompiledSubscription] = []
+        #: per topic: its active subscriptions, and their targets when none has a filter
+        self._targets: dict[str, tuple[tuple[CompiledSubscription, ...], Targets | None]] = {}
         for record in records:
             compiled = CompiledSubscription(
                 record,
@@ -89,6 +104,31 @@ class _CompiledSet:
         if len(found) > 1:
             found.sort(key=lambda c: c.record.id)
         return found
+
+    def targets(self, topic: str, payload: Any) -> Targets:
+        """The rows of the active subscriptions matching `topic` whose filter `payload`
+        satisfies, by kind, oldest first. Remembered per topic while no match has a filter
+        (then the same for every payload): a publish matches and groups nothing again."""
+        memo = self._targets.get(topic)
+        if memo is None:
+            if len(self._targets) >= TARGETS_MEMO:
+                self._targets.clear()
+            active = tuple(c for c in self.matching(topic) if c.active)
+            fixed = None if any(c.record.filter is not None for c in active) else _by_kind(active)
+            memo = self._targets[topic] = (active, fixed)
+        active, fixed = memo
+        if fixed is not None:
+            return fixed
+        return _by_kind(
+            [c for c in active if c.record.filter is None or contains(payload, c.record.filter)]
+        )
+
+
+def _by_kind(subscriptions: Sequence[CompiledSubscription]) -> Targets:
+    grouped: dict[str, list[SubscriptionRow]] = {}
+    for compiled in subscriptions:
+        grouped.setdefault(compiled.record.kind, []).append(compiled.row)
+    return {kind: tuple(rows) for kind, rows in grouped.items()}
 
 
 class Subscriptions:
@@ -250,11 +290,13 @@ class Subscriptions:
         """Subscriptions of any status whose pattern matches `topic` (a valid topic)."""
         return (await self._current()).matching(topic)
 
-    async def matching_at(self, topic: str) -> tuple[builtins.list[CompiledSubscription], int]:
-        """`matching(topic)` and the subscription-set version it was matched against (events
-        record it, so a backfill knows which events a new subscription was matched with)."""
+    async def targets_at(self, topic: str, payload: Any) -> tuple[Targets, int]:
+        """Where an event of `topic` with `payload` fans out (the rows of the active matching
+        subscriptions whose filter it satisfies, by kind; read only), and the
+        subscription-set version it was matched against (events record it, so a backfill
+        knows which events a new subscription was matched with)."""
         current = await self._current()
-        return current.matching(topic), current.version
+        return current.targets(topic, payload), current.version
 
     async def _current(self) -> _CompiledSet:
         if not self._listening:
