@@ -19,6 +19,7 @@ import asyncio
 import collections
 import contextlib
 import json
+import logging
 import random
 import time
 from collections.abc import Mapping
@@ -803,6 +804,12 @@ class WebhookDispatcher:
         # Postgres before each scrape and removes deleted subscriptions' series; set per
         # attempt, a worker kept one series per subscription it ever saw, deleted or not.
         # Written by the recorder, outside the attempt's context: the ids are passed.
+        if (
+            decision.action == "delivered"
+            and disabled_reason is None
+            and not log.is_enabled_for(logging.INFO)
+        ):
+            return  # the common case, with info filtered out: nothing to build
         fields = {
             **_ids(outcome.finished.delivery),
             "status_code": outcome.finished.status_code,
