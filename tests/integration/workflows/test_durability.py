@@ -229,6 +229,32 @@ async def test_group_commit__completions_share_a_batch_with_flushes_and_stay_fen
     assert await _committed(app, lost) == {}
 
 
+async def test_group_commit__a_finish_alone_writes_the_same_and_stays_fenced(app: App) -> None:
+    # One finishing run per batch (an idle worker): the one-run statement, same outcome.
+    (done, epoch), (lost, _) = await _claimed(app, 2)
+    await app.pool.execute("UPDATE ripple_runs SET epoch = epoch + 1 WHERE run_id = $1", lost)
+    committer = StepCommitter(app.pool, lease=5.0)
+    times = await committer.finish(done, epoch, 3, [_done("c", 3)], "completed", {"ok": 1}, None)
+    with pytest.raises(LeaseLost):
+        await committer.finish(lost, epoch, 3, [_done("c", 3)], "completed", None, None)
+    assert committer.batches == 2
+    assert times.created_at is not None
+    assert times.completed_at is not None
+    assert times.completed_at >= times.created_at
+    row = await app.pool.fetchrow(
+        "SELECT status, output, lease_owner, step_count, completed_at, available_at <= now() "
+        "AS available FROM ripple_runs WHERE run_id = $1",
+        done,
+    )
+    assert row is not None
+    assert tuple(row) == ("completed", {"ok": 1}, None, 3, times.completed_at, True)
+    assert await _committed(app, done) == {"c": "completed"}
+    assert await app.pool.fetchval("SELECT status FROM ripple_runs WHERE run_id = $1", lost) == (
+        "running"
+    )
+    assert await _committed(app, lost) == {}
+
+
 async def test_group_commit__a_flush_locks_the_run_row_without_rewriting_it(app: App) -> None:
     (run_id, epoch), (renewed, _) = await _claimed(app, 2)
     query = "SELECT ctid::text AS ctid, available_at, step_count FROM ripple_runs WHERE run_id = $1"
