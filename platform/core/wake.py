@@ -536,13 +536,10 @@ class RedisWaker(NullWaker):
                 # Hints carry no data: one message per channel wakes its listeners.
                 channels = dict.fromkeys(hint.channel for hint in batch)
                 try:
-                    if len(channels) == 1:  # the common case: a pipeline costs ~25-50 us more
-                        await client.publish(self._prefix + next(iter(channels)), self._src)
-                    else:
-                        async with client.pipeline(transaction=False) as pipe:
-                            for channel in channels:
-                                pipe.publish(self._prefix + channel, self._src)
-                            await pipe.execute()
+                    async with client.pipeline(transaction=False) as pipe:
+                        for channel in channels:
+                            pipe.publish(self._prefix + channel, self._src)
+                        await pipe.execute()
                 except self._failures as exc:
                     # Dropped on purpose: other processes fall back to their poll interval.
                     log.debug("wake_publish_failed", error=str(exc), dropped=len(batch))

@@ -328,7 +328,9 @@ async def claim_runs_plain(
     claimed = [ClaimedRun.from_row(row) for row in rows if row["run_id"] is not None]
     governed: bool = rows[0]["governed"]
     if governed and len(claimed) < limit:
-        rest = await conn.fetch(_CLAIM_RUNS, *args[:2], limit - len(claimed), *args[3:])
+        rest = await conn.fetch(
+            _CLAIM_RUNS, *_claim_args(worker_id, lease, limit - len(claimed), pairs)
+        )
         claimed += [ClaimedRun.from_row(row) for row in rest]
     return claimed, governed
 
@@ -336,16 +338,19 @@ async def claim_runs_plain(
 def _claim_args(
     worker_id: str, lease: float, limit: int, pairs: Sequence[tuple[str, int]]
 ) -> tuple[Any, ...]:
+    return (worker_id, lease, limit, *_pair_args(pairs))
+
+
+def _pair_args(pairs: Sequence[tuple[str, int]]) -> tuple[list[str], list[str], list[int]]:
+    """The served (workflow, version) pairs as the claim statements take them: the distinct
+    names, then names and versions as parallel arrays."""
     names = [p[0] for p in pairs]
-    return (worker_id, lease, limit, sorted(set(names)), names, [p[1] for p in pairs])
+    return sorted(set(names)), names, [p[1] for p in pairs]
 
 
 async def next_due(conn: Executor, *, pairs: Sequence[tuple[str, int]]) -> float | None:
     """Seconds until the next run this worker may claim is due (None: none is scheduled)."""
-    names = [p[0] for p in pairs]
-    value: float | None = await conn.fetchval(
-        _NEXT_DUE, sorted(set(names)), names, [p[1] for p in pairs]
-    )
+    value: float | None = await conn.fetchval(_NEXT_DUE, *_pair_args(pairs))
     return value
 
 

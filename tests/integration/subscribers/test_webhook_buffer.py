@@ -22,7 +22,7 @@ from ripple.subscribers.webhooks import dispatcher as dispatcher_module
 from ripple.subscribers.webhooks.dispatcher import WebhookDispatcher
 from tests.helpers import assert_eventually
 from tests.integration.subscribers.conftest import Hooks
-from tests.integration.subscribers.webhook_sink import Reply, Sink
+from tests.integration.subscribers.webhook_sink import Reply, Sink, signal_on
 
 
 def _slots(hook_settings: Settings, overall: int, endpoint: int) -> Settings:
@@ -84,12 +84,7 @@ async def test_webhook_buffer__a_freed_slot_starts_a_buffered_delivery_without_a
 
     monkeypatch.setattr(store, "claim_due", first_claim_only)
 
-    def reply(_r: object, n: int) -> Reply:
-        if n == 2:
-            both_sent.set()
-        return Reply(204)
-
-    async with Sink(reply) as sink:
+    async with Sink(signal_on(both_sent, 2)) as sink:
         sub = await hooks.subscribe(sink.url())
         await hooks.publish([sub])
         await hooks.publish([sub])

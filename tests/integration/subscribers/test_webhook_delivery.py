@@ -17,7 +17,7 @@ from ripple.subscribers.webhooks.dispatcher import WebhookDispatcher
 from ripple.subscribers.webhooks.webhook import Deliveries, WebhookKind
 from ripple.workflows.authoring.retry import RetryPolicy
 from tests.integration.subscribers.conftest import Hooks
-from tests.integration.subscribers.webhook_sink import Received, Reply, Sink
+from tests.integration.subscribers.webhook_sink import Received, Reply, Sink, signal_on
 
 
 def dispatcher(pool: Pool, settings: Settings) -> WebhookDispatcher:
@@ -62,12 +62,7 @@ async def test_webhook_dispatcher__a_delivered_attempt_frees_its_slot_before_its
     )
     second = asyncio.Event()
 
-    def reply(_req: Received, n: int) -> Reply:
-        if n == 2:
-            second.set()
-        return Reply(204)
-
-    async with Sink(reply) as sink:
+    async with Sink(signal_on(second, 2)) as sink:
         sub = await hooks.subscribe(sink.url())
         await hooks.publish([sub])
         await hooks.publish([sub])

@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-__all__ = ["Received", "Reply", "Sink"]
+__all__ = ["Received", "Reply", "Sink", "signal_on"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,19 @@ class Reply:
 
 
 Responder = Callable[[Received, int], Awaitable[Reply] | Reply]
+
+
+def signal_on(event: asyncio.Event, request: int) -> Responder:
+    """A responder answering 204 that sets `event` once the `request`-th request (from 1)
+    arrived."""
+
+    def reply(_req: Received, n: int) -> Reply:
+        if n == request:
+            event.set()
+        return Reply()
+
+    return reply
+
 
 _REASONS = {
     200: "OK",

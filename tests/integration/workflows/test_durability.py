@@ -229,8 +229,9 @@ async def test_group_commit__completions_share_a_batch_with_flushes_and_stay_fen
     assert await _committed(app, lost) == {}
 
 
-async def test_group_commit__a_finish_alone_writes_the_same_and_stays_fenced(app: App) -> None:
-    # One finishing run per batch (an idle worker): the one-run statement, same outcome.
+async def test_group_commit__a_lone_finish_writes_its_run_and_stays_fenced(app: App) -> None:
+    # One finishing run per batch (an idle worker's usual case): the run's row, its journal
+    # and its times as a shared batch writes them; a fenced-out one raises LeaseLost.
     (done, epoch), (lost, _) = await _claimed(app, 2)
     await app.pool.execute("UPDATE ripple_runs SET epoch = epoch + 1 WHERE run_id = $1", lost)
     committer = StepCommitter(app.pool, lease=5.0)
