@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 
+from ripple.platform.ops.runner import GC_YOUNG_THRESHOLD
 from tests.e2e.conftest import REPO_ROOT, Process
 from tests.servers import free_port
 
@@ -53,6 +54,7 @@ async def test_ripple_worker__sigterm_stops_every_service_and_exits_0(
     assert "service_failed" not in names
     (frozen,) = [e for e in events if e["event"] == "gc_frozen"]
     assert frozen["objects"] > 0
+    assert frozen["young_threshold"] == GC_YOUNG_THRESHOLD
     # frozen once startup was done: after the worker had registered and warmed its pool
     assert names.index("worker_started") < names.index("gc_frozen")
     assert names.index("webhook_dispatcher_stopped") < names.index("process_stopped")

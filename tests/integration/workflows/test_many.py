@@ -79,6 +79,7 @@ async def test_worker__never_freezes_the_gc_and_claims_without_waiting_for_the_f
     # never library code's: an application embedding a Worker keeps its collector as it was.
     # The claim connection commits asynchronously (see docs/workflows.md).
     gc.unfreeze()
+    threshold = gc.get_threshold()
     first = await app.workflows.start(quick, 1)
     await app.worker(quick, concurrency=5).run_until_idle()
     assert await first.result(timeout=10) == 2
@@ -88,6 +89,7 @@ async def test_worker__never_freezes_the_gc_and_claims_without_waiting_for_the_f
         await handle.result(timeout=10)
         assert await app.pool.fetchval("SHOW synchronous_commit") == "on"
     assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == threshold  # nor tunes it
     # The claim loop owns its connection while it runs (a probe on it raced a claim, and the
     # worker then dropped the connection): open one with the worker's settings instead.
     probe = DedicatedConnection(app.settings, **worker._claimer._server_settings)
