@@ -193,3 +193,24 @@ async def test_wake__a_burst_of_hints_on_one_channel_is_one_message(
             received.append(message)
         raw.close()
         assert len(received) == 1
+
+
+async def test_wake__a_hint_after_its_publisher_connection_was_closed_still_arrives(
+    redis_process: RedisProcess,
+) -> None:
+    # The publisher keeps one connection; closed under it while idle (a Redis restart, a
+    # proxy's idle timeout), the next hint goes out on a new one instead of being dropped.
+    async with _wakers(redis_process.url, 30) as (sender, receiver):
+        async with receiver.listen("run:a") as listener:
+            sender.notify(RunFinished(run_id="a"))
+            assert await asyncio.wait_for(listener.wait(10), 10) is True
+        admin = redis.Redis.from_url(redis_process.url)
+        try:
+            # normal connections only: the receiver's subscriber connection stays
+            assert admin.client_kill_filter(_type="normal", skipme=True) >= 1
+        finally:
+            admin.close()
+        async with receiver.listen("run:b") as listener:
+            sender.notify(RunFinished(run_id="b"))
+            # poll_interval is 30 s: only the hint, sent again on a new connection, wakes it
+            assert await asyncio.wait_for(listener.wait(10), 10) is True
