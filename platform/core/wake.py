@@ -531,7 +531,7 @@ class RedisWaker(NullWaker):
 
         # One connection of its own, driven through redis-py's connection API: a PUBLISH
         # through the client's pipeline (retry wrapper, pool checkout, timeouts, observability)
-        # cost 105-145 us of CPU here, on the connection 45 us (`docs/architecture.md`).
+        # cost 105-190 us of CPU here, on the connection 45-72 us (`python -m bench.wake_hints`).
         pool = aioredis.ConnectionPool.from_url(
             self._url, socket_connect_timeout=1.0, socket_timeout=None, socket_keepalive=True
         )
