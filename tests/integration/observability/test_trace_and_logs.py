@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import structlog
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from structlog.testing import capture_logs
 
+from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
 from ripple.platform.core.config import Settings
 from ripple.subscribers import WebhookTarget, WorkflowTarget
@@ -74,6 +76,33 @@ async def test_tracing__publish_workflow_run_and_steps_form_one_trace(
         assert step.context.trace_id == trace_id
         assert step.parent is not None
         assert step.parent.span_id in run_span_ids  # nested under its pass's workflow.run
+
+
+async def test_tracing__a_rest_publish_continues_the_callers_trace(
+    client: Client, spans: InMemorySpanExporter
+) -> None:
+    # FastAPI's HTTP request span (its built-in OpenTelemetry, kept on for tracing) takes the
+    # caller's W3C traceparent; the publish is traced under it.
+    caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    http = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(client)), base_url="http://t"
+    )
+    async with http:
+        response = await http.post(
+            "/v1/topics/order.placed/events",
+            json={"payload": {"n": 1}},
+            headers={"traceparent": f"00-{caller_trace}-00f067aa0ba902b7-01"},
+        )
+    assert response.status_code == 202, response.text
+    (publish,) = by_name(spans, "event.publish")
+    assert format(publish.context.trace_id, "032x") == caller_trace
+    assert publish.parent is not None
+    (server,) = [
+        s for s in spans.get_finished_spans() if s.context.span_id == publish.parent.span_id
+    ]
+    assert server.kind.name == "SERVER"
+    assert server.parent is not None
+    assert format(server.parent.span_id, "016x") == "00f067aa0ba902b7"
 
 
 async def test_tracing__webhook_delivery_joins_the_publishers_trace(
