@@ -30,7 +30,7 @@ _frozen = False
 
 #: The young generation's collection threshold once startup is done (CPython's default: 700;
 #: 3.13 raised it to 2,000). CPython counts allocations minus deallocations of tracked objects
-#: and floors the count at zero after a collection, so a burst (a claim of 100 deliveries, 50
+#: since the last collection, never below zero, so a burst (a claim of 100 deliveries, 50
 #: requests started at once) triggers a collection even when nothing becomes garbage: a webhook
 #: worker collected 440-470 times per 10,000 deliveries (115-250 ms, 5-7 % of its CPU) and
 #: freed almost nothing. At 2,000 it still collected ~100 times; at 5,000 once.
