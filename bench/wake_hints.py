@@ -21,6 +21,8 @@ from bench.common import REDIS_URL
 from ripple.platform.ops.runner import run_process
 
 CHANNEL = "ripple-bench:wake-hints"
+#: One PUBLISH of a hint on CHANNEL as RESP bytes, for the raw-socket floor and the flood.
+RAW_PUBLISH = f"*3\r\n$7\r\nPUBLISH\r\n${len(CHANNEL)}\r\n{CHANNEL}\r\n$3\r\nsrc\r\n".encode()
 #: The wake layer's client and connection options (`RedisWaker`).
 OPTIONS = {"socket_connect_timeout": 1.0, "socket_timeout": None, "socket_keepalive": True}
 
@@ -38,7 +40,6 @@ async def _senders(n: int) -> None:
     pool = aioredis.ConnectionPool.from_url(REDIS_URL, **OPTIONS)
     conn = await pool.get_connection()  # type: ignore[no-untyped-call]
     reader, writer = await asyncio.open_connection(*_host_port())
-    raw = f"*3\r\n$7\r\nPUBLISH\r\n${len(CHANNEL)}\r\n{CHANNEL}\r\n$3\r\nsrc\r\n".encode()
 
     async def pipeline() -> None:
         async with client.pipeline(transaction=False) as pipe:
@@ -52,7 +53,7 @@ async def _senders(n: int) -> None:
         await conn.read_response()
 
     async def socket() -> None:
-        writer.write(raw)
+        writer.write(RAW_PUBLISH)
         await reader.readline()
 
     try:
@@ -73,9 +74,8 @@ async def _senders(n: int) -> None:
 async def _flood(n: int) -> None:
     """Publish `n` hints as fast as Redis answers (the receiving side's load)."""
     reader, writer = await asyncio.open_connection(*_host_port())
-    raw = f"*3\r\n$7\r\nPUBLISH\r\n${len(CHANNEL)}\r\n{CHANNEL}\r\n$3\r\nsrc\r\n".encode()
     for _ in range(n):
-        writer.write(raw)
+        writer.write(RAW_PUBLISH)
         await reader.readline()
     writer.close()
 

@@ -4,11 +4,12 @@
 `python -m bench.webhook_worker ripple` delivers every due webhook delivery of the database in
 the RIPPLE_* environment with one `WebhookDispatcher`; `python -m bench.webhook_worker bare URL
 CONCURRENCY POSTS` POSTs signed JSON to URL with bare aiohttp. Each prints `ready` once set up,
-then `<deliveries> <seconds> <cpu seconds>` for the work alone, and exits.
+then `<deliveries> <seconds> <cpu seconds> <gc collections>` for the work alone, and exits.
 """
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 
@@ -23,17 +24,24 @@ async def ripple() -> None:
         dispatcher = client.background_services(webhooks=True, sweeper=False)[0]
         freeze_startup_objects()
         print("ready", flush=True)
-        started, cpu = time.perf_counter(), time.process_time()
+        started, cpu, collections = time.perf_counter(), time.process_time(), _collections()
         made = await dispatcher.run_until_idle()  # type: ignore[attr-defined]
-        print(made, time.perf_counter() - started, time.process_time() - cpu, flush=True)
+        elapsed, used = time.perf_counter() - started, time.process_time() - cpu
+        print(made, elapsed, used, _collections() - collections, flush=True)
 
 
 async def bare(url: str, concurrency: int, posts: int) -> None:
     freeze_startup_objects()
     print("ready", flush=True)
-    cpu = time.process_time()
+    cpu, collections = time.process_time(), _collections()
     rate = await aiohttp_posts(url, concurrency, posts)
-    print(posts, posts / rate, time.process_time() - cpu, flush=True)
+    used = time.process_time() - cpu
+    print(posts, posts / rate, used, _collections() - collections, flush=True)
+
+
+def _collections() -> int:
+    """Collections of the cyclic GC so far, all generations (they run on the loop's thread)."""
+    return sum(generation["collections"] for generation in gc.get_stats())
 
 
 if __name__ == "__main__":

@@ -22,14 +22,15 @@ EVENTS = 10_000
 CONCURRENCY = 50
 
 
-async def _timed(*args: str, env: dict[str, str] | None = None) -> tuple[int, float, float]:
-    """(items, seconds, CPU seconds) a `bench.webhook_worker` process reports for its work."""
+async def _timed(*args: str, env: dict[str, str] | None = None) -> tuple[int, float, float, int]:
+    """(items, seconds, CPU seconds, GC collections) a `bench.webhook_worker` process reports
+    for its work."""
     async with subprocess_module("bench.webhook_worker", *args, env=env) as proc:
         assert proc.stdout is not None
         line = await asyncio.wait_for(proc.stdout.readline(), 300)
         await proc.wait()
-    items, seconds, cpu = line.split()
-    return int(items), float(seconds), float(cpu)
+    items, seconds, cpu, collections = line.split()
+    return int(items), float(seconds), float(cpu), int(collections)
 
 
 async def run() -> None:
@@ -59,11 +60,11 @@ async def run() -> None:
             "RIPPLE_WEBHOOK_ENDPOINT_CONCURRENCY": str(CONCURRENCY),
             "RIPPLE_WEBHOOK_ORIGIN_CONCURRENCY": str(CONCURRENCY),
         }
-        made, elapsed, cpu = await _timed("ripple", env=env)
+        made, elapsed, cpu, collections = await _timed("ripple", env=env)
         delivered = await client.pool.fetchval(
             "SELECT count(*) FROM ripple_webhook_deliveries WHERE status = 'delivered'"
         )
-        posts, bare_elapsed, bare_cpu = await _timed(
+        posts, bare_elapsed, bare_cpu, bare_collections = await _timed(
             "bare", f"http://127.0.0.1:{port}/b", str(CONCURRENCY), str(EVENTS)
         )
     report_vs(
@@ -78,5 +79,6 @@ async def run() -> None:
         "  process CPU per delivery",
         f"{cpu / max(made, 1) * 1e6:.0f} µs, bare aiohttp {bare_cpu / max(posts, 1) * 1e6:.0f} µs "
         f"per POST (of {elapsed * 1e6 / max(made, 1):.0f} and "
-        f"{bare_elapsed * 1e6 / max(posts, 1):.0f} µs wall)",
+        f"{bare_elapsed * 1e6 / max(posts, 1):.0f} µs wall); GC collections {collections}, "
+        f"bare {bare_collections}",
     )

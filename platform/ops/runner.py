@@ -33,7 +33,8 @@ _frozen = False
 #: since the last collection, never below zero, so a burst (a claim of 100 deliveries, 50
 #: requests started at once) triggers a collection even when nothing becomes garbage: a webhook
 #: worker collected 440-470 times per 10,000 deliveries (115-250 ms, 5-7 % of its CPU) and
-#: freed almost nothing. At 2,000 it still collected ~100 times; at 5,000 once.
+#: freed almost nothing. At 2,000 it still collected ~100 times; at 5,000 once (`python -m bench
+#: --only webhooks` prints the count).
 GC_YOUNG_THRESHOLD: Final = 5_000
 
 T = TypeVar("T")
