@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 import structlog
+from opentelemetry import _logs, metrics
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from structlog.testing import capture_logs
@@ -103,6 +105,29 @@ async def test_tracing__a_rest_publish_continues_the_callers_trace(
     assert server.kind.name == "SERVER"
     assert server.parent is not None
     assert format(server.parent.span_id, "016x") == "00f067aa0ba902b7"
+
+
+async def test_api__fastapi_looks_up_no_metric_or_log_provider_per_request(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # FastAPI's OpenTelemetry metrics and logs are off: with them on, every request looked up
+    # the global meter and logger providers (environment variables included).
+    lookups: list[str] = []
+    for module, name in ((metrics, "get_meter_provider"), (_logs, "get_logger_provider")):
+        original = getattr(module, name)
+
+        def counted(*args: Any, _name: str = name, _original: Any = original) -> Any:
+            lookups.append(_name)
+            return _original(*args)
+
+        monkeypatch.setattr(module, name, counted)
+    http = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(client)), base_url="http://t"
+    )
+    async with http:
+        response = await http.post("/v1/topics/order.placed/events", json={"payload": {"n": 1}})
+    assert response.status_code == 202, response.text
+    assert lookups == []
 
 
 async def test_tracing__webhook_delivery_joins_the_publishers_trace(
