@@ -4,7 +4,9 @@ Callers submit requests and wait for their own outcome. When no batch is in flig
 goes at once (no added latency on an idle process); while one is, the requests that arrive
 meanwhile gather and go together in the next batch, as Postgres's own group commit and
 Kafka's linger do: the busier the process, the larger the batches and the cheaper each
-request. There is no timer.
+request. There is no timer. A writer may allow several batches in flight (`flushers`); a
+second one starts only once `spill` requests wait, so a busy process is not split into many
+small transactions whose fixed cost (round trips, BEGIN and COMMIT) it pays in CPU.
 
 A batch the writer refuses as a whole (any exception) is retried one request at a time, so
 one bad request fails alone; an outage (`Unavailable`) fails the batch at once (retrying each
@@ -52,6 +54,7 @@ class GroupCommit(Generic[Req, Res]):
         name: str,
         max_batch: int = 500,
         flushers: int = 1,
+        spill: int = 1,
         refused_event: str = "group_commit_refused",
     ) -> None:
         self._write = write
@@ -60,6 +63,8 @@ class GroupCommit(Generic[Req, Res]):
         self.refused_event = refused_event
         self.max_batch = max_batch
         self.flushers = flushers
+        #: Waiting requests that start another batch while one is in flight (up to `flushers`).
+        self.spill = spill
         self._queue: list[_Waiting[Req, Res]] = []
         self._tasks: set[asyncio.Task[None]] = set()
         #: Batches written and requests in them (metrics and tests).
@@ -71,7 +76,8 @@ class GroupCommit(Generic[Req, Res]):
         loop = asyncio.get_running_loop()
         waiting: _Waiting[Req, Res] = _Waiting(request, loop.create_future())
         self._queue.append(waiting)
-        if len(self._tasks) < self.flushers:
+        running = len(self._tasks)
+        if not running or (running < self.flushers and len(self._queue) >= self.spill):
             self._tasks.add(loop.create_task(self._drain(), name=self.name))
         return await waiting.done
 

@@ -41,6 +41,12 @@ log = structlog.get_logger("ripple.publish")
 MAX_GROUP: Final = 200
 #: Group commits in flight at once (each holds one pooled connection).
 MAX_FLUSHERS: Final = 3
+#: Events waiting that start a second (third) group commit while one is in flight. A group
+#: commit costs a few round trips and BEGIN/COMMIT whatever its size: under REST load (32 in
+#: flight) starting one for every arrival made groups of ~6 events and cost `ripple serve`
+#: about a quarter more CPU per publish and Postgres about 60 % more than waiting for the
+#: group in flight. A big backlog still gets parallel transactions.
+MIN_SPILL: Final = 16
 
 
 @dataclass(slots=True)
@@ -192,6 +198,7 @@ class GroupCommitter:
             name="ripple-publish-commit",
             max_batch=MAX_GROUP,
             flushers=MAX_FLUSHERS,
+            spill=MIN_SPILL,
             refused_event="publish_group_failed",
         )
 

@@ -63,6 +63,32 @@ async def test_group_commit__max_batch_splits_a_backlog() -> None:
     assert writer.batches == [[0, 1], [2, 3], [4]]
 
 
+async def _settle() -> None:
+    """Let every ready task run to its next wait."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_group_commit__another_batch_goes_in_flight_only_once_spill_requests_wait() -> None:
+    writer = Recorder()
+    writer.gate.clear()
+    group = GroupCommit(writer.write, name="t", flushers=3, spill=3)
+    futures = [asyncio.ensure_future(group.submit(1))]
+    await _settle()
+    futures += [asyncio.ensure_future(group.submit(n)) for n in (2, 3)]
+    await _settle()
+    assert writer.batches == [[1]]  # two waiting, below spill: they wait for the batch in flight
+    futures.append(asyncio.ensure_future(group.submit(4)))
+    await _settle()
+    assert writer.batches == [[1], [2, 3, 4]]  # the third starts a second batch in flight
+    futures.append(asyncio.ensure_future(group.submit(5)))
+    await _settle()
+    assert writer.batches == [[1], [2, 3, 4]]  # a new group gathers again
+    writer.gate.set()
+    assert await asyncio.gather(*futures) == [10, 20, 30, 40, 50]
+    assert writer.batches == [[1], [2, 3, 4], [5]]
+
+
 async def test_group_commit__a_refused_batch_is_retried_one_by_one() -> None:
     writer = Recorder()
     writer.refuse = {3}
