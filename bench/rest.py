@@ -93,16 +93,21 @@ async def serve(
                 await proc.wait()
 
 
-async def _post(http: aiohttp.ClientSession, url: str, body: dict[str, object]) -> float:
+#: The load generator shares the machine's two cores with the server it measures, so it sends
+#: bodies encoded once (`json=` encoded on every request: about a fifth of its CPU per POST).
+_JSON = {"Content-Type": "application/json"}
+
+
+async def _post(http: aiohttp.ClientSession, url: str, body: bytes) -> float:
     started = time.perf_counter()
-    async with http.post(url, json=body) as response:
+    async with http.post(url, data=body, headers=_JSON) as response:
         await response.read()
         if response.status >= 300:
             raise RuntimeError(f"{url}: {response.status}")
     return time.perf_counter() - started
 
 
-async def throughput(http: aiohttp.ClientSession, url: str, body: dict[str, object]) -> float:
+async def throughput(http: aiohttp.ClientSession, url: str, body: bytes) -> float:
     """Requests/s with CONCURRENCY requests in flight."""
     counter = iter(range(REQUESTS))
 
@@ -115,9 +120,7 @@ async def throughput(http: aiohttp.ClientSession, url: str, body: dict[str, obje
     return REQUESTS / (time.perf_counter() - started)
 
 
-async def latencies(
-    http: aiohttp.ClientSession, url: str, body: dict[str, object], rate: float
-) -> list[float]:
+async def latencies(http: aiohttp.ClientSession, url: str, body: bytes, rate: float) -> list[float]:
     """Latencies of requests sent at `rate`/s on a fixed schedule for LATENCY_SECONDS."""
     count = max(1, int(rate * LATENCY_SECONDS))
     loop = asyncio.get_running_loop()
@@ -141,8 +144,8 @@ async def run() -> None:
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256)) as http,
         ):
             paths = {
-                "publish": (f"{url}/v1/topics/rest.event/events", {"payload": {"n": 1}}),
-                "start": (f"{url}/v1/workflows/one-step/runs", {}),
+                "publish": (f"{url}/v1/topics/rest.event/events", b'{"payload":{"n":1}}'),
+                "start": (f"{url}/v1/workflows/one-step/runs", b"{}"),
             }
             for name, (path, body) in paths.items():
                 await throughput(http, path, body)  # warm-up

@@ -39,7 +39,7 @@ async def run(rounds: int) -> None:
                     aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256)) as session,
                 ):
                     path = f"{url}/v1/topics/rest.event/events"
-                    body: dict[str, object] = {"payload": {"n": 1}}
+                    body = b'{"payload":{"n":1}}'
                     await throughput(session, path, body)  # warm-up
                     cpu = cpu_seconds(pid)
                     rate = await throughput(session, path, body)
