@@ -1,6 +1,8 @@
 """Queue benchmark: send→receive→ack throughput with 4 consumers, batches of 100.
 
-Baseline: bare asyncpg sending the same batches, then `SKIP LOCKED` receive plus delete.
+Baseline: bare asyncpg sending the same batches, then `SKIP LOCKED` receive plus delete. For
+both it prints the CPU per message of Postgres and of the client process, and how busy the
+machine was: what bounds the end-to-end figure.
 """
 
 from __future__ import annotations
@@ -9,7 +11,14 @@ import asyncio
 import time
 
 from bench.bare_pg import queue_roundtrip
-from bench.common import bench_database, report, report_vs
+from bench.common import (
+    bench_database,
+    machine_cpu,
+    parent_pid,
+    postgres_cpu_seconds,
+    report,
+    report_vs,
+)
 from ripple.platform.client import Client
 
 MESSAGES = 50_000
@@ -21,6 +30,8 @@ async def run() -> None:
     async with bench_database(pool_max_size=20) as db, Client(settings=db.settings) as client:
         queues = client.queues
         body = {"order": 1, "items": [1, 2, 3]}
+        postmaster = parent_pid(await client.pool.fetchval("SELECT pg_backend_pid()"))
+        cpu = _Cpu(postmaster)
         started = time.perf_counter()
         for start in range(0, MESSAGES, BATCH):
             await queues.send_batch("bench", [body] * min(BATCH, MESSAGES - start))
@@ -40,10 +51,37 @@ async def run() -> None:
         await asyncio.gather(*(consumer() for _ in range(CONSUMERS)))
         drained = time.perf_counter() - t0
         total = time.perf_counter() - started
+        ripple_cpu = cpu.since()
+        cpu = _Cpu(postmaster)
         bare = await queue_roundtrip(db.url, MESSAGES, BATCH, CONSUMERS, db.settings.pool_max_size)
+        bare_cpu = cpu.since()
     report("queue send (batches of 100)", f"{MESSAGES / sent:,.0f} msgs/s")
     report(
         "queue receive+ack (4 consumers, batches of 100)",
         f"{received / drained:,.0f} msgs/s ({received} msgs)",
     )
     report_vs("queue send→receive→ack end to end", MESSAGES / total, bare, "msgs/s")
+    report("  CPU per message", f"{ripple_cpu}; bare asyncpg: {bare_cpu}")
+
+
+class _Cpu:
+    """CPU used since creation: Postgres's and this process's per message, and the machine's
+    busy share (near 100 %: the two cores, not a wait, bound the figure)."""
+
+    def __init__(self, postmaster: int | None) -> None:
+        self._postmaster = postmaster
+        self._pg = self._pg_seconds()
+        self._own = time.process_time()
+        self._machine = machine_cpu()
+
+    def _pg_seconds(self) -> float:
+        return postgres_cpu_seconds(self._postmaster) if self._postmaster else float("nan")
+
+    def since(self) -> str:
+        pg = (self._pg_seconds() - self._pg) / MESSAGES
+        own = (time.process_time() - self._own) / MESSAGES
+        busy, total = (b - a for a, b in zip(self._machine, machine_cpu(), strict=True))
+        return (
+            f"Postgres {pg * 1e6:.0f} µs, client {own * 1e6:.0f} µs "
+            f"(machine {busy / total:.0%} busy)"
+        )
