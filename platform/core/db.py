@@ -272,7 +272,13 @@ class DedicatedConnection:
         self._settings = settings
         self._server_settings = {"application_name": "ripple", **server_settings}
         self._pooled = pooled(settings)
-        self._local = {k: v for k, v in server_settings.items() if k != "application_name"}
+        # Behind a pooler statements are unnamed (no statement cache), so a plan cache mode
+        # has nothing to act on and is not sent.
+        self._local = {
+            k: v
+            for k, v in server_settings.items()
+            if k not in ("application_name", "plan_cache_mode")
+        }
         self._conn: asyncpg.Connection[asyncpg.Record] | None = None
 
     async def get(self) -> asyncpg.Connection[asyncpg.Record]:

@@ -50,12 +50,19 @@ async def test_pgbouncer__migrations_run_on_the_direct_url(
 
 async def test_pgbouncer__the_claimer_sets_its_settings_locally(settings: Settings) -> None:
     assert settings.database_pooler == "transaction"
-    claimer = DedicatedConnection(settings, application_name="t", synchronous_commit="off")
+    claimer = DedicatedConnection(
+        settings,
+        application_name="t",
+        synchronous_commit="off",
+        plan_cache_mode="force_generic_plan",
+    )
     try:
         conn = await claimer.get()
         async with claimer.scoped(conn):
             assert await conn.fetchval("SHOW synchronous_commit") == "off"
             assert conn.is_in_transaction()
+            # Statements behind the pooler are unnamed: no plan cache to steer, nothing sent.
+            assert await conn.fetchval("SHOW plan_cache_mode") == "auto"
         assert await conn.fetchval("SHOW synchronous_commit") == "on"
     finally:
         await claimer.close()

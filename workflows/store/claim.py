@@ -72,7 +72,8 @@ WITH due AS (
     SELECT x.*
     FROM unnest($4::text[]) AS n(workflow)
     CROSS JOIN LATERAL (
-        SELECT r.run_id, r.workflow, r.status AS prev_status, r.lease_owner AS prev_owner,
+        SELECT r.ctid AS row_ref, r.run_id, r.workflow, r.status AS prev_status,
+               r.lease_owner AS prev_owner,
                r.started_at IS NULL AS fresh, r.available_at, r.priority, r.concurrency_key,
                r.concurrency_limit, r.throttle_key, r.throttle_limit, r.throttle_period
         FROM ripple_runs r
@@ -89,7 +90,8 @@ WITH due AS (
     SELECT x.*
     FROM unnest($4::text[]) AS n(workflow)
     CROSS JOIN LATERAL (
-        SELECT r.run_id, r.workflow, r.status AS prev_status, r.lease_owner AS prev_owner,
+        SELECT r.ctid AS row_ref, r.run_id, r.workflow, r.status AS prev_status,
+               r.lease_owner AS prev_owner,
                r.started_at IS NULL AS fresh, r.available_at, r.priority, r.concurrency_key,
                r.concurrency_limit, r.throttle_key, r.throttle_limit, r.throttle_period
         FROM ripple_runs r
@@ -109,7 +111,7 @@ WITH due AS (
 """
 
 _FLOW_CONTROL: Final = """), t_rank AS (
-    SELECT c.run_id, c.workflow, c.throttle_key AS key,
+    SELECT c.row_ref, c.run_id, c.workflow, c.throttle_key AS key,
            row_number() OVER (PARTITION BY c.workflow, c.throttle_key
                               ORDER BY c.priority DESC, c.available_at, c.run_id) AS rk
     FROM c WHERE c.throttle_key IS NOT NULL AND c.fresh AND c.prev_status = 'pending'
@@ -139,7 +141,7 @@ _FLOW_CONTROL: Final = """), t_rank AS (
     LEFT JOIN t_slots ts ON ts.workflow = tr.workflow AND ts.key = tr.key
     WHERE tr.run_id IS NULL OR tr.rk <= ts.granted
 ), k_rank AS (
-    SELECT c2.run_id, c2.workflow, c2.concurrency_key AS key,
+    SELECT c2.row_ref, c2.run_id, c2.workflow, c2.concurrency_key AS key,
            row_number() OVER (PARTITION BY c2.workflow, c2.concurrency_key
                               ORDER BY c2.priority DESC, c2.available_at, c2.run_id) AS rk
     FROM c2 WHERE c2.concurrency_key IS NOT NULL AND c2.prev_status = 'pending'
@@ -160,23 +162,23 @@ _FLOW_CONTROL: Final = """), t_rank AS (
     LEFT JOIN k_rank kr ON kr.run_id = c2.run_id
     LEFT JOIN k_slots ks ON ks.workflow = kr.workflow AND ks.key = kr.key
     WHERE kr.run_id IS NULL OR kr.rk <= ks.granted
+), park AS (
+    -- the j-th run over a full window (j from 0) fits when the window's (j mod lim)-th
+    -- start leaves it, (j div lim) periods later
+    SELECT tr.row_ref, tr.run_id, 'throttle' AS reason,
+           ts.starts[(tr.rk - ts.granted - 1) % ts.lim + 1]
+           + ((tr.rk - ts.granted - 1) / ts.lim + 1) * ts.period * interval '1 second'
+           AS until
+    FROM t_rank tr JOIN t_slots ts ON ts.workflow = tr.workflow AND ts.key = tr.key
+    WHERE tr.rk > ts.granted
+    UNION ALL
+    SELECT kr.row_ref, kr.run_id, 'concurrency', 'infinity'::timestamptz
+    FROM k_rank kr JOIN k_slots ks ON ks.workflow = kr.workflow AND ks.key = kr.key
+    WHERE kr.rk > ks.granted
 ), parked AS (
     UPDATE ripple_runs r SET available_at = p.until, blocked_by = p.reason, updated_at = now()
-    FROM (
-        -- the j-th run over a full window (j from 0) fits when the window's (j mod lim)-th
-        -- start leaves it, (j div lim) periods later
-        SELECT tr.run_id, 'throttle' AS reason,
-               ts.starts[(tr.rk - ts.granted - 1) % ts.lim + 1]
-               + ((tr.rk - ts.granted - 1) / ts.lim + 1) * ts.period * interval '1 second'
-               AS until
-        FROM t_rank tr JOIN t_slots ts ON ts.workflow = tr.workflow AND ts.key = tr.key
-        WHERE tr.rk > ts.granted
-        UNION ALL
-        SELECT kr.run_id, 'concurrency', 'infinity'::timestamptz
-        FROM k_rank kr JOIN k_slots ks ON ks.workflow = kr.workflow AND ks.key = kr.key
-        WHERE kr.rk > ks.granted
-    ) AS p
-    WHERE r.run_id = p.run_id
+    FROM park AS p
+    WHERE r.ctid = ANY(ARRAY(SELECT row_ref FROM park)) AND r.run_id = p.run_id
 )
 """
 
@@ -194,7 +196,7 @@ SET status = 'running',
     blocked_by = NULL,
     updated_at = now()
 FROM {source} AS c
-WHERE r.run_id = c.run_id
+WHERE r.ctid = ANY(ARRAY(SELECT row_ref FROM {source})) AND r.run_id = c.run_id
 RETURNING r.run_id, r.workflow, r.version, r.input, r.attempt, r.epoch, r.deadline, r.trace,
           r.step_count, r.created_at, r.parent_run_id, r.recoveries, c.prev_status,
           c.prev_owner, c.fresh, now() AS db_now, r.concurrency_key IS NOT NULL AS keyed

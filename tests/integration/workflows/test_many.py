@@ -96,5 +96,6 @@ async def test_worker__never_freezes_the_gc_and_claims_without_waiting_for_the_f
     try:
         conn = await probe.get()
         assert await conn.fetchval("SHOW synchronous_commit") == "off"
+        assert await conn.fetchval("SHOW plan_cache_mode") == "force_generic_plan"
     finally:
         await probe.close()

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from ripple.platform.core.db import Connection
+from ripple.platform.core.db import Connection, DedicatedConnection
 from ripple.workflows import store
 from ripple.workflows.store import claim as claim_sql
 from tests.integration.workflows.conftest import App
@@ -75,6 +75,51 @@ async def test_claim_and_next_due__walk_the_claim_index_with_bounded_work(
         # 3,000 due runs of this workflow, 3,000 of another, 20,000 finished: a claim of ten
         # touches a few dozen buffers, not thousands.
         assert _buffers(plan) < 200, plan
+
+
+async def test_claims__generic_plans_made_on_empty_tables_stay_bounded_as_runs_pile_up(
+    app: App,
+) -> None:
+    """The worker's claimer keeps generic plans (`plan_cache_mode`): a plan made when the
+    tables were empty serves the backlog that follows, and is made again after ANALYZE. Both
+    must walk the claim index and find the claimed rows by ctid, not by a join whose strategy
+    depends on the estimated row count."""
+    claimer = DedicatedConnection(
+        app.settings, application_name="t", plan_cache_mode="force_generic_plan"
+    )
+    conn = await claimer.get()
+    try:
+        claims = "text, float8, int, text[], text[], int[]"
+        statements = {
+            "claim_plain": (claim_sql._CLAIM_PLAIN, claims),
+            "claim_flow": (claim_sql._CLAIM_RUNS, claims),
+            "next_due": (claim_sql._NEXT_DUE, "text[], text[], int[]"),
+        }
+        for name, (sql, types) in statements.items():
+            await conn.execute(f"PREPARE {name}({types}) AS {sql}")
+        calls = {
+            "claim_plain": "claim_plain('w', 30, 10, '{wf}', '{wf}', '{1}')",
+            "claim_flow": "claim_flow('w', 30, 10, '{wf}', '{wf}', '{1}')",
+            "next_due": "next_due('{wf}', '{wf}', '{1}')",
+        }
+        for call in calls.values():
+            await conn.execute(f"EXECUTE {call}")  # the plans are made now, on empty tables
+        await _fill(app)
+        for state in ("no-statistics", "analyzed"):
+            if state == "analyzed":
+                await app.pool.execute("ANALYZE ripple_runs")
+            for call in calls.values():
+                rows = await conn.fetch(f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE {call}")
+                plan = "\n".join(r[0] for r in rows)
+                assert "ripple_runs_claim" in plan, (state, plan)
+                assert "Seq Scan on ripple_runs" not in plan, (state, plan)
+                assert _buffers(plan) < 200, (state, plan)
+        generic = await conn.fetchval(
+            "SELECT sum(generic_plans) FROM pg_prepared_statements WHERE custom_plans = 0"
+        )
+        assert generic >= 9  # every execution above used a generic plan
+    finally:
+        await claimer.close()
 
 
 @pytest.mark.parametrize("plain", [False, True], ids=["flow-control", "plain"])
