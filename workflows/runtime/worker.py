@@ -59,6 +59,13 @@ log = structlog.get_logger("ripple.workflows.worker")
 #: Seconds a worker claims with flow control directly after a plain claim found runs that
 #: need it (a flow-controlled stream); then it tries the cheaper plain claim again.
 GOVERNED_HOLD = 5.0
+#: Session settings of the claim loop's own connection (see `Worker.__init__`);
+#: `python -m bench.claim_plans` measures the plan cache mode.
+CLAIMER_SETTINGS: dict[str, str] = {
+    "application_name": "ripple-worker",
+    "synchronous_commit": "off",
+    "plan_cache_mode": "force_generic_plan",
+}
 
 
 class WorkerClient(Protocol):
@@ -153,16 +160,11 @@ class Worker:
         # WAL flush): a claim lost with a Postgres crash only returns the run to the queue,
         # and the epoch a claim assigns grows by a random amount, so a claimer whose claim was
         # lost is fenced out even if the run is claimed again. Journal writes stay synchronous.
-        # Its statements keep their generic plans: Postgres would plan the claim again on every
-        # execution (planning was ~0.6 of its ~0.9 ms round trip), and the claim's writes find
-        # their rows by ctid, so its generic plan does not depend on the table's size
-        # (docs/architecture.md, "A claim is planned once").
-        self._claimer = DedicatedConnection(
-            client.settings,
-            application_name="ripple-worker",
-            synchronous_commit="off",
-            plan_cache_mode="force_generic_plan",
-        )
+        # Its statements keep their generic plans: for a worker serving one workflow, Postgres
+        # planned the claim again on every execution (0.6-1.0 ms of a 0.9-1.8 ms round trip
+        # here), and the claim's writes find their rows by ctid, so its generic plan does not
+        # depend on the table's size (docs/architecture.md, "A claim is planned once").
+        self._claimer = DedicatedConnection(client.settings, **CLAIMER_SETTINGS)
         #: The worker's own pool, open while it runs: its statements are bounded by
         #: `worker_db_timeout` (default the lease), not by the API's RIPPLE_DB_TIMEOUT.
         self._pool: Pool | None = None
