@@ -67,6 +67,11 @@ _DELETE_FLOW_CONTROLS: Final = "DELETE FROM ripple_flow_controls WHERE workflow 
 # order. k_*: then a pending run of a concurrency key needs a slot, granted the same way from
 # ripple_concurrency_slots; runs over the limit are parked (available_at infinity) until a
 # slot is freed (the trigger of migration 0011 wakes the next one). Rows are locked in key order.
+# The UPDATEs (taking, parking) match the locked candidates by `ctid` (`row_ref`): a TID scan
+# whatever the planner estimates, so the generic plan the worker's claimer keeps does not turn
+# into a join over ripple_runs with a backlog. A candidate another transaction updated between
+# this statement's snapshot and its lock is not found by its new ctid: it is left for the
+# next claim.
 _CANDIDATES: Final = """
 WITH due AS (
     SELECT x.*
