@@ -17,6 +17,7 @@ from ripple.platform.core.wake import CH_SUBSCRIPTIONS, NullWaker, RedisWaker, S
 from ripple.platform.errors import InvalidInput, NotFound
 from ripple.platform.events.fanout import FanOutItem, PublishedEvent, SubscriptionRow, TargetKind
 from ripple.platform.events.publish import Publisher
+from ripple.platform.events.publish_writer import MIN_SPILL
 from ripple.platform.events.subscriptions import Subscriptions
 from ripple.platform.queues.queues import Queues
 from ripple.subscribers import QueueTarget, WorkflowTarget
@@ -267,6 +268,43 @@ async def test_publish__group_commit_isolates_a_failing_event(
     assert failed == [7]
     assert await pool.fetchval("SELECT count(*) FROM ripple_events") == 39
     assert await pool.fetchval("SELECT count(*) FROM ripple_queue_messages") == 39
+
+
+class GatedKind(ExplodingKind):
+    """A queue kind that records each group it writes and holds it until `gate` is set."""
+
+    def __init__(self, inner: QueueKind) -> None:
+        super().__init__(inner)
+        self.gate = asyncio.Event()
+        self.groups: list[int] = []
+
+    async def fan_out(self, conn: Connection, items: Sequence[FanOutItem]) -> list[int]:
+        self.groups.append(len(items))
+        await self.gate.wait()
+        return await super().fan_out(conn, items)
+
+
+async def test_publish__a_second_group_goes_in_flight_only_once_min_spill_events_wait(
+    pool: Pool, settings: Settings
+) -> None:
+    waker = NullWaker(settings.poll_interval)
+    kind = GatedKind(QueueKind(waker))
+    subscriptions = Subscriptions(pool, waker, settings, {"queue": kind})
+    publisher = Publisher(pool, waker, settings, subscriptions, {"queue": kind}, None)
+    await subscriptions.subscribe("#", QueueTarget("q").to_row())
+    waiting = publisher._committer._group._queue
+
+    first = asyncio.ensure_future(publisher.publish("t", {"n": 0}))
+    await assert_eventually(lambda: kind.groups == [1])  # in flight, held
+    rest = [asyncio.ensure_future(publisher.publish("t", {"n": n})) for n in range(1, MIN_SPILL)]
+    await assert_eventually(lambda: len(waiting) == MIN_SPILL - 1)
+    assert kind.groups == [1]  # fewer than MIN_SPILL wait: no second transaction
+    rest.append(asyncio.ensure_future(publisher.publish("t", {"n": MIN_SPILL})))
+    await assert_eventually(lambda: kind.groups == [1, MIN_SPILL])  # the spill starts one
+    kind.gate.set()
+    await asyncio.gather(first, *rest)
+    assert kind.groups == [1, MIN_SPILL]
+    assert await pool.fetchval("SELECT count(*) FROM ripple_queue_messages") == MIN_SPILL + 1
 
 
 class LateExplodingKind:
