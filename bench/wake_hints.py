@@ -18,13 +18,12 @@ import redis.asyncio as aioredis
 from redis.utils import HIREDIS_AVAILABLE
 
 from bench.common import REDIS_URL
+from ripple.platform.core.wake import REDIS_CONNECTION_OPTIONS
 from ripple.platform.ops.runner import run_process
 
 CHANNEL = "ripple-bench:wake-hints"
 #: One PUBLISH of a hint on CHANNEL as RESP bytes, for the raw-socket floor and the flood.
 RAW_PUBLISH = f"*3\r\n$7\r\nPUBLISH\r\n${len(CHANNEL)}\r\n{CHANNEL}\r\n$3\r\nsrc\r\n".encode()
-#: The wake layer's client and connection options (`RedisWaker`).
-OPTIONS = {"socket_connect_timeout": 1.0, "socket_timeout": None, "socket_keepalive": True}
 
 
 async def _cpu_per_call(n: int, once: Callable[[], Awaitable[object]]) -> float:
@@ -36,8 +35,8 @@ async def _cpu_per_call(n: int, once: Callable[[], Awaitable[object]]) -> float:
 
 
 async def _senders(n: int) -> None:
-    client = aioredis.Redis.from_url(REDIS_URL, health_check_interval=5, **OPTIONS)  # type: ignore[arg-type]
-    pool = aioredis.ConnectionPool.from_url(REDIS_URL, **OPTIONS)
+    client = aioredis.Redis.from_url(REDIS_URL, health_check_interval=5, **REDIS_CONNECTION_OPTIONS)
+    pool = aioredis.ConnectionPool.from_url(REDIS_URL, **REDIS_CONNECTION_OPTIONS)
     conn = await pool.get_connection()  # type: ignore[no-untyped-call]
     reader, writer = await asyncio.open_connection(*_host_port())
 
@@ -86,7 +85,7 @@ def _host_port() -> tuple[str, int]:
 
 
 async def _receiver(n: int) -> None:
-    client = aioredis.Redis.from_url(REDIS_URL, health_check_interval=5, **OPTIONS)  # type: ignore[arg-type]
+    client = aioredis.Redis.from_url(REDIS_URL, health_check_interval=5, **REDIS_CONNECTION_OPTIONS)
     pubsub = client.pubsub()
     await pubsub.subscribe(CHANNEL)
     await pubsub.get_message(timeout=1.0)  # the subscription's confirmation

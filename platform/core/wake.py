@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import structlog
 
@@ -31,6 +31,7 @@ __all__ = [
     "CH_CANCELS",
     "CH_RUNS",
     "CH_SCHEDULES",
+    "REDIS_CONNECTION_OPTIONS",
     "AnyHint",
     "DeliveriesReady",
     "Listener",
@@ -48,6 +49,15 @@ __all__ = [
 ]
 
 log = structlog.get_logger("ripple.wake")
+
+#: How the wake layer connects to Redis (subscriber client and publisher connection alike): a
+#: second to connect, no read timeout (a subscriber waits for as long as nothing happens),
+#: keepalive so a dead peer is noticed.
+REDIS_CONNECTION_OPTIONS: Final[dict[str, Any]] = {
+    "socket_connect_timeout": 1.0,
+    "socket_timeout": None,
+    "socket_keepalive": True,
+}
 
 #: Longest `RedisWaker.close()` waits for unsent hints to reach Redis.
 _CLOSE_FLUSH_SECONDS = 1.0
@@ -333,10 +343,8 @@ class RedisWaker(NullWaker):
 
         return aioredis.Redis.from_url(
             self._url,
-            socket_connect_timeout=1.0,
-            socket_timeout=None,
-            socket_keepalive=True,
             health_check_interval=5,
+            **REDIS_CONNECTION_OPTIONS,
         )
 
     def notify(self, *hints: AnyHint) -> None:
@@ -532,9 +540,7 @@ class RedisWaker(NullWaker):
         # One connection of its own, driven through redis-py's connection API: a PUBLISH
         # through the client's pipeline (retry wrapper, pool checkout, timeouts, observability)
         # cost 105-190 us of CPU here, on the connection 45-72 us (`python -m bench.wake_hints`).
-        pool = aioredis.ConnectionPool.from_url(
-            self._url, socket_connect_timeout=1.0, socket_timeout=None, socket_keepalive=True
-        )
+        pool = aioredis.ConnectionPool.from_url(self._url, **REDIS_CONNECTION_OPTIONS)
         conn: AbstractConnection | None = None
         try:
             while True:
