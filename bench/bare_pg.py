@@ -10,6 +10,7 @@ import asyncio
 import json
 import time
 import uuid
+from typing import NamedTuple
 
 import asyncpg
 
@@ -107,10 +108,18 @@ async def publish_rows(
         await pool.close()
 
 
+class QueueRates(NamedTuple):
+    """Msgs/s of a queue round: sending, receiving and deleting (acking), and end to end."""
+
+    send: float
+    drain: float
+    total: float
+
+
 async def queue_roundtrip(
     url: str, messages: int, batch: int, consumers: int, pool_size: int = 20
-) -> float:
-    """Msgs/s sending `messages` in batches, then receiving and deleting them, end to end."""
+) -> QueueRates:
+    """Sending `messages` in batches, then receiving and deleting them: the rates."""
     pool = await asyncpg.create_pool(url, min_size=consumers, max_size=pool_size)
     assert pool is not None
     body = json.dumps({"order": 1, "items": [1, 2, 3]})
@@ -118,6 +127,7 @@ async def queue_roundtrip(
         started = time.perf_counter()
         for start in range(0, messages, batch):
             await pool.execute(SEND, "bare", [body] * min(batch, messages - start))
+        sent = time.perf_counter()
 
         async def consumer() -> None:
             while True:
@@ -127,6 +137,9 @@ async def queue_roundtrip(
                 await pool.execute(DELETE, "bare", [r["id"] for r in rows])
 
         await asyncio.gather(*(consumer() for _ in range(consumers)))
-        return messages / (time.perf_counter() - started)
+        done = time.perf_counter()
+        return QueueRates(
+            messages / (sent - started), messages / (done - sent), messages / (done - started)
+        )
     finally:
         await pool.close()

@@ -146,10 +146,13 @@ def report_vs(name: str, figure: float, baseline: float, unit: str, detail: str 
     )
 
 
-def postgres_cpu_seconds(postmaster: int) -> float:
+def postgres_cpu_seconds(postmaster: int | None) -> float:
     """CPU seconds the Postgres server of `postmaster` has used so far: the postmaster's own,
     its reaped children's (cutime + cstime: backends that have exited) and those of every live
-    child (backends, walwriter, checkpointer...), from /proc."""
+    child (backends, walwriter, checkpointer...), from /proc. NaN when it is unknown (None: a
+    server that is not local)."""
+    if postmaster is None:
+        return float("nan")
     try:
         fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:

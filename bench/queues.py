@@ -1,16 +1,18 @@
 """Queue benchmark: send→receive→ack throughput with 4 consumers, batches of 100.
 
-Baseline: bare asyncpg sending the same batches, then `SKIP LOCKED` receive plus delete. For
-both it prints the CPU per message of Postgres and of the client process, and how busy the
-machine was: what bounds the end-to-end figure.
+Baseline: bare asyncpg sending the same batches, then `SKIP LOCKED` receive plus delete. Each
+figure is the median of ROUNDS alternating rounds, printed with the baseline's; for both it
+prints the CPU per message of Postgres and of the client process, and how busy the machine
+was: what bounds the end-to-end figure.
 """
 
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 
-from bench.bare_pg import queue_roundtrip
+from bench.bare_pg import QueueRates, queue_roundtrip
 from bench.common import (
     bench_database,
     machine_cpu,
@@ -25,50 +27,67 @@ MESSAGES = 50_000
 BATCH = 100
 CONSUMERS = 4
 #: Rounds of Ripple then bare, each over MESSAGES; the figures are the medians. One round read
-#: 72-105 % of bare for the same code, and each phase alone 94-96 %: autovacuum of the hot
+#: 72-105 % of bare end to end for the same code (`python -m bench --only queues`, 2026-11-23),
+#: while the send and the receive+ack phases, printed apart, stay closer: autovacuum of the hot
 #: queue table lands in one side's round or the other's.
 ROUNDS = 3
 
 
 async def run() -> None:
-    rounds: list[tuple[float, float, float, str]] = []
-    bares: list[tuple[float, str]] = []
+    ripple: list[QueueRates] = []
+    bare: list[QueueRates] = []
+    cpu: dict[str, list[str]] = {"ripple": [], "bare": []}
     async with bench_database(pool_max_size=20) as db, Client(settings=db.settings) as client:
         postmaster = parent_pid(await client.pool.fetchval("SELECT pg_backend_pid()"))
         for _ in range(ROUNDS):
-            rounds.append(await _ripple_round(client, postmaster))
-            cpu = _Cpu(postmaster)
-            bare = await queue_roundtrip(
-                db.url, MESSAGES, BATCH, CONSUMERS, db.settings.pool_max_size
+            used = _Cpu(postmaster)
+            ripple.append(await _ripple_round(client))
+            cpu["ripple"].append(used.since())
+            used = _Cpu(postmaster)
+            bare.append(
+                await queue_roundtrip(db.url, MESSAGES, BATCH, CONSUMERS, db.settings.pool_max_size)
             )
-            bares.append((bare, cpu.since()))
-    send, drain, total, ripple_cpu = sorted(rounds, key=lambda r: r[2])[ROUNDS // 2]
-    bare, bare_cpu = sorted(bares)[ROUNDS // 2]
-    report("queue send (batches of 100)", f"{send:,.0f} msgs/s")
-    report("queue receive+ack (4 consumers, batches of 100)", f"{drain:,.0f} msgs/s")
-    spread = (
-        "/".join(f"{r[2]:,.0f}" for r in rounds) + " vs " + "/".join(f"{b:,.0f}" for b, _ in bares)
+            cpu["bare"].append(used.since())
+    report_vs(
+        "queue send (batches of 100)",
+        statistics.median(r.send for r in ripple),
+        statistics.median(r.send for r in bare),
+        "msgs/s",
     )
     report_vs(
+        "queue receive+ack (4 consumers, batches of 100)",
+        statistics.median(r.drain for r in ripple),
+        statistics.median(r.drain for r in bare),
+        "msgs/s",
+    )
+    spread = " vs ".join("/".join(f"{r.total:,.0f}" for r in side) for side in (ripple, bare))
+    report_vs(
         "queue send→receive→ack end to end",
-        total,
-        bare,
+        statistics.median(r.total for r in ripple),
+        statistics.median(r.total for r in bare),
         "msgs/s",
         f"medians of {ROUNDS} alternating rounds of {MESSAGES:,} ({spread})",
     )
-    report("  CPU per message", f"{ripple_cpu}; bare asyncpg: {bare_cpu}")
+    report(
+        "  CPU per message",
+        f"{_at_median(ripple, cpu['ripple'])}; bare asyncpg: {_at_median(bare, cpu['bare'])}",
+    )
 
 
-async def _ripple_round(client: Client, postmaster: int | None) -> tuple[float, float, float, str]:
-    """One round through Ripple's queue API: send, receive+ack and end-to-end msgs/s, and the
-    CPU it took."""
+def _at_median(rates: list[QueueRates], cpu: list[str]) -> str:
+    """The CPU line of the round with the median end-to-end rate."""
+    order = sorted(range(len(rates)), key=lambda i: rates[i].total)
+    return cpu[order[len(order) // 2]]
+
+
+async def _ripple_round(client: Client) -> QueueRates:
+    """One round through Ripple's queue API: send, then receive+ack with CONSUMERS."""
     queues = client.queues
     body = {"order": 1, "items": [1, 2, 3]}
-    cpu = _Cpu(postmaster)
     started = time.perf_counter()
     for start in range(0, MESSAGES, BATCH):
         await queues.send_batch("bench", [body] * min(BATCH, MESSAGES - start))
-    sent = time.perf_counter() - started
+    sent = time.perf_counter()
     received = 0
 
     async def consumer() -> None:
@@ -80,12 +99,12 @@ async def _ripple_round(client: Client, postmaster: int | None) -> tuple[float, 
             await queues.ack_batch("bench", [m.receipt for m in msgs])
             received += len(msgs)
 
-    t0 = time.perf_counter()
     await asyncio.gather(*(consumer() for _ in range(CONSUMERS)))
-    drained = time.perf_counter() - t0
-    total = time.perf_counter() - started
+    done = time.perf_counter()
     assert received == MESSAGES, f"received {received} of {MESSAGES}"
-    return MESSAGES / sent, received / drained, MESSAGES / total, cpu.since()
+    return QueueRates(
+        MESSAGES / (sent - started), MESSAGES / (done - sent), MESSAGES / (done - started)
+    )
 
 
 class _Cpu:
@@ -94,15 +113,12 @@ class _Cpu:
 
     def __init__(self, postmaster: int | None) -> None:
         self._postmaster = postmaster
-        self._pg = self._pg_seconds()
+        self._pg = postgres_cpu_seconds(postmaster)
         self._own = time.process_time()
         self._machine = machine_cpu()
 
-    def _pg_seconds(self) -> float:
-        return postgres_cpu_seconds(self._postmaster) if self._postmaster else float("nan")
-
     def since(self) -> str:
-        pg = (self._pg_seconds() - self._pg) / MESSAGES
+        pg = (postgres_cpu_seconds(self._postmaster) - self._pg) / MESSAGES
         own = (time.process_time() - self._own) / MESSAGES
         busy, total = (b - a for a, b in zip(self._machine, machine_cpu(), strict=True))
         return (

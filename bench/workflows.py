@@ -54,7 +54,7 @@ async def throughput(definition: WorkflowDefinition[Any, Any] = noop3, label: st
             before = await write_xacts()
             start_batches = client.workflows.start_batches
             postmaster = parent_pid(await client.pool.fetchval("SELECT pg_backend_pid()"))
-            pg_before = postgres_cpu_seconds(postmaster) if postmaster else float("nan")
+            pg_before = postgres_cpu_seconds(postmaster)
             cpu_before = cpu_seconds(worker.pid)
             started = time.perf_counter()
             for batch in range(0, RUNS, 100):
@@ -66,7 +66,7 @@ async def throughput(definition: WorkflowDefinition[Any, Any] = noop3, label: st
                 await asyncio.sleep(0.005)
             elapsed = time.perf_counter() - started
             worker_cpu = cpu_seconds(worker.pid) - cpu_before
-            pg_cpu = (postgres_cpu_seconds(postmaster) if postmaster else float("nan")) - pg_before
+            pg_cpu = postgres_cpu_seconds(postmaster) - pg_before
             after = await write_xacts()
             start_xacts = client.workflows.start_batches - start_batches
             completed = await client.pool.fetchval(
