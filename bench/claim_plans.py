@@ -41,7 +41,7 @@ async def run(n: int) -> None:
             try:
                 for i in range(n):
                     for name, claimer in claimers.items():
-                        run_id = f"{i}-{len(times[name])}-{name}"
+                        run_id = f"{i}-{name}"
                         await client.pool.execute(INSERT_RUN, run_id)
                         conn = await claimer.get()
                         started = time.perf_counter()

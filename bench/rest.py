@@ -94,7 +94,7 @@ async def serve(
 
 
 #: The load generator shares the machine's two cores with the server it measures, so it sends
-#: bodies encoded once (`json=` encoded on every request: about a fifth of its CPU per POST).
+#: bodies encoded once (`json=` encoded them on every request; docs/architecture.md).
 _JSON = {"Content-Type": "application/json"}
 
 

@@ -18,11 +18,11 @@ import asyncio
 import contextlib
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Final, Protocol, Self
 
 import structlog
 
@@ -61,7 +61,7 @@ log = structlog.get_logger("ripple.workflows.worker")
 GOVERNED_HOLD = 5.0
 #: Session settings of the claim loop's own connection (see `Worker.__init__`);
 #: `python -m bench.claim_plans` measures the plan cache mode.
-CLAIMER_SETTINGS: dict[str, str] = {
+CLAIMER_SETTINGS: Final[Mapping[str, str]] = {
     "application_name": "ripple-worker",
     "synchronous_commit": "off",
     "plan_cache_mode": "force_generic_plan",
