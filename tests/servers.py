@@ -184,6 +184,25 @@ class PostgresCluster:
         """Stop at once, without a checkpoint (recovery replays the WAL at the next start)."""
         self._run([_pg_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"])
 
+    def restart_immediate(self) -> None:
+        """`pg_ctl restart -m immediate`: every backend is told to quit at once, and the
+        server starts again straight away (with the options of the last `start()`)."""
+        self._run(
+            [
+                _pg_bin("pg_ctl"),
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.root / "log"),
+                "-m",
+                "immediate",
+                "-w",
+                "-t",
+                "60",
+                "restart",
+            ]
+        )
+
     def stop(self) -> None:
         with contextlib.suppress(subprocess.CalledProcessError):
             self._run([_pg_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"])

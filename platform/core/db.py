@@ -350,6 +350,13 @@ def map_errors() -> Iterator[None]:
         raise InvalidInput(str(exc)) from exc
     except (asyncpg.DataError, asyncpg.InvalidTextRepresentationError) as exc:
         raise InvalidInput(str(exc)) from exc
+    except asyncpg.InternalClientError as exc:
+        # The driver's protocol state is off: a server that shuts down sends each idle
+        # connection an unsolicited FATAL error before closing it, and a statement sent in
+        # between finds the connection "busy". Transient: a new connection will do.
+        raise Unavailable(
+            f"database connection broken ({exc}); retry: a new connection is opened"
+        ) from exc
     except (
         asyncpg.CannotConnectNowError,
         asyncpg.ConnectionDoesNotExistError,
@@ -376,5 +383,10 @@ async def transaction(pool: Pool, conn: Connection | None = None) -> AsyncIterat
             async with conn.transaction():
                 yield conn
             return
-        async with pool.acquire() as acquired, acquired.transaction():
-            yield acquired
+        async with pool.acquire() as acquired:
+            try:
+                async with acquired.transaction():
+                    yield acquired
+            except asyncpg.InternalClientError:
+                acquired.terminate()  # broken (see map_errors): the pool must not hand it out
+                raise

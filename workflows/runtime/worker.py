@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,7 +38,7 @@ from ripple.platform.core.db import (
 )
 from ripple.platform.core.ids import new_id
 from ripple.platform.core.wake import CH_RUNS, Listener, NullWaker
-from ripple.platform.errors import RippleError
+from ripple.platform.errors import RippleError, Unavailable
 from ripple.platform.ops import metrics, tracing
 from ripple.platform.ops.runner import ProcessRunner
 from ripple.platform.ops.services import BackgroundService
@@ -59,6 +60,10 @@ log = structlog.get_logger("ripple.workflows.worker")
 #: Seconds a worker claims with flow control directly after a plain claim found runs that
 #: need it (a flow-controlled stream); then it tries the cheaper plain claim again.
 GOVERNED_HOLD = 5.0
+#: Longest pause between attempts to start while the database is unavailable.
+START_BACKOFF_MAX = 5.0
+#: Longest pause between claims while the database is unavailable.
+CLAIM_BACKOFF_MAX = 2.0
 #: Session settings of the claim loop's own connection (see `Worker.__init__`);
 #: `python -m bench.claim_plans` measures the plan cache mode.
 CLAIMER_SETTINGS: Final[Mapping[str, str]] = {
@@ -84,6 +89,35 @@ class WorkerClient(Protocol):
     def workflows(self) -> WorkflowClient: ...
 
     def background_services(self, *, webhooks: bool, sweeper: bool) -> list[BackgroundService]: ...
+
+
+class _ClaimOutage:
+    """The claim loop's view of a database outage: the first failed statement is logged, the
+    rest are counted, and the recovery is logged once with the count; retries back off."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self._since = 0.0
+
+    def failed(self, exc: RippleError) -> None:
+        if self.failures == 0:
+            self._since = time.monotonic()
+            log.warning("worker_claim_failed", error=str(exc), retrying=True)
+        self.failures += 1
+
+    def recovered(self) -> None:
+        if self.failures:
+            log.info(
+                "worker_claim_recovered",
+                failed_attempts=self.failures,
+                seconds=round(time.monotonic() - self._since, 3),
+            )
+            self.failures = 0
+
+    def backoff(self, poll: float) -> float:
+        """Seconds to wait before the next claim: the poll interval, doubling per failure up
+        to CLAIM_BACKOFF_MAX (or the poll interval, if that is longer)."""
+        return min(poll * 2.0 ** min(self.failures - 1, 10), max(poll, CLAIM_BACKOFF_MAX))
 
 
 @dataclass(slots=True, eq=False)
@@ -144,6 +178,8 @@ class Worker:
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{new_id()[-12:]}"
         self._inflight: dict[str, _InFlight] = {}
         self._stopping = False
+        self._stop_requested = asyncio.Event()
+        self._outage = _ClaimOutage()
         self._backlog = False
         self._until_idle = False
         #: loop time at which the next known run becomes due (None: unknown, poll)
@@ -154,6 +190,8 @@ class Worker:
         #: The runner of `run()` / `async with` while it runs (`stop()` stops its services).
         self._runner: ProcessRunner | None = None
         self._started = asyncio.Event()
+        #: Why a helper task (heartbeat, cancel listener) ended while the worker ran.
+        self._helper_failure: BaseException | None = None
         #: Opening the pool at start (kept referenced: it outlives a canceled run()).
         self._warming: asyncio.Task[None] | None = None
         # The claim loop's own connection. Its commits are asynchronous (not waiting for the
@@ -224,6 +262,7 @@ class Worker:
 
     def _stop_claiming(self) -> None:
         self._stopping = True
+        self._stop_requested.set()
         self._kick()
 
     def _kick(self) -> None:
@@ -258,12 +297,9 @@ class Worker:
     async def _execute_runs(self) -> None:
         """The executor: claim and execute runs until stopped, then drain and unregister."""
         self._started.clear()
-        await self._open_pool()
-        try:
-            await self._register()
-        except BaseException:
-            await self._close_pool()
-            raise
+        self._helper_failure = None
+        if not await self._start_until_stopped():
+            return
         # Its own task, shielded: canceling run() here must not leave a connection acquired.
         self._warming = asyncio.create_task(self._open_connections(), name="ripple-warm-pool")
         await asyncio.shield(self._warming)
@@ -271,6 +307,8 @@ class Worker:
             asyncio.create_task(self.heartbeat.run(), name="ripple-worker-heartbeat"),
             asyncio.create_task(self.cancels.run(), name="ripple-worker-cancels"),
         ]
+        for task in helpers:
+            task.add_done_callback(self._helper_ended)
         self._started.set()
         log.info("worker_started", worker_id=self.worker_id, serves=self._serves())
         try:
@@ -278,12 +316,26 @@ class Worker:
         finally:
             await self._drain()
             for task in helpers:
+                task.remove_done_callback(self._helper_ended)
                 task.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
             await self._unregister()
             await self._claimer.close()
             await self._close_pool()
             log.info("worker_stopped", worker_id=self.worker_id)
+        if self._helper_failure is not None:
+            raise self._helper_failure
+
+    def _helper_ended(self, task: asyncio.Task[None]) -> None:
+        """The heartbeat and the cancel listener retry transient errors themselves; one that
+        ends anyway is a bug, and running on without it would let leases lapse unnoticed:
+        stop the executor, which re-raises the error (the process exits non-zero)."""
+        if task.cancelled() or self._stopping:
+            return
+        exc = task.exception() or RuntimeError(f"{task.get_name()} returned unexpectedly")
+        log.error("worker_helper_failed", helper=task.get_name(), error=repr(exc))
+        self._helper_failure = exc
+        self._stop_claiming()
 
     async def run_until_idle(self) -> None:
         """Execute runs until none is due and none is in flight (for tests and scripts; no
@@ -309,6 +361,7 @@ class Worker:
 
     async def __aenter__(self) -> Self:
         self._stopping = False
+        self._stop_requested.clear()
         # The block's owner decides when it ends: no signal handlers of the worker's own.
         runner = ProcessRunner(self.services(), name="worker", handle_signals=False)
         self._main = asyncio.create_task(self._run_services(runner), name="ripple-worker")
@@ -327,6 +380,37 @@ class Worker:
 
     def _serves(self) -> list[dict[str, Any]]:
         return [{"workflow": name, "version": version} for name, version in self._pairs]
+
+    async def _start_until_stopped(self) -> bool:
+        """Open the worker's pool and register, retrying with backoff while the database is
+        unavailable (a worker may start while Postgres restarts); False if the worker was
+        stopped first."""
+        delay = self.settings.poll_interval
+        failures = 0
+        while not self._stopping:
+            try:
+                await self._open_pool()
+                await self._register()
+            except Unavailable as exc:
+                await self._close_pool()
+                failures += 1
+                if failures == 1:
+                    log.warning("worker_start_failed", error=str(exc), retrying=True)
+                await self._sleep_unless_stopped(delay)
+                delay = min(delay * 2, START_BACKOFF_MAX)
+                continue
+            except BaseException:
+                await self._close_pool()
+                raise
+            if failures:
+                log.info("worker_start_recovered", failed_attempts=failures)
+            return True
+        return False
+
+    async def _sleep_unless_stopped(self, seconds: float) -> None:
+        """Sleep, returning early when `stop()` is called."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop_requested.wait(), seconds)
 
     async def _register(self) -> None:
         with map_errors():
@@ -414,11 +498,13 @@ class Worker:
         try:
             conn = await self._claimer.get()
             with map_errors():
-                return await store.next_due(conn, pairs=self._pairs)
+                due = await store.next_due(conn, pairs=self._pairs)
         except RippleError as exc:
             self._claimer.discard()
-            log.warning("worker_poll_failed", error=str(exc))
+            self._outage.failed(exc)
             return None
+        self._outage.recovered()
+        return due
 
     async def _claim(self, limit: int) -> int:
         try:
@@ -430,10 +516,12 @@ class Worker:
                     resumed = [c.run_id for c in claims if not c.fresh]
                     journals = await store.load_journals(conn, run_ids=resumed) if resumed else {}
         except RippleError as exc:
+            # The connection may be broken or mid-statement: a new one is opened next time.
             self._claimer.discard()
-            log.warning("worker_claim_failed", error=str(exc))
-            await asyncio.sleep(self.settings.poll_interval)
+            self._outage.failed(exc)
+            await self._sleep_unless_stopped(self._outage.backoff(self.settings.poll_interval))
             return 0
+        self._outage.recovered()
         for claim in claims:
             if claim.recovered:
                 metrics.LEASE_EXPIRATIONS.inc()

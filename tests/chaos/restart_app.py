@@ -1,0 +1,18 @@
+"""The workflow of the Postgres-restart test: three ledger steps (effect rows written outside
+the journal, `tests.e2e.resilience.app.ledger_step`), each followed by a durable 0.2 s sleep."""
+
+from __future__ import annotations
+
+from ripple.workflows import WorkflowContext, workflow
+from tests.e2e.resilience.app import ledger_step
+
+
+@workflow(name="paced")
+async def paced(ctx: WorkflowContext) -> list[int]:
+    """`a`, sleep, `b`, sleep, `c`, sleep; returns the pids that ran the steps."""
+    pids = []
+    for step in ("a", "b", "c"):
+        done = await ctx.step.run(step, ledger_step, ctx.run_id, step, 5)
+        pids.append(int(done["pid"]))
+        await ctx.step.sleep(f"after-{step}", 0.2)
+    return pids
