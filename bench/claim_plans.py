@@ -5,7 +5,7 @@ p50 of N claims of one fresh run each (plain claims, as an idle worker makes the
 connection with the worker's claimer settings (`CLAIMER_SETTINGS`: generic plans kept) and on
 one with the same settings but Postgres's default plan cache mode (which re-plans the claim
 on every execution when its generic plan looks costlier). Not a `make bench` suite: it
-informs docs/architecture.md ("A claim is planned once").
+informs docs/benchmarks.md ("Claims").
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ python -m bench.floor [N]: p50 over N tries of a `SELECT 1` round trip, an autoc
 round trip and a WAL flush), BEGIN/INSERT/COMMIT, and a Redis publish reaching a subscriber.
 A 1-step run's start→result chains an insert, a hint, a claim, a completion, a hint and a read;
 these add up to what no code on top can go below. Not a `make bench` suite: it informs
-docs/architecture.md ("Where a workflow run's time goes").
+docs/benchmarks.md ("Where a workflow run's time goes").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Flow-control and schedule benchmarks (issue 14): throughput of a workflow with
+"""Flow-control and schedule benchmarks: throughput of a workflow with
 `Concurrency(limit=1, key=k)` over 1,000 keys next to the unconstrained one, and how late an
 `every=1s` schedule starts its runs."""
 

@@ -1,4 +1,4 @@
-"""Operating runs and events (issue 16): backfill throughput into a queue subscription, and the
+"""Operating runs and events: backfill throughput into a queue subscription, and the
 time `retry_many` takes over 10,000 failed runs (each with a journal of two recorded steps and
 the failed one). The rows are written with SQL first: what is measured is the operation."""
 

@@ -17,9 +17,8 @@ from bench.common import bench_database, report_vs, subprocess_module, write_xac
 from ripple.platform.client import Client
 from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
 
-#: Long enough that one full garbage collection (30-40 ms with 600 publishes in flight) is
-#: amortized instead of deciding the figure: over 5,000 events (0.3 s) the same code read
-#: 50-84 % of bare from run to run, over 20,000 73-75 %.
+#: Long enough that one full garbage collection of the bench process (with 600 publishes in
+#: flight) is amortized instead of deciding the figure, as it did over a few thousand events.
 EVENTS = 20_000
 #: Publishes in flight: a few callers, and as many as the baseline's groups hold (3 x 200).
 PUBLISHERS = (32, 600)

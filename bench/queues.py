@@ -26,10 +26,9 @@ from ripple.platform.client import Client
 MESSAGES = 50_000
 BATCH = 100
 CONSUMERS = 4
-#: Rounds of Ripple then bare, each over MESSAGES; the figures are the medians. One round read
-#: 72-105 % of bare end to end for the same code (`python -m bench --only queues`, 2026-11-23),
-#: while the send and the receive+ack phases, printed apart, stay closer: autovacuum of the hot
-#: queue table lands in one side's round or the other's.
+#: Rounds of Ripple then bare, each over MESSAGES; the figures are the medians, because
+#: autovacuum of the hot queue table lands in one side's round or the other's and moves a
+#: single round's end-to-end ratio far more than the send and receive+ack phases.
 ROUNDS = 3
 
 

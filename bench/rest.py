@@ -94,7 +94,7 @@ async def serve(
 
 
 #: The load generator shares the machine's two cores with the server it measures, so it sends
-#: bodies encoded once (`json=` encoded them on every request; docs/architecture.md).
+#: bodies encoded once (`json=` encodes them on every request; docs/benchmarks.md).
 _JSON = {"Content-Type": "application/json"}
 
 

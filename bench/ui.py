@@ -1,4 +1,4 @@
-"""Dashboard render times (issue 17): p95 per page over a large seeded database.
+"""Dashboard render times: p95 per page over a large seeded database.
 
 Seeds RIPPLE_BENCH_UI_RUNS runs (default 1,000,000) with 5 journal rows each and a queue
 backlog of half as many messages by SQL, plus a few real events fanned out to a queue, a webhook

@@ -1,4 +1,4 @@
-"""Wait/signal benchmarks (issue 4): signal→resume latency, child-workflow round trip."""
+"""Wait/signal benchmarks: signal→resume latency, child-workflow round trip."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """What a wake hint costs in CPU on each side, through redis-py, on this machine.
 
 `python -m bench.wake_hints [N]` prints the CPU per PUBLISH sent through the client's pipeline (what
-the wake layer's publisher used to do), through one connection's API (what it does now) and
-over a raw socket (the floor), then the CPU per message received through `PubSub.get_message`,
-with the parser redis-py picked (hiredis when installed). Not a `make bench` suite: it informs
-docs/architecture.md ("Wake layer").
+the wake layer's publisher avoids), through one connection's API (what it does) and over a raw
+socket (the floor), then the CPU per message received through `PubSub.get_message`, with the
+parser redis-py picked (hiredis when installed). Not a `make bench` suite: it informs
+docs/benchmarks.md ("Wake layer").
 """
 
 from __future__ import annotations

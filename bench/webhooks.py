@@ -14,8 +14,8 @@ from bench.publish import free_port
 from ripple.platform.client import Client
 from ripple.subscribers import WebhookTarget
 
-#: Enough for a steady state: 3,000 took ~1 s, of which the first claims and 50 connection
-#: set-ups were a visible share, on both sides.
+#: Enough for a steady state: over fewer, the first claims and the connection set-ups are a
+#: visible share, on both sides.
 EVENTS = 10_000
 #: Deliveries in flight: overall, per endpoint and per origin alike (one endpoint here), and
 #: the bare baseline's concurrency, so both do the same work.

@@ -1,4 +1,4 @@
-"""Workflow engine benchmarks (issue 3): throughput, start→result latency, sleep lateness."""
+"""Workflow engine benchmarks: throughput, start→result latency, sleep lateness."""
 
 from __future__ import annotations
 

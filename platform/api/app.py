@@ -26,8 +26,8 @@ from ripple.platform.core.config import Settings
 __all__ = ["V1_ROUTES", "create_app"]
 
 #: The `/v1` route modules of `ripple.platform.api`, in the order their routes are matched.
-#: FastAPI tries the modules' routers in turn at some 10-20 µs each, so topics (publish, the
-#: hottest route, whose `/v1/topics/` paths no other module shares) comes first.
+#: FastAPI tries the modules' routers in turn, so topics (publish, the hottest route, whose
+#: `/v1/topics/` paths no other module shares) comes first.
 V1_ROUTES = (
     "topics",
     "recovery",
@@ -88,9 +88,8 @@ def create_app(
         # FastAPI's built-in OpenTelemetry: its HTTP request spans stay (recorded once a tracer
         # provider is installed); its OpenTelemetry metrics and logs are off, because Ripple's
         # metrics are Prometheus and its logs structlog. Each kind left on looks up its global
-        # provider (environment variables included) on every request: 2.9 % of `ripple
-        # serve`'s CPU under the REST bench for all three (py-spy); the tracing check that
-        # stays costs ~1.7 us per request (timeit of its `enabled()`).
+        # provider (environment variables included) on every request, CPU that
+        # `python -m bench --only rest` counts in the API's share of each request.
         telemetry={"metrics": False, "logs": False},
     )
     app.state.client = client

@@ -1,11 +1,12 @@
 """The hottest routes (publish, start) answered without FastAPI's per-request machinery.
 
 For every request FastAPI matches the route through its routers, solves the dependency tree
-(auth, the client), reads and parses the body and validates it through generic field code: about
-60 % of `ripple serve`'s CPU for a publish, against some 10 % for the publish itself (py-spy on
-bench/rest.py). `HotRoutes` answers the common case of a hot route itself: an authorised `POST`
-without a query string, with a JSON body that the route's own model accepts. It uses the route's
-model, path-parameter check and answer function, so the answer is the route's.
+(auth, the client), reads and parses the body and validates it through generic field code: most
+of `ripple serve`'s CPU for a publish, far more than the publish itself (`python -m bench --only
+rest` prints the API's CPU per request). `HotRoutes` answers the common case of a hot route
+itself: an authorised `POST` without a query string, with a JSON body that the route's own model
+accepts. It uses the route's model, path-parameter check and answer function, so the answer is
+the route's.
 
 Every other request, including every one that gets an error before the route's code runs (a
 missing or wrong token, a path parameter or a body the route refuses, a query, another content

@@ -113,7 +113,7 @@ def _listen(host: str, port: int) -> socket.socket:
     # IPPROTO_TCP explicitly: asyncio turns Nagle off (TCP_NODELAY) only on accepted sockets
     # whose `proto` says TCP, and an accepted socket inherits `proto` from this one (0 when
     # left out). With Nagle on, a response written in two parts (head, then body) waits for
-    # the client's delayed ACK: ~40 ms stalls that capped the API at a few hundred req/s.
+    # the client's delayed ACK, a stall long enough to cap the API's request rate.
     # Linux also copies TCP_NODELAY from the listening socket to the accepted ones.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

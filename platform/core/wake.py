@@ -539,7 +539,7 @@ class RedisWaker(NullWaker):
 
         # One connection of its own, driven through redis-py's connection API: a PUBLISH
         # through the client's pipeline (retry wrapper, pool checkout, timeouts, observability)
-        # cost 105-190 us of CPU here, on the connection 45-72 us (`python -m bench.wake_hints`).
+        # costs more CPU than the connection (`python -m bench.wake_hints` prints both).
         pool = aioredis.ConnectionPool.from_url(self._url, **REDIS_CONNECTION_OPTIONS)
         conn: AbstractConnection | None = None
         try:

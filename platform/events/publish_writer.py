@@ -42,10 +42,9 @@ MAX_GROUP: Final = 200
 #: Group commits in flight at once (each holds one pooled connection).
 MAX_FLUSHERS: Final = 3
 #: Events waiting that start a second (third) group commit while one is in flight. A group
-#: commit costs a few round trips and BEGIN/COMMIT whatever its size: under REST load (32 in
-#: flight) starting one for every arrival made groups of ~6 events and cost `ripple serve`
-#: about a quarter more CPU per publish and Postgres about 60 % more than waiting for the
-#: group in flight. A big backlog still gets parallel transactions.
+#: commit costs a few round trips and BEGIN/COMMIT whatever its size: under REST load starting
+#: one for every arrival made small groups that cost `ripple serve` and Postgres more CPU per
+#: publish than waiting for the group in flight. A big backlog still gets parallel transactions.
 MIN_SPILL: Final = 16
 
 

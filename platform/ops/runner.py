@@ -31,10 +31,8 @@ _frozen = False
 #: The young generation's collection threshold once startup is done (CPython's default: 700;
 #: 3.13 raised it to 2,000). CPython counts allocations minus deallocations of tracked objects
 #: since the last collection, never below zero, so a burst (a claim of 100 deliveries, 50
-#: requests started at once) triggers a collection even when nothing becomes garbage: a webhook
-#: worker collected 440-470 times per 10,000 deliveries (115-250 ms, 5-7 % of its CPU) and
-#: freed almost nothing. At 2,000 it still collected ~100 times; at 5,000 once (`python -m bench
-#: --only webhooks` prints the count).
+#: requests started at once) triggers collections that free almost nothing; `python -m bench
+#: --only webhooks` prints the worker's collection count.
 GC_YOUNG_THRESHOLD: Final = 5_000
 
 T = TypeVar("T")
@@ -52,8 +50,8 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 def run_process(main: Coroutine[Any, Any, T]) -> T:
     """`asyncio.run(main)` on uvloop when it is installed: a process entry point's event loop
     (`ripple serve`, `ripple worker`, `ripple dev`). uvloop's transports, timers and callbacks
-    are C: less CPU per request and per hop than asyncio's selector loop (measured in
-    docs/architecture.md)."""
+    are C: less CPU per request and per hop than asyncio's selector loop (`python -m
+    bench.rest_variants` compares the two)."""
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         return runner.run(main)
 
@@ -61,8 +59,8 @@ def run_process(main: Coroutine[Any, Any, T]) -> T:
 def freeze_startup_objects() -> None:
     """Take what exists once a process has started (modules, definitions, pools: they live as
     long as the process) out of the cyclic collector's view, once per process. A full
-    collection otherwise walks ~100k such objects and stalls the event loop ~20 ms, the tail
-    of sleep lateness in `make bench`; after this it walks only what runs allocate. The young
+    collection otherwise walks all of them and stalls the event loop, the tail of sleep
+    lateness in `make bench`; after this it walks only what runs allocate. The young
     generation's threshold is raised to GC_YOUNG_THRESHOLD at the same time."""
     global _frozen
     if not _frozen:

@@ -65,7 +65,7 @@ USER_AGENT: Final = "Ripple-Webhooks/0.1"
 #: Batched writes of finished attempts in flight at once (each holds one pooled connection).
 #: One: attempts that finish during a write go into the next, bigger batch. A delivered
 #: attempt's slot is free before its write, so the wait holds no delivery back; more writers
-#: only made more, smaller batches (one statement per ~7 attempts instead of ~21).
+#: only made more, smaller batches.
 MAX_RECORDERS: Final = 1
 #: While attempts are in flight, claim once this share of `webhook_concurrency` is free or
 #: REFILL_WAIT seconds passed since the last claim, whichever comes first: refilling every
@@ -74,23 +74,22 @@ MAX_RECORDERS: Final = 1
 REFILL_SHARE: Final = 0.25
 REFILL_WAIT: Final = 0.01
 #: Claimed deliveries kept ready beyond the free slots, as a share of `webhook_concurrency`: a
-#: freed slot starts the next one at once instead of waiting for a claim (6-16 ms from send to
-#: rows on a loop busy with 50 exchanges, < 1 ms of it in Postgres). Without it only 14-18 of
-#: 50 slots were busy on average. One endpoint's share of it is ENDPOINT_BUFFER_SHARE.
+#: freed slot starts the next one at once instead of waiting for a claim, which on a loop busy
+#: with many exchanges takes far longer than Postgres does and left most slots idle. One
+#: endpoint's share of it is ENDPOINT_BUFFER_SHARE.
 BUFFER_SHARE: Final = 2.0
 #: Deliveries one endpoint may have buffered, as a multiple of its slot cap
 #: (`webhook_endpoint_concurrency`; at most the whole buffer): enough to keep its slots busy
-#: while the next claim is under way. At 1x, an endpoint with every slot of a 50-slot worker
-#: had its buffer emptied by each claim (4-5 ms from send to rows on a busy loop) and kept
-#: only 31-33 of its 50 slots sending; at 2x, 42.
+#: while the next claim is under way (at 1x, each claim emptied the buffer of an endpoint that
+#: had every slot of a worker, and some of its slots sat idle).
 ENDPOINT_BUFFER_SHARE: Final = 2.0
 #: Seconds a delivery may wait in the buffer; older ones are released (due again, the claim's
 #: attempt count given back) rather than sent late: the claim's lease (the attempt's timeout
 #: plus LEASE_MARGIN, from the claim) must still cover the whole attempt once it starts.
 BUFFER_MAX_AGE: Final = LEASE_MARGIN / 4
 #: Seconds between checks for attempts past their timeout: one sweep cancels every overdue
-#: attempt, instead of a loop timer per attempt (`asyncio.timeout`: 5 us each under uvloop, of
-#: ~115 us of CPU per delivery). An attempt's timeout fires up to this much late.
+#: attempt, instead of a loop timer armed and cancelled per attempt (`asyncio.timeout`). An
+#: attempt's timeout fires up to this much late.
 DEADLINE_SWEEP: Final = 0.05
 #: Most URLs whose literal-address check passed are remembered (the policy never changes).
 CHECKED_URLS: Final = 4096

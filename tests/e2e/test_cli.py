@@ -220,7 +220,7 @@ async def test_cli__schedules(ripple_cli: CliRunner) -> None:
     assert gone.returncode == 1
 
 
-async def test_issue_18_cli_signals_take_an_idempotency_key(
+async def test_cli_signals_take_an_idempotency_key(
     ripple_cli: CliRunner, api_server: ApiServer, module_database_url: str
 ) -> None:
     api = ["--api", api_server.url, "--token", api_server.token]

@@ -63,8 +63,8 @@ ALLOWED: dict[str, set[str]] = {
         "ripple_subscriptions",
         "ripple_webhook_health",
     },
-    # Read-only views of the dashboard (issue 17 owns this module; its workflow reads go
-    # through ripple.workflows.store.views).
+    # Read-only views of the dashboard (its workflow reads go through
+    # ripple.workflows.store.views).
     "platform/ui/store.py": {
         "ripple_queues",
         "ripple_queue_messages",

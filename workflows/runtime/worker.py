@@ -199,9 +199,10 @@ class Worker:
         # and the epoch a claim assigns grows by a random amount, so a claimer whose claim was
         # lost is fenced out even if the run is claimed again. Journal writes stay synchronous.
         # Its statements keep their generic plans: for a worker serving one workflow, Postgres
-        # planned the claim again on every execution (0.6-1.0 ms of a 0.9-1.8 ms round trip
-        # here), and the claim's writes find their rows by ctid, so its generic plan does not
-        # depend on the table's size (docs/architecture.md, "A claim is planned once").
+        # planned the claim again on every execution, most of its round trip (`python -m
+        # bench.claim_plans` measures it), and the claim's writes find their rows by ctid, so
+        # its generic plan does not depend on the table's size (docs/architecture.md, "A claim
+        # is planned once").
         self._claimer = DedicatedConnection(client.settings, **CLAIMER_SETTINGS)
         #: The worker's own pool, open while it runs: its statements are bounded by
         #: `worker_db_timeout` (default the lease), not by the API's RIPPLE_DB_TIMEOUT.
@@ -423,8 +424,8 @@ class Worker:
             )
 
     async def _open_connections(self) -> None:
-        """Open the pool's connections before the first claim. Opening one costs 10-20 ms of
-        this process's event loop (handshake, codecs), which otherwise lands on the runs
+        """Open the pool's connections before the first claim. Opening one holds this
+        process's event loop for a while (handshake, codecs), which otherwise lands on the runs
         executing when a burst first needs it. (After ~5 idle minutes asyncpg closes idle
         connections again; the first burst after that pays for reopening them.)"""
         pool = self.pool

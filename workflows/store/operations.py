@@ -1,4 +1,4 @@
-"""Operating runs (issue 16): retry, fork, bulk cancel/retry. SQL private to this module; the
+"""Operating runs: retry, fork, bulk cancel/retry. SQL private to this module; the
 caller holds the transaction and the row locks these statements rely on.
 """
 

@@ -1,4 +1,4 @@
-"""Workflows of the flow-control tests with worker processes (issue 14): each run records when
+"""Workflows of the flow-control tests with worker processes: each run records when
 its step started and ended, in which process, in the `effects` table (see app.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Flow control across worker processes (issue 14): a concurrency key is respected by every
+"""Flow control across worker processes: a concurrency key is respected by every
 worker at once, with real processes, Postgres and Redis."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Counters count what committed, once (issue 13): a rolled-back start or publish counts
+"""Counters count what committed, once: a rolled-back start or publish counts
 nothing, a group commit retried after a refused batch counts each run once, a bulk retry
 counts each run it retried."""
 

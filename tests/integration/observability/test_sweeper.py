@@ -367,7 +367,7 @@ async def test_sweeper__worker_runs_it_unless_switched_off(settings: Settings) -
 
     fast = settings.model_copy(update={"sweep_interval": 0.05})
     async with Client(settings=fast) as client:
-        # the scheduler always runs (schedules, issue 14); the others only when asked for
+        # the scheduler always runs (schedules); the others only when asked for
         off = client.background_services(webhooks=False, sweeper=False)
         assert [s.name for s in off] == ["scheduler"]
         service = client.background_services(webhooks=False, sweeper=True)[0]

@@ -1,4 +1,4 @@
-"""Backfilled subscriptions and replays (issue 16): each retained event exactly once across the
+"""Backfilled subscriptions and replays: each retained event exactly once across the
 live boundary while publishes continue, all three target kinds, replay to one subscription
 only, and `since` older than the retention refused with nothing written."""
 

@@ -1,4 +1,4 @@
-"""Bulk cancel and retry over 1,000 runs while a worker runs them (issue 16): every matching
+"""Bulk cancel and retry over 1,000 runs while a worker runs them: every matching
 run is acted on exactly once and no other run is touched."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The REST side of operating runs (issue 16), in process over ASGI: retry, fork, bulk
+"""The REST side of operating runs, in process over ASGI: retry, fork, bulk
 actions, replay, backfillSince, and long-polls that say whether they timed out."""
 
 from __future__ import annotations

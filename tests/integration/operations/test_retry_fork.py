@@ -1,4 +1,4 @@
-"""Retry in place and fork from a step (issue 16): recorded steps are not run again, the
+"""Retry in place and fork from a step: recorded steps are not run again, the
 failed step is, compensations are not undone, and bad input changes nothing."""
 
 from __future__ import annotations

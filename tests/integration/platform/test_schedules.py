@@ -1,4 +1,4 @@
-"""Schedules (issue 14): one run per tick across workers, topic schedules, operations, catch-up
+"""Schedules: one run per tick across workers, topic schedules, operations, catch-up
 after downtime, overlap. Time is moved by updating `next_run_at` in SQL, not by sleeping."""
 
 from __future__ import annotations

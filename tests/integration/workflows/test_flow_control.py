@@ -1,4 +1,4 @@
-"""Flow control enforced by the claim: per-key concurrency, priority, throttle (issue 14)."""
+"""Flow control enforced by the claim: per-key concurrency, priority, throttle."""
 
 from __future__ import annotations
 

@@ -144,7 +144,7 @@ async def test_claim__takes_the_oldest_due_runs_of_served_pairs_only(app: App, p
 
 
 async def test_claim__parked_runs_are_not_rescanned(app: App) -> None:
-    """5,000 runs parked behind a full concurrency key cost a claim nothing (issue 14)."""
+    """5,000 runs parked behind a full concurrency key cost a claim nothing."""
     await app.pool.execute(
         "INSERT INTO ripple_runs (run_id, workflow, version, available_at, concurrency_key, "
         "concurrency_limit, blocked_by) "

@@ -287,7 +287,7 @@ async def test_fencing__a_claim_lost_in_a_database_crash_does_not_share_its_epoc
         await stale.flush([], 0)
 
 
-async def test_issue_18_same_worker_reclaiming_its_run_stops_the_older_execution(
+async def test_same_worker_reclaiming_its_run_stops_the_older_execution(
     app: App,
 ) -> None:
     """After a stall longer than the lease, the worker that held a run may claim it again

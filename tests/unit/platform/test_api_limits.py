@@ -189,7 +189,7 @@ async def roomy() -> Any:
         (b'{"value": ' + b"9" * 4301 + b"}", 400, "bad-request", "4300 digits"),
     ],
 )
-async def test_issue_18_strict_json_bodies(
+async def test_strict_json_bodies(
     roomy: httpx.AsyncClient, content: bytes, status: int, slug: str, says: str
 ) -> None:
     response = await roomy.post(
@@ -200,7 +200,7 @@ async def test_issue_18_strict_json_bodies(
     assert says in body["detail"]
 
 
-async def test_issue_18_big_but_readable_numbers_and_repeated_keys_in_strings_pass(
+async def test_big_but_readable_numbers_and_repeated_keys_in_strings_pass(
     roomy: httpx.AsyncClient,
 ) -> None:
     content = b'{"value": [' + b"9" * 4300 + b', {"a": "a", "b": "\\"a\\": 1"}]}'
@@ -213,9 +213,7 @@ async def test_issue_18_big_but_readable_numbers_and_repeated_keys_in_strings_pa
 @pytest.mark.parametrize(
     "content_type", ["text/plain", "application/x-www-form-urlencoded", "application/xml"]
 )
-async def test_issue_18_wrong_content_type_is_415(
-    roomy: httpx.AsyncClient, content_type: str
-) -> None:
+async def test_wrong_content_type_is_415(roomy: httpx.AsyncClient, content_type: str) -> None:
     response = await roomy.post(
         "/echo", content=b'{"value": 1}', headers={"content-type": content_type}
     )

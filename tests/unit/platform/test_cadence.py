@@ -1,4 +1,4 @@
-"""Schedule tick maths (issue 14): cron in a time zone across DST, fixed intervals, catch-up."""
+"""Schedule tick maths: cron in a time zone across DST, fixed intervals, catch-up."""
 
 from __future__ import annotations
 

@@ -81,7 +81,7 @@ def test_decode_secret__rejects_non_base64_and_accepts_unpadded() -> None:
     assert decode_secret("whsec_YWJjZGVmZ2hpamtsbQ") == b"abcdefghijklm"
 
 
-def test_issue_13_one_secret_rule_for_targets_and_signing() -> None:
+def test_one_secret_rule_for_targets_and_signing() -> None:
     """`WebhookTarget` accepts exactly the secrets signing accepts (it used to require the
     prefix and 16 characters but not base64, while signing took any base64 key)."""
     cases = {

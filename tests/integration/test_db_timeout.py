@@ -1,4 +1,4 @@
-"""Issue 18 items 6 and 7: API calls give up on a stalled or locked database after
+"""API calls give up on a stalled or locked database after
 RIPPLE_DB_TIMEOUT with 503 + Retry-After, `/readyz` answers 503 at once during a stall, and
 driver tracebacks during outages become structured warnings.
 
@@ -61,7 +61,7 @@ def unavailable(response: httpx.Response) -> dict[str, Any]:
     return body
 
 
-async def test_issue_18_locked_table_gives_503_after_db_timeout(settings: Settings) -> None:
+async def test_locked_table_gives_503_after_db_timeout(settings: Settings) -> None:
     quick = settings.model_copy(update={"db_timeout": 0.5})
     async with Client(settings=quick) as client, _http(client) as http:
         run_id = (await client.start("locked", {"n": 1})).run_id
@@ -83,7 +83,7 @@ async def test_issue_18_locked_table_gives_503_after_db_timeout(settings: Settin
         assert await client.pool.fetchval("SELECT count(*) FROM ripple_runs") == 1
 
 
-async def test_issue_18_stalled_database_gives_503_and_readyz_answers(
+async def test_stalled_database_gives_503_and_readyz_answers(
     settings: Settings, proxy: PgProxy
 ) -> None:
     through = settings.model_copy(update={"database_url": proxy.url, "db_timeout": 1.0})
@@ -110,7 +110,7 @@ async def test_issue_18_stalled_database_gives_503_and_readyz_answers(
         assert (await http.get("/v1/runs/nope")).status_code == 404
 
 
-async def test_issue_18_reconnect_failures_are_one_structured_warning(
+async def test_reconnect_failures_are_one_structured_warning(
     settings: Settings, proxy: PgProxy
 ) -> None:
     through = settings.model_copy(
@@ -151,7 +151,7 @@ def _repeats_counted(event: str) -> bool:
     return db._repeats._count.get(event, 0) >= 1
 
 
-async def test_issue_18_unretrieved_driver_futures_are_one_structured_warning(
+async def test_unretrieved_driver_futures_are_one_structured_warning(
     settings: Settings,
 ) -> None:
     loop = asyncio.get_running_loop()

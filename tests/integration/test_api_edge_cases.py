@@ -1,4 +1,4 @@
-"""Issue 18 over REST, in process on a real database: NaN/Infinity refused in run inputs and
+"""Edge cases of the REST API, in process on a real database: NaN/Infinity refused in run inputs and
 signal payloads (422), signal idempotency keys (header, query or body field)."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ async def count(client: Client, table: str) -> int:
 
 
 @pytest.mark.parametrize("token", [b"NaN", b"Infinity", b"-Infinity"])
-async def test_issue_18_rest_refuses_non_finite_numbers(
+async def test_rest_refuses_non_finite_numbers(
     client: Client, http: httpx.AsyncClient, token: bytes
 ) -> None:
     start = b'{"input": {"a": [1, ' + token + b"]}}"
@@ -52,7 +52,7 @@ async def test_issue_18_rest_refuses_non_finite_numbers(
     assert await count(client, "ripple_signals") == 0
 
 
-async def test_issue_18_rest_signal_idempotency(client: Client, http: httpx.AsyncClient) -> None:
+async def test_rest_signal_idempotency(client: Client, http: httpx.AsyncClient) -> None:
     run_id = (await client.start("never-served", None)).run_id
     by_id = f"/v1/runs/{run_id}/signals/go"
     by_name = f"/v1/workflows/never-served/runs/{run_id}/signals/go"

@@ -1,4 +1,4 @@
-"""Issue 18 item 7: RIPPLE_DB_TIMEOUT (the API's bound on a database call) must not cancel a
+"""RIPPLE_DB_TIMEOUT (the API's bound on a database call) must not cancel a
 worker's healthy but slow writes. A journal commit or heartbeat that waits on a row lock for
 longer than the API's timeout, but well within the lease, used to be cancelled: the recorded
 step was executed again. Workers bound their writes by RIPPLE_WORKER_DB_TIMEOUT instead (default:
@@ -37,13 +37,13 @@ async def slow_commit(ctx: WorkflowContext) -> str:
     return await ctx.step.run("after", lambda: first + "!")
 
 
-def test_issue_18_worker_timeout_defaults_to_the_lease(settings: Settings) -> None:
+def test_worker_timeout_defaults_to_the_lease(settings: Settings) -> None:
     assert worker_db_timeout(settings.model_copy(update={"lease_seconds": 12.0})) == 12.0
     explicit = settings.model_copy(update={"lease_seconds": 12.0, "worker_db_timeout": 3.0})
     assert worker_db_timeout(explicit) == 3.0
 
 
-async def test_issue_18_slow_healthy_commit_is_not_cancelled(settings: Settings) -> None:
+async def test_slow_healthy_commit_is_not_cancelled(settings: Settings) -> None:
     quick = settings.model_copy(update={"db_timeout": 0.3, "lease_seconds": 6.0})
     async with Client(settings=quick) as client:
         handle = await client.start(slow_commit)

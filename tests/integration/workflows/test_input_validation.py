@@ -1,4 +1,4 @@
-"""Issue 18 item 4: NaN and ±Infinity are refused wherever workflow JSON enters (run inputs,
+"""NaN and ±Infinity are refused wherever workflow JSON enters (run inputs,
 child inputs, signal payloads), never stored as `null`; nothing is written."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ async def raw_input(ctx: WorkflowContext, inp: Any) -> Any:
 
 
 @pytest.mark.parametrize("bad", NON_FINITE)
-async def test_issue_18_start_refuses_non_finite_input(app: App, bad: float) -> None:
+async def test_start_refuses_non_finite_input(app: App, bad: float) -> None:
     for workflow_ref, value in (
         (raw_input, {"a": [1, {"b": bad}]}),
         (raw_input, bad),
@@ -49,7 +49,7 @@ async def test_issue_18_start_refuses_non_finite_input(app: App, bad: float) -> 
     assert await app.pool.fetchval("SELECT count(*) FROM ripple_runs") == 0
 
 
-async def test_issue_18_signal_refuses_non_finite_payload(app: App) -> None:
+async def test_signal_refuses_non_finite_payload(app: App) -> None:
     handle = await app.workflows.start(approval, None)
     async with app.worker(approval):
         await assert_eventually(lambda: is_waiting(app, handle.run_id))
@@ -78,7 +78,7 @@ async def nan_parent(ctx: WorkflowContext, typed: bool) -> str:
 
 
 @pytest.mark.parametrize("typed", [True, False])
-async def test_issue_18_child_input_refuses_non_finite(app: App, typed: bool) -> None:
+async def test_child_input_refuses_non_finite(app: App, typed: bool) -> None:
     handle = await app.workflows.start(nan_parent, typed)
     async with app.worker(nan_parent, typed_point, raw_input):
         out = await handle.result(timeout=10)
@@ -91,7 +91,7 @@ async def nan_step(ctx: WorkflowContext) -> Any:
     return await ctx.step.run("nan", lambda: {"v": float("nan")}, retry=RetryPolicy(max_attempts=1))
 
 
-async def test_issue_18_step_result_with_nan_fails_instead_of_storing_null(app: App) -> None:
+async def test_step_result_with_nan_fails_instead_of_storing_null(app: App) -> None:
     handle = await app.workflows.start(nan_step)
     async with app.worker(nan_step):
         with pytest.raises(WorkflowFailed) as caught:
@@ -99,7 +99,7 @@ async def test_issue_18_step_result_with_nan_fails_instead_of_storing_null(app: 
     assert caught.value.error["type"] == "InvalidInput"
 
 
-async def test_issue_18_strings_that_spell_nan_are_fine(app: App) -> None:
+async def test_strings_that_spell_nan_are_fine(app: App) -> None:
     value = {"s": "NaN", "t": ["-Infinity", {"u": "Infinity NaN"}], "n": 1.5}
     handle = await app.workflows.start(raw_input, value)
     run = await app.workflows.get_run(handle.run_id)

@@ -1,4 +1,4 @@
-"""Issue 18 item 6: a NUL character (U+0000) anywhere in JSON headed for Postgres is refused
+"""A NUL character (U+0000) anywhere in JSON headed for Postgres is refused
 where it enters, with an error naming the problem and nothing written. Postgres `jsonb` (and
 `text`) cannot hold U+0000, so a step output holding one used to fail at commit, again on every
 recovery: the run crash-looped.
@@ -62,7 +62,7 @@ async def _count(client: Client, table: str) -> int:
     return int(await client.pool.fetchval(f"SELECT count(*) FROM {table}"))
 
 
-async def test_issue_18_nul_in_step_output_fails_the_step_not_the_worker(client: Client) -> None:
+async def test_nul_in_step_output_fails_the_step_not_the_worker(client: Client) -> None:
     handles = [await client.start(wf) for wf in (nul_step, nul_output, nul_error)]
     async with Worker(client, [nul_step, nul_output, nul_error], webhooks=False, sweeper=False):
         errors = []
@@ -89,7 +89,7 @@ async def test_issue_18_nul_in_step_output_fails_the_step_not_the_worker(client:
 
 
 @pytest.mark.parametrize("bad", BAD_VALUES)
-async def test_issue_18_nul_is_refused_where_json_enters(client: Client, bad: Any) -> None:
+async def test_nul_is_refused_where_json_enters(client: Client, bad: Any) -> None:
     await client.subscribe("nul.#", QueueTarget("nul-q"))
     run_id = (await client.start("never-served", {"ok": 1})).run_id
     calls = [
@@ -112,7 +112,7 @@ async def test_issue_18_nul_is_refused_where_json_enters(client: Client, bad: An
     assert await _count(client, "ripple_queue_messages") == 0
 
 
-async def test_issue_18_rest_answers_422_for_nul(client: Client, http: httpx.AsyncClient) -> None:
+async def test_rest_answers_422_for_nul(client: Client, http: httpx.AsyncClient) -> None:
     await client.subscribe("nul.#", QueueTarget("nul-q"))
     run_id = (await client.start("never-served", {"ok": 1})).run_id
     bad = {"s": f"a{NUL}b"}

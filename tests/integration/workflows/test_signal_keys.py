@@ -1,4 +1,4 @@
-"""Issue 18 item 5: signals with an idempotency key are retry-safe: a repeat is acknowledged
+"""Signals with an idempotency key are retry-safe: a repeat is acknowledged
 with the first call's result and observed once, in order."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ async def collect_events(ctx: WorkflowContext, n: int) -> list[Any]:
     return got
 
 
-async def test_issue_18_retried_signals_are_observed_once_in_order(app: App) -> None:
+async def test_retried_signals_are_observed_once_in_order(app: App) -> None:
     handle = await app.workflows.start(collect_signals, N)
     first = []
     for i in range(N):  # all before the run waits: kept in its inbox, then a retry of each
@@ -68,7 +68,7 @@ async def test_issue_18_retried_signals_are_observed_once_in_order(app: App) -> 
         await app.workflows.signal(handle.run_id, "tick", {"i": 0}, idempotency_key="new")
 
 
-async def test_issue_18_retried_signal_to_a_waiting_run_resolves_one_wait(app: App) -> None:
+async def test_retried_signal_to_a_waiting_run_resolves_one_wait(app: App) -> None:
     handle = await app.workflows.start(collect_signals, 2)
     async with app.worker(collect_signals):
         await assert_eventually(lambda: is_waiting(app, handle.run_id))
@@ -86,7 +86,7 @@ async def test_issue_18_retried_signal_to_a_waiting_run_resolves_one_wait(app: A
         assert await handle.result(timeout=10) == [0, 1]
 
 
-async def test_issue_18_retried_signal_matching_resumes_once(app: App) -> None:
+async def test_retried_signal_matching_resumes_once(app: App) -> None:
     handle = await app.workflows.start(collect_events, N)
     counts = []
     async with app.worker(collect_events):
@@ -113,7 +113,7 @@ async def waits_on(app: App, run_id: str, step_key: str) -> bool:
     return bool(await app.pool.fetchval(sql, run_id, step_key))
 
 
-async def test_issue_18_signal_key_checks(app: App) -> None:
+async def test_signal_key_checks(app: App) -> None:
     with pytest.raises(NotFound):
         await app.workflows.signal("nope", "tick", {}, idempotency_key="k")
     assert await app.pool.fetchval("SELECT count(*) FROM ripple_signal_keys") == 0
@@ -124,7 +124,7 @@ async def test_issue_18_signal_key_checks(app: App) -> None:
             await app.workflows.signal_matching("e", {}, idempotency_key=bad)
 
 
-async def test_issue_18_signal_keys_expire_with_event_retention(app: App) -> None:
+async def test_signal_keys_expire_with_event_retention(app: App) -> None:
     handle = await app.workflows.start(collect_signals, 1)
     await app.workflows.signal(handle.run_id, "tick", {"i": 0}, idempotency_key="old")
     await app.workflows.signal(handle.run_id, "tick", {"i": 1}, idempotency_key="new")
