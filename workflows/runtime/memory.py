@@ -60,6 +60,7 @@ class MemoryRun:
     waits: dict[str, WaitSpec] = field(default_factory=dict)
     #: Signals no wait consumed yet: (name, payload), oldest first.
     inbox: list[tuple[str, Any]] = field(default_factory=list)
+    deadline: datetime | None = None
 
     @property
     def entries(self) -> list[Entry]:
@@ -86,21 +87,22 @@ class MemoryClaim:
 
 
 def _contains(payload: Any, match: dict[str, Any] | None) -> bool:
-    """JSON containment, as Postgres `payload @> match` decides it for objects."""
-    if match is None:
-        return True
-    if not isinstance(payload, dict):
-        return False
-    for key, want in match.items():
-        if key not in payload:
-            return False
-        got = payload[key]
-        if isinstance(want, dict):
-            if not _contains(got, want):
-                return False
-        elif got != want:
-            return False
-    return True
+    """Whether `payload` contains `match`, as Postgres `payload @> match` decides."""
+    return match is None or _json_contains(payload, match)
+
+
+def _json_contains(got: Any, want: Any) -> bool:
+    if isinstance(want, dict):
+        return isinstance(got, dict) and all(
+            key in got and _json_contains(got[key], value) for key, value in want.items()
+        )
+    if isinstance(want, list):
+        return isinstance(got, list) and all(
+            any(_json_contains(item, w) for item in got) for w in want
+        )
+    if isinstance(got, bool) or isinstance(want, bool):
+        return got is want  # jsonb keeps booleans apart from numbers
+    return bool(got == want)  # numbers by value (1 matches 1.0, as in jsonb)
 
 
 class MemoryRunWriter:
@@ -335,9 +337,15 @@ class MemoryRuns:
     # -- what callers do ---------------------------------------------------------------------
 
     def start(
-        self, workflow: WorkflowDefinition[Any, Any] | str, input: Any = None, *, run_id: str = ""
+        self,
+        workflow: WorkflowDefinition[Any, Any] | str,
+        input: Any = None,
+        *,
+        run_id: str = "",
+        deadline: datetime | None = None,
     ) -> str:
-        """Create a pending run, available now; its id."""
+        """Create a pending run, available now; its id. A run with a `deadline` fails once
+        simulated time reaches it (`DeadlineExceeded`)."""
         name = workflow if isinstance(workflow, str) else workflow.name
         definition = self.definition(name)
         run = MemoryRun(
@@ -346,6 +354,7 @@ class MemoryRuns:
             version=definition.version,
             input=serde.dump(input),
             available_at=self.now,
+            deadline=deadline,
         )
         self.add(run)
         return run.run_id
@@ -368,7 +377,8 @@ class MemoryRuns:
 
     def cancel(self, run_id: str) -> bool:
         """Cancel a run and its active descendants; True if the run was still active."""
-        return run_id in self.cancel_trees([self.run(run_id).run_id])
+        self.run(run_id)  # NotFound for an unknown id
+        return run_id in self.cancel_trees([run_id])
 
     def cancel_trees(
         self, run_ids: Sequence[str], *, reason: str | None = None, settle: bool = True
@@ -420,6 +430,7 @@ class MemoryRuns:
             recovered=recovered,
             recoveries=run.recoveries,
             db_now=self.now,
+            deadline=run.deadline,
         )
 
     def begin(self, run_id: str) -> asyncio.Task[Outcome]:
