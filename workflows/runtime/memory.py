@@ -193,8 +193,8 @@ class MemoryRunWriter:
             entry = entry.completed(existing.output, None)
         elif existing.status in (RunStatus.FAILED, RunStatus.CANCELED):
             entry = entry.failed(existing.error, None, output=found)
-        run.journal[entry.key] = entry
-        return entry
+        self.runs.upsert(run, [entry])
+        return run.journal[entry.key]
 
     async def time_out(
         self, entries: list[Entry], step_count: int, entry: Entry, is_wait: bool
