@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ripple.platform.core.ids import new_id
-from ripple.platform.errors import NotFound
+from ripple.platform.errors import Conflict, NotFound
 from ripple.workflows.authoring.definition import WorkflowDefinition
 from ripple.workflows.errors import LeaseLost
 from ripple.workflows.runs.records import ACTIVE, RunStatus
@@ -113,14 +113,11 @@ class MemoryRunWriter:
         self.runs = runs
         self.run_id = run_id
         self.epoch = epoch
-        #: Writes this claim committed (each call one transaction).
-        self.writes = 0
 
     def _fence(self, entries: Iterable[Entry], step_count: int) -> MemoryRun:
         run = self.runs.run(self.run_id)
         if run.epoch != self.epoch or run.status != RunStatus.RUNNING:
             raise LeaseLost(self.run_id)
-        self.writes += 1
         self.runs.upsert(run, entries)
         run.step_count = step_count
         return run
@@ -413,7 +410,7 @@ class MemoryRuns:
         run found running lost its execution, and counts as a recovery."""
         run = self.run(run_id)
         if run.status not in ACTIVE:
-            raise LeaseLost(run_id)
+            raise Conflict(f"run {run_id} is {run.status}: only active runs can be claimed")
         recovered = run.status == RunStatus.RUNNING
         if recovered:
             run.recoveries += 1
