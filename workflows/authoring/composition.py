@@ -190,6 +190,9 @@ async def loop(
     started = engine.clock()
     if entry is None:
         i, current = 0, serde.dump(state)
+        # Journaled before the first iteration, as race and join are: it scopes that
+        # iteration's steps, so a run that suspends or crashes in it replays them in the loop.
+        engine.record(Entry.begun(key, seq, "loop", started, output={"i": i, "state": current}))
     else:  # resume from the last recorded iteration, not from iteration 0
         i, current = entry.output["i"], entry.output["state"]
         started = entry.started_at or started

@@ -508,19 +508,14 @@ class WorkflowClient:
 
     async def cancel(self, run_id: str) -> bool:
         """Cancel a run and its active descendants; True if the run was still active."""
-        error = {"type": "WorkflowCanceled", "message": f"run {run_id} was canceled"}
         async with transaction(self.pool) as conn:
             # The root first: a transaction of the run holding its row (starting a child)
-            # commits before the tree is read. Then repeat until no active descendant is
-            # left: a child started by a descendant whose lock this one waited for becomes
-            # visible only to a later statement.
+            # commits before the tree is read.
             if await store.lock_run(conn, run_id=run_id) is None:
                 raise NotFound(f"no run {run_id}")
-            rows = await store.cancel_tree(conn, run_id=run_id, error=error)
+            rows = await store.cancel_trees(conn, run_ids=[run_id])
             if not rows:
                 return False
-            while more := await store.cancel_tree(conn, run_id=run_id, error=error):
-                rows += more
             await settle_canceled(conn, rows)
         notify_canceled(self.waker, rows)
         return True

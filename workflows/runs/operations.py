@@ -202,8 +202,6 @@ class RunOperations:
 
         async def act(conn: Connection, ids: list[str]) -> Any:
             rows = await store.cancel_trees(conn, run_ids=ids)
-            while more := await store.cancel_trees(conn, run_ids=ids):
-                rows += more
             await settle_canceled(conn, rows)
             return lambda: notify_canceled(self._client.waker, rows)
 

@@ -181,7 +181,7 @@ async def complete_parent_step(
 
 
 async def settle_canceled(conn: Connection, rows: Sequence[store.CanceledRun]) -> list[str]:
-    """After `store.cancel_tree(s)` canceled `rows`: drop their waits and report each canceled
+    """After `store.cancel_trees` canceled `rows`: drop their waits and report each canceled
     run whose parent stays active as its parent's failed step, in the caller's transaction.
     Returns the canceled run ids (`notify_canceled` after commit)."""
     ids = [row.run_id for row in rows]
@@ -266,17 +266,15 @@ class PgRunWriter:
         """Journal a race's outcome and drop what its losing branches (key prefixes) left:
         their waits, and their child runs (canceled with their descendants). Returns the
         canceled run ids."""
-        error = {"type": "WorkflowCanceled", "message": "its branch lost a race"}
         canceled: list[store.CanceledRun] = []
         async with transaction(self.pool) as conn:
             await self._fence(conn, entries, step_count)
             await store.delete_waits_under(conn, run_id=self.run_id, prefixes=losers)
-            for child in await store.select_children_under(
-                conn, run_id=self.run_id, prefixes=losers
-            ):
-                # As cancel() does: repeat until no active descendant is left.
-                while more := await store.cancel_tree(conn, run_id=child, error=error):
-                    canceled += more
+            children = await store.select_children_under(conn, run_id=self.run_id, prefixes=losers)
+            if children:
+                canceled = await store.cancel_trees(
+                    conn, run_ids=children, reason="its branch lost a race"
+                )
             ids = [row.run_id for row in canceled]
             if ids:
                 await store.delete_waits_of(conn, run_ids=ids)

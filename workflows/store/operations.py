@@ -1,5 +1,6 @@
-"""Operating runs: retry, fork, bulk cancel/retry. SQL private to this module; the
-caller holds the transaction and the row locks these statements rely on.
+"""Operating runs: retry, fork, the selections of bulk cancel/retry (the cancel itself is
+`runs.cancel_trees`). SQL private to this module; the caller holds the transaction and the row
+locks these statements rely on.
 """
 
 from __future__ import annotations
@@ -8,12 +9,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Final, NamedTuple
 
-from ripple.workflows.store.rows import CanceledRun, Executor
+from ripple.workflows.store.rows import Executor
 
 __all__ = [
     "OperationTarget",
     "RunRef",
-    "cancel_trees",
     "copy_journal",
     "count_run_filter",
     "find_step_seq",
@@ -86,23 +86,6 @@ SET status = 'pending', output = NULL, error = NULL, completed_at = NULL,
 FROM runs
 WHERE r.run_id = runs.run_id
 RETURNING r.run_id, r.workflow
-"""
-
-# Cancel runs and all their active descendants (bulk `runs.cancel_tree`). $1 root run ids text[]
-_CANCEL_TREES: Final = """
-WITH RECURSIVE tree(run_id) AS (
-    SELECT run_id FROM ripple_runs WHERE run_id = ANY($1::text[])
-    UNION
-    SELECT c.run_id FROM ripple_runs c JOIN tree t ON c.parent_run_id = t.run_id
-)
-UPDATE ripple_runs r
-SET status = 'canceled', epoch = r.epoch + 1,
-    error = jsonb_build_object('type', 'WorkflowCanceled',
-                               'message', 'run ' || r.run_id || ' was canceled'),
-    completed_at = now(), available_at = now(), lease_owner = NULL, updated_at = now()
-FROM tree
-WHERE r.run_id = tree.run_id AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
-RETURNING r.run_id, r.workflow, r.parent_run_id, r.parent_step_key, r.parent_step_seq, r.error
 """
 
 # $1 run_id, $2 key: the journal position of a step.
@@ -187,11 +170,6 @@ async def count_run_filter(
 async def retry_runs(conn: Executor, *, run_ids: Sequence[str]) -> list[RunRef]:
     """Make failed/canceled runs (locked by the caller) claimable again; the runs retried."""
     return [RunRef(row[0], row[1]) for row in await conn.fetch(_RETRY_RUNS, list(run_ids))]
-
-
-async def cancel_trees(conn: Executor, *, run_ids: Sequence[str]) -> list[CanceledRun]:
-    """Cancel runs and their active descendants visible to this statement (repeat until none)."""
-    return [CanceledRun.from_row(row) for row in await conn.fetch(_CANCEL_TREES, list(run_ids))]
 
 
 async def find_step_seq(conn: Executor, *, run_id: str, key: str) -> int | None:

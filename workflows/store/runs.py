@@ -17,7 +17,7 @@ __all__ = [
     "ChildRun",
     "Debounced",
     "RunOutcome",
-    "cancel_tree",
+    "cancel_trees",
     "debounce_run",
     "debounce_runs",
     "find_child_by_key",
@@ -217,20 +217,23 @@ WHERE r.parent_run_id = $1 AND left(r.parent_step_key, length(t.prefix)) = t.pre
 ORDER BY r.run_id
 """
 
-# Cancel a run and all its active descendants. $1 run_id, $2 error
-_CANCEL_TREE: Final = """
+# Cancel runs and all their active descendants, each with the error a `WorkflowCanceled` for
+# it names (plus why, for a race's losing branch). $1 root run ids text[], $2 reason (or NULL)
+_CANCEL_TREES: Final = """
 WITH RECURSIVE tree(run_id) AS (
-    SELECT run_id FROM ripple_runs WHERE run_id = $1
+    SELECT run_id FROM ripple_runs WHERE run_id = ANY($1::text[])
     UNION
     SELECT c.run_id FROM ripple_runs c JOIN tree t ON c.parent_run_id = t.run_id
 )
 UPDATE ripple_runs r
-SET status = 'canceled', epoch = r.epoch + 1, error = $2, completed_at = now(),
-    available_at = now(), lease_owner = NULL, updated_at = now()
+SET status = 'canceled', epoch = r.epoch + 1,
+    error = jsonb_build_object('type', 'WorkflowCanceled',
+                               'message', 'run ' || r.run_id || ' was canceled'
+                                          || coalesce(': ' || $2::text, '')),
+    completed_at = now(), available_at = now(), lease_owner = NULL, updated_at = now()
 FROM tree
 WHERE r.run_id = tree.run_id AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
-RETURNING r.run_id, r.workflow, r.parent_run_id, r.parent_step_key, r.parent_step_seq,
-          r.created_at, r.error
+RETURNING r.run_id, r.workflow, r.parent_run_id, r.parent_step_key, r.parent_step_seq, r.error
 """
 
 
@@ -452,10 +455,19 @@ async def lock_run(conn: Executor, *, run_id: str) -> str | None:
     return status
 
 
-async def cancel_tree(conn: Executor, *, run_id: str, error: dict[str, Any]) -> list[CanceledRun]:
-    """Cancel a run and its active descendants visible to this statement (repeat until it
-    returns none: a child started meanwhile shows only to a later statement)."""
-    return [CanceledRun.from_row(row) for row in await conn.fetch(_CANCEL_TREE, run_id, error)]
+async def cancel_trees(
+    conn: Executor, *, run_ids: Sequence[str], reason: str | None = None
+) -> list[CanceledRun]:
+    """Cancel these runs and their active descendants: the runs canceled (none if all had
+    ended). The one cancel statement of single, bulk and race-loser cancels.
+
+    The statement repeats until it cancels nothing: a child started by a descendant whose
+    lock an earlier statement waited for becomes visible only to a later statement.
+    """
+    canceled: list[CanceledRun] = []
+    while rows := await conn.fetch(_CANCEL_TREES, list(run_ids), reason):
+        canceled += [CanceledRun.from_row(row) for row in rows]
+    return canceled
 
 
 async def select_children_under(

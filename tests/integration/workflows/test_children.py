@@ -106,6 +106,11 @@ async def test_child__cancel_cascades_to_active_descendants(app: App) -> None:
             run = await app.workflows.get_run(run_id)
             assert run is not None
             assert run.status == RunStatus.CANCELED
+            # the same error as a bulk cancel gives: each run is named in its own error
+            assert run.error == {
+                "type": "WorkflowCanceled",
+                "message": f"run {run_id} was canceled",
+            }
         with pytest.raises(WorkflowCanceled):
             await handle.result(timeout=5)
 
@@ -254,14 +259,13 @@ async def test_child_finish_and_cancel_take_locks_parent_first(app: App) -> None
         committer=StepCommitter(app.pool, lease=30.0),
         parent_run_id=parent_id,
     )
-    error = {"type": "WorkflowCanceled", "message": "canceled"}
     async with app.pool.acquire() as conn:
         canceling = conn.transaction()
         await canceling.start()
         await store.lock_run(conn, run_id=parent_id)
         finishing = asyncio.create_task(writer.finish([], 1, "completed", 42, None))
         await assert_eventually(lambda: _waiting_on_a_lock(app))
-        rows = await store.cancel_tree(conn, run_id=parent_id, error=error)
+        rows = await store.cancel_trees(conn, run_ids=[parent_id])
         await canceling.commit()
     assert {row.run_id for row in rows} == {parent_id, child_id}
     with pytest.raises(LeaseLost):

@@ -266,6 +266,27 @@ async def test_loop__a_resume_continues_from_the_last_recorded_iteration(app: Ap
     assert len(calls) == 60
 
 
+@workflow(name="first-iteration-parks")
+async def first_iteration_parks(ctx: WorkflowContext) -> int:
+    async def body(ctx: WorkflowContext, i: int) -> Continue | Break:
+        await ctx.step.run("tick", lambda: bump(f"tick-{i}"))
+        if i == 0:
+            await ctx.step.wait_for_event("resume")
+        return Continue(i + 1) if i < 2 else Break(i)
+
+    return int(await ctx.step.loop("ticks", body, state=0))
+
+
+async def test_loop__a_run_parked_in_the_first_iteration_resumes_in_the_loop(app: App) -> None:
+    calls.clear()
+    handle = await app.workflows.start(first_iteration_parks)
+    async with app.worker(first_iteration_parks):
+        await assert_eventually(lambda: _status_is(app, handle.run_id, "waiting"))
+        await app.workflows.signal(handle.run_id, "resume", {})
+        assert await handle.result(timeout=10) == 2
+    assert calls == {"tick-0": 1, "tick-1": 1, "tick-2": 1}
+
+
 async def test_loop__bad_keep_and_bad_body_results_fail_clearly(app: App) -> None:
     @workflow(name="bad-loop")
     async def bad_loop(ctx: WorkflowContext) -> None:
