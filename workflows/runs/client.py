@@ -518,7 +518,9 @@ class WorkflowClient:
                 return False
             await settle_canceled(conn, rows)
         notify_canceled(self.waker, rows)
-        return True
+        # An ended run may still have had active descendants: those are canceled, but the
+        # answer is about the run itself.
+        return any(row.run_id == run_id for row in rows)
 
     # -- signals -----------------------------------------------------------------------------
 

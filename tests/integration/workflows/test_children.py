@@ -270,3 +270,19 @@ async def test_child_finish_and_cancel_take_locks_parent_first(app: App) -> None
     assert {row.run_id for row in rows} == {parent_id, child_id}
     with pytest.raises(LeaseLost):
         await finishing
+
+
+async def test_cancel__of_an_ended_run_is_false_though_it_ends_an_active_child(app: App) -> None:
+    """`cancel` answers whether the run itself was still active; an ended parent's child that
+    outlived its step's timeout is canceled along with it all the same."""
+    handle = await app.workflows.start(parent, 0)
+    async with app.worker(parent, child):
+        assert "timeout" in await handle.result(timeout=10)
+        kid = (await children_of(app, handle.run_id))[0]
+        run = await app.workflows.get_run(kid)
+        assert run is not None
+        assert run.status not in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED)
+        assert await app.workflows.cancel(handle.run_id) is False
+        run = await app.workflows.get_run(kid)
+        assert run is not None
+        assert run.status == RunStatus.CANCELED
