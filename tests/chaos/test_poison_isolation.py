@@ -36,7 +36,9 @@ async def test_poison_step_beside_innocent_runs__only_the_poison_spends_a_crash_
     innocent = [await chaos_client.start(app.ledger, [200, 200, 200]) for _ in range(profile.runs)]
     poison = await chaos_client.start(app.poison)
     supervisor = await chaos_workers.start(
-        concurrency=20, restarts=DEATHS + 3, RIPPLE_MAX_RECOVERIES=str(MAX_RECOVERIES)
+        concurrency=profile.runs + 10,  # its first claim takes every run
+        restarts=DEATHS + 3,
+        RIPPLE_MAX_RECOVERIES=str(MAX_RECOVERIES),
     )
     with pytest.raises(WorkflowFailed) as failed:
         await poison.result(timeout=120)
