@@ -45,7 +45,7 @@ async def run(n: int) -> None:
                         await client.pool.execute(INSERT_RUN, run_id)
                         conn = await claimer.get()
                         started = time.perf_counter()
-                        claims, _ = await store.claim_runs_plain(
+                        claims, _, _ = await store.claim_runs_plain(
                             conn, worker_id="bench", lease=30.0, limit=100, pairs=pairs
                         )
                         times[name].append(time.perf_counter() - started)

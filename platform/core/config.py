@@ -78,7 +78,8 @@ class Settings(BaseSettings):
     #: Step executions a run may make before it fails (runaway-loop guard).
     max_steps_per_run: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
     #: Times a run may be recovered after its worker was lost (killed, OOM, stalled past its
-    #: lease) before it fails with WorkerLost. Counted apart from step retry attempts.
+    #: lease) while it ran alone as a suspect, before it fails with WorkerLost. Counted apart
+    #: from step retry attempts.
     max_recoveries: Annotated[int, Field(ge=1, le=1_000_000)] = 100
     #: Largest page a list call returns.
     max_page_size: Annotated[int, Field(ge=1, le=10_000)] = 500

@@ -9,7 +9,8 @@ started together (`asyncio.gather`) may commit together, and the last step commi
 run's completion. Writes go through a `RunWriter`, fenced by the claim's epoch; the worker's
 writer commits the flushes of all its runs together (group commit), so the invariant costs a
 share of a transaction per step, not one each. A run recovered after its worker was lost
-counts against a crash budget (`max_recoveries`), never against a step's attempts. No SQL here.
+while it ran alone (the claim counts those, see `store.claim_runs`) spends a crash budget
+(`max_recoveries`), never a step's attempts. No SQL here.
 """
 
 from __future__ import annotations
@@ -799,9 +800,9 @@ class RunExecution:
         where = f"; step(s) {', '.join(map(repr, running))} were running" if running else ""
         return {
             "type": "WorkerLost",
-            "message": f"run {self.run_id} lost its worker {self.facts.recoveries} times "
-            f"(killed, out of memory, or stalled past its lease){where}; crash budget of "
-            f"{self.max_recoveries} recoveries (RIPPLE_MAX_RECOVERIES) exhausted",
+            "message": f"run {self.run_id} lost its worker {self.facts.recoveries} times while "
+            f"it ran alone (killed, out of memory, or stalled past its lease){where}; crash "
+            f"budget of {self.max_recoveries} recoveries (RIPPLE_MAX_RECOVERIES) exhausted",
         }
 
     def _stop(self, reason: str) -> None:

@@ -129,6 +129,9 @@ class _InFlight:
     epoch: int
     task: asyncio.Task[None] | None = None
     engine: RunExecution | None = None
+    #: Claimed in isolation (its last worker was lost) and no step of it recorded since:
+    #: the worker claims nothing beside it.
+    suspect: bool = False
 
     def renew(self, sent: float) -> None:
         """The heartbeat extended this claim's lease (its statement was sent at `sent`)."""
@@ -177,6 +180,9 @@ class Worker:
         self._governed_until = float("-inf")
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{new_id()[-12:]}"
         self._inflight: dict[str, _InFlight] = {}
+        #: A claim passed over a due suspect: claim nothing more until nothing is in flight,
+        #: then claim alone (which takes it), so a busy worker does not leave it waiting.
+        self._suspect_waiting = False
         self._stopping = False
         self._stop_requested = asyncio.Event()
         self._outage = _ClaimOutage()
@@ -452,7 +458,7 @@ class Worker:
             self._listener = listener
             try:
                 while not self._stopping:
-                    free = self.concurrency - len(self._inflight)
+                    free = self._free_slots()
                     # With a backlog, claim in batches rather than one run per freed slot.
                     batch = max(1, self.concurrency // 10) if self._backlog else 1
                     if free >= batch:
@@ -533,7 +539,7 @@ class Worker:
                     recoveries=claim.recoveries,
                 )
             rows = journals.get(claim.run_id, [])
-            slot = _InFlight(claim.run_id, claim.epoch)
+            slot = _InFlight(claim.run_id, claim.epoch, suspect=claim.suspect)
             stale = self._inflight.get(claim.run_id)
             if stale is not None:
                 # This worker lost the lease of that run and claimed it again: the older
@@ -543,20 +549,54 @@ class Worker:
             slot.task = asyncio.create_task(self._execute(slot, claim, rows))
         return len(claims)
 
+    def _free_slots(self) -> int:
+        """Slots a claim may fill now: none while a suspect runs (it is isolated until it
+        records a step) or while the worker empties itself for a waiting suspect."""
+        if self._inflight and (
+            self._suspect_waiting or any(s.suspect for s in self._inflight.values())
+        ):
+            return 0
+        return self.concurrency - len(self._inflight)
+
     async def _claim_runs(self, conn: Connection, limit: int) -> list[store.ClaimedRun]:
-        """Claim with flow control while it was recently needed, else plainly first."""
+        """Claim with flow control while it was recently needed, else plainly first. Only a
+        worker with nothing in flight claims a suspect, and then nothing beside it."""
         now = asyncio.get_running_loop().time()
         lease = self.settings.lease_seconds
+        alone = not self._inflight
+        if alone:
+            self._suspect_waiting = False
         if now < self._governed_until:
-            return await store.claim_runs(
-                conn, worker_id=self.worker_id, lease=lease, limit=limit, pairs=self._pairs
+            claims = await store.claim_runs(
+                conn,
+                worker_id=self.worker_id,
+                lease=lease,
+                limit=limit,
+                pairs=self._pairs,
+                alone=alone,
             )
-        claims, governed = await store.claim_runs_plain(
-            conn, worker_id=self.worker_id, lease=lease, limit=limit, pairs=self._pairs
-        )
-        if governed:
-            self._governed_until = now + GOVERNED_HOLD
+        else:
+            claims, governed, waiting = await store.claim_runs_plain(
+                conn,
+                worker_id=self.worker_id,
+                lease=lease,
+                limit=limit,
+                pairs=self._pairs,
+                alone=alone,
+            )
+            if governed:
+                self._governed_until = now + GOVERNED_HOLD
+            if waiting:
+                self._suspect_waiting = True
+        for claim in claims:
+            if claim.suspect:
+                log.info("run_claimed_alone", run_id=claim.run_id, recoveries=claim.recoveries)
         return claims
+
+    def _cleared(self, slot: _InFlight) -> None:
+        """The suspect of `slot` recorded a step: other runs may be claimed beside it."""
+        slot.suspect = False
+        self._kick()
 
     async def _execute(
         self, slot: _InFlight, claim: store.ClaimedRun, rows: list[store.JournalRow]
@@ -575,6 +615,8 @@ class Worker:
             parent_run_id=claim.parent_run_id,
             committer=self.committer,
             keyed=claim.keyed,
+            suspect=claim.suspect,
+            on_cleared=lambda: self._cleared(slot),
         )
         engine = RunExecution(
             claim,
@@ -610,7 +652,13 @@ class Worker:
             in_flight.dec()
             if self._inflight.get(claim.run_id) is slot:
                 del self._inflight[claim.run_id]
-            if self._backlog or self._until_idle or self._stopping:
+            if (
+                self._backlog
+                or self._until_idle
+                or self._stopping
+                or slot.suspect
+                or self._suspect_waiting
+            ):
                 self._kick()  # the loop may be waiting for a free slot
         if outcome is not None and outcome.wake_at is not None:
             self._note_due(outcome.wake_at)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ripple.workflows.store.claim import (
     ClaimedRun,
+    PlainClaim,
     claim_runs,
     claim_runs_plain,
     delete_worker,
@@ -25,6 +26,7 @@ from ripple.workflows.store.journal import (
     FinishedRun,
     JournalRow,
     RunTimes,
+    clear_suspect,
     commit_runs,
     complete_parent_step,
     delete_unfinished_steps,
@@ -102,6 +104,7 @@ __all__ = [
     "FinishedRun",
     "JournalRow",
     "OperationTarget",
+    "PlainClaim",
     "RunOutcome",
     "RunRef",
     "RunTimes",
@@ -110,6 +113,7 @@ __all__ = [
     "claim_runs",
     "claim_runs_plain",
     "claim_signal_key",
+    "clear_suspect",
     "commit_runs",
     "complete_parent_step",
     "consume_signal",

@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from ripple.workflows.store.rows import Executor
 
 __all__ = [
     "ClaimedRun",
+    "PlainClaim",
     "claim_runs",
     "claim_runs_plain",
     "delete_worker",
@@ -47,15 +48,20 @@ WHERE (f.concurrency_limit, f.concurrency_key, f.throttle_limit, f.throttle_peri
 # $1 workflow names text[]: they declare no flow control (any more).
 _DELETE_FLOW_CONTROLS: Final = "DELETE FROM ripple_flow_controls WHERE workflow = ANY($1::text[])"
 
-# Claim due runs of the registered (workflow, version) pairs. A claim of a run that was
-# `running` under another owner (its lease expired: the worker died or stalled) counts one
-# recovery, the crash budget the engine checks (apart from any step's attempts).
+# Claim due runs of the registered (workflow, version) pairs.
 # $1 worker_id, $2 lease seconds, $3 limit, $4 distinct workflow names text[],
-# $5 names text[], $6 versions int[] (parallel arrays: the pairs this worker serves).
+# $5 names text[], $6 versions int[] (parallel arrays: the pairs this worker serves),
+# $7 alone bool: the claiming worker has nothing in flight.
 # due: per served workflow, its due active runs in availability order from ripple_runs_claim
 # (stopping after $3), skipping rows other claimers hold; urgent: the same from
-# ripple_runs_priority for pending runs with priority > 0; c: the $3 first of both, by
+# ripple_runs_priority for pending runs with priority > 0; cand: the $3 first of both, by
 # priority then availability (FIFO within a priority).
+# Suspects (migration 0016): a run that was `running` under an owner whose lease expired (the
+# worker died or stalled), or one marked `suspect` since, may be what killed its worker. It
+# is claimed alone, by a worker with nothing in flight ($7): isolated is the first suspect of
+# cand when $7, and c is that suspect only, or else cand's other runs. A claim of a run lost
+# while it was a suspect (it was alone: its own fault) counts one recovery, the crash budget
+# the engine checks (apart from any step's attempts); a run lost beside others is not charged.
 # A run with NULL version is pinned to the newest version this worker serves for its name.
 # The new epoch is higher than the last by a random amount (1 to 2^32), not by one: workers
 # commit claims asynchronously, and a claim lost in a Postgres crash must not hand its epoch to
@@ -80,7 +86,8 @@ WITH due AS (
         SELECT r.ctid AS row_ref, r.run_id, r.workflow, r.status AS prev_status,
                r.lease_owner AS prev_owner,
                r.started_at IS NULL AS fresh, r.available_at, r.priority, r.concurrency_key,
-               r.concurrency_limit, r.throttle_key, r.throttle_limit, r.throttle_period
+               r.concurrency_limit, r.throttle_key, r.throttle_limit, r.throttle_period,
+               r.suspect OR (r.status = 'running' AND r.lease_owner IS NOT NULL) AS suspect
         FROM ripple_runs r
         WHERE r.workflow = n.workflow
           AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
@@ -98,7 +105,8 @@ WITH due AS (
         SELECT r.ctid AS row_ref, r.run_id, r.workflow, r.status AS prev_status,
                r.lease_owner AS prev_owner,
                r.started_at IS NULL AS fresh, r.available_at, r.priority, r.concurrency_key,
-               r.concurrency_limit, r.throttle_key, r.throttle_limit, r.throttle_period
+               r.concurrency_limit, r.throttle_key, r.throttle_limit, r.throttle_period,
+               r.suspect OR (r.status = 'running' AND r.lease_owner IS NOT NULL) AS suspect
         FROM ripple_runs r
         WHERE r.workflow = n.workflow
           AND r.status = 'pending' AND r.priority > 0 AND r.available_at < 'infinity'
@@ -109,10 +117,19 @@ WITH due AS (
         LIMIT $3
         FOR UPDATE OF r SKIP LOCKED
     ) AS x
-), c AS (
+), cand AS (
     SELECT u.* FROM (SELECT * FROM due UNION SELECT * FROM urgent) AS u
     ORDER BY u.priority DESC, u.available_at, u.run_id
     LIMIT $3
+), isolated AS (
+    SELECT cand.run_id FROM cand WHERE $7::bool AND cand.suspect
+    ORDER BY cand.priority DESC, cand.available_at, cand.run_id
+    LIMIT 1
+), c AS (
+    SELECT cand.* FROM cand
+    WHERE CASE WHEN EXISTS (SELECT 1 FROM isolated)
+               THEN cand.run_id = (SELECT i.run_id FROM isolated AS i)
+               ELSE NOT cand.suspect END
 """
 
 _FLOW_CONTROL: Final = """), t_rank AS (
@@ -193,8 +210,9 @@ SET status = 'running',
     lease_owner = $1,
     available_at = now() + $2 * interval '1 second',
     attempt = greatest(r.attempt, 1),
-    recoveries = r.recoveries + CASE WHEN c.prev_status = 'running'
-                                          AND c.prev_owner IS NOT NULL THEN 1 ELSE 0 END,
+    recoveries = r.recoveries + CASE WHEN c.prev_status = 'running' AND c.prev_owner IS NOT NULL
+                                           AND r.suspect THEN 1 ELSE 0 END,
+    suspect = c.suspect,
     started_at = coalesce(r.started_at, now()),
     version = coalesce(r.version, (SELECT max(p.v) FROM unnest($5::text[], $6::int[]) AS p(w, v)
                                    WHERE p.w = r.workflow)),
@@ -204,7 +222,8 @@ FROM {source} AS c
 WHERE r.ctid = ANY(ARRAY(SELECT row_ref FROM {source})) AND r.run_id = c.run_id
 RETURNING r.run_id, r.workflow, r.version, r.input, r.attempt, r.epoch, r.deadline, r.trace,
           r.step_count, r.created_at, r.parent_run_id, r.recoveries, c.prev_status,
-          c.prev_owner, c.fresh, now() AS db_now, r.concurrency_key IS NOT NULL AS keyed
+          c.prev_owner, c.fresh, now() AS db_now, r.concurrency_key IS NOT NULL AS keyed,
+          r.suspect
 """
 
 _CLAIM_RUNS: Final = _CANDIDATES + _FLOW_CONTROL + _TAKE.format(source="ok")
@@ -217,14 +236,17 @@ _TAKE_PLAIN: Final = _TAKE.format(source="plain")
 # a quarter of a millisecond of planning and execution per claim even when no candidate has a
 # key. It takes the candidates flow control would pass untouched and reports in `governed`
 # whether it left any that flow control must decide; the caller then claims those with
-# _CLAIM_RUNS. The first row has a NULL run_id when nothing was taken. Composed of this
-# module's constants only (no input reaches the text).
+# _CLAIM_RUNS. The first row has a NULL run_id when nothing was taken. `suspect_waiting`: a
+# claim that was not alone ($7 false) passed over a due suspect. Composed of this module's
+# constants only (no input reaches the text).
 _CLAIM_PLAIN: Final = f"""{_CANDIDATES}), plain AS (
     SELECT c.* FROM c WHERE NOT ({_GOVERNED})
 ), taken AS (
 {_TAKE_PLAIN})
-SELECT t.*, g.governed
-FROM (SELECT EXISTS (SELECT 1 FROM c WHERE {_GOVERNED}) AS governed) AS g
+SELECT t.*, g.governed, g.suspect_waiting
+FROM (SELECT EXISTS (SELECT 1 FROM c WHERE {_GOVERNED}) AS governed,
+             NOT $7::bool AND EXISTS (SELECT 1 FROM cand WHERE cand.suspect) AS suspect_waiting
+     ) AS g
 LEFT JOIN taken AS t ON true
 """  # noqa: S608
 
@@ -283,6 +305,8 @@ class ClaimedRun:
     db_now: datetime
     #: holds a concurrency slot (its end frees it for a parked run of its workflow)
     keyed: bool = False
+    #: claimed in isolation: it may have killed its last worker (see `claim_runs`)
+    suspect: bool = False
 
     @classmethod
     def from_row(cls, row: Any) -> ClaimedRun:
@@ -303,7 +327,19 @@ class ClaimedRun:
             fresh=row["fresh"],
             db_now=row["db_now"],
             keyed=row["keyed"],
+            suspect=row["suspect"],
         )
+
+
+class PlainClaim(NamedTuple):
+    """What `claim_runs_plain` claimed and found."""
+
+    #: the runs claimed
+    runs: list[ClaimedRun]
+    #: candidates flow control must decide were found (and claimed with it)
+    governed: bool
+    #: the claim was not alone and passed over a due suspect (it waits for an idle worker)
+    suspect_waiting: bool
 
 
 async def claim_runs(
@@ -313,9 +349,12 @@ async def claim_runs(
     lease: float,
     limit: int,
     pairs: Sequence[tuple[str, int]],
+    alone: bool = True,
 ) -> list[ClaimedRun]:
-    """Claim up to `limit` due runs of the given (workflow, version) pairs."""
-    rows = await conn.fetch(_CLAIM_RUNS, *_claim_args(worker_id, lease, limit, pairs))
+    """Claim up to `limit` due runs of the given (workflow, version) pairs. A suspect (a run
+    whose worker was lost) is claimed only by a claim made `alone` (nothing in flight on the
+    claiming worker), and then it is the only run claimed."""
+    rows = await conn.fetch(_CLAIM_RUNS, *_claim_args(worker_id, lease, limit, pairs, alone))
     return [ClaimedRun.from_row(row) for row in rows]
 
 
@@ -326,26 +365,30 @@ async def claim_runs_plain(
     lease: float,
     limit: int,
     pairs: Sequence[tuple[str, int]],
-) -> tuple[list[ClaimedRun], bool]:
-    """`claim_runs` that tries the claim without flow control first: the claimed runs, and
+    alone: bool = True,
+) -> PlainClaim:
+    """`claim_runs` that tries the claim without flow control first: the claimed runs,
     whether flow control was needed (candidates it must decide were found, and claimed with
-    it by a second statement)."""
-    args = _claim_args(worker_id, lease, limit, pairs)
+    it by a second statement), and whether a suspect waits for a claim made alone."""
+    args = _claim_args(worker_id, lease, limit, pairs, alone)
     rows = await conn.fetch(_CLAIM_PLAIN, *args)
     claimed = [ClaimedRun.from_row(row) for row in rows if row["run_id"] is not None]
     governed: bool = rows[0]["governed"]
+    waiting: bool = rows[0]["suspect_waiting"]
     if governed and len(claimed) < limit:
+        # Alone no more once this claim took runs: a suspect must not join them.
+        alone = alone and not claimed
         rest = await conn.fetch(
-            _CLAIM_RUNS, *_claim_args(worker_id, lease, limit - len(claimed), pairs)
+            _CLAIM_RUNS, *_claim_args(worker_id, lease, limit - len(claimed), pairs, alone)
         )
         claimed += [ClaimedRun.from_row(row) for row in rest]
-    return claimed, governed
+    return PlainClaim(claimed, governed, waiting)
 
 
 def _claim_args(
-    worker_id: str, lease: float, limit: int, pairs: Sequence[tuple[str, int]]
+    worker_id: str, lease: float, limit: int, pairs: Sequence[tuple[str, int]], alone: bool
 ) -> tuple[Any, ...]:
-    return (worker_id, lease, limit, *_pair_args(pairs))
+    return (worker_id, lease, limit, *_pair_args(pairs), alone)
 
 
 def _pair_args(pairs: Sequence[tuple[str, int]]) -> tuple[list[str], list[str], list[int]]:

@@ -17,6 +17,7 @@ __all__ = [
     "FinishedRun",
     "JournalRow",
     "RunTimes",
+    "clear_suspect",
     "commit_runs",
     "complete_parent_step",
     "delete_unfinished_steps",
@@ -189,7 +190,7 @@ SET status = $3,
         SELECT 1 FROM ripple_steps s
         WHERE s.run_id = $1 AND s.key = ANY($6::text[]) AND s.status IN ('completed', 'failed')
     ) THEN now() ELSE $4 END,
-    lease_owner = NULL, step_count = $5, updated_at = now()
+    lease_owner = NULL, step_count = $5, suspect = false, updated_at = now()
 WHERE run_id = $1 AND epoch = $2
 RETURNING available_at
 """
@@ -198,13 +199,23 @@ RETURNING available_at
 _RETRY_RUN: Final = """
 UPDATE ripple_runs
 SET status = 'pending', attempt = attempt + 1, error = $4, step_count = $5,
-    available_at = now() + $3 * interval '1 second', lease_owner = NULL, updated_at = now()
+    available_at = now() + $3 * interval '1 second', lease_owner = NULL, suspect = false,
+    updated_at = now()
 WHERE run_id = $1 AND epoch = $2
 """
 
 # $1 run_id: a new attempt re-executes every step that has no recorded result.
 _DELETE_UNFINISHED_STEPS: Final = """
 DELETE FROM ripple_steps WHERE run_id = $1 AND status <> 'completed'
+"""
+
+# A suspect (claimed in isolation) recorded a step: it survived its own work, so a worker
+# lost from now on is not charged to it, and its worker may claim other runs beside it.
+# Returns no row when fenced out. $1 run_id, $2 epoch
+_CLEAR_SUSPECT: Final = """
+UPDATE ripple_runs SET suspect = false
+WHERE run_id = $1 AND epoch = $2 AND status = 'running'
+RETURNING run_id
 """
 
 # Release a claimed run now (stopping worker). $1 run_id, $2 epoch
@@ -417,6 +428,11 @@ async def retry_run(
 async def delete_unfinished_steps(conn: Executor, *, run_id: str) -> None:
     """A new attempt re-executes every step that has no recorded result."""
     await conn.execute(_DELETE_UNFINISHED_STEPS, run_id)
+
+
+async def clear_suspect(conn: Executor, *, run_id: str, epoch: int) -> bool:
+    """The suspect recorded a step (see `_CLEAR_SUSPECT`); False when fenced out."""
+    return await conn.fetchval(_CLEAR_SUSPECT, run_id, epoch) is not None
 
 
 async def release_run(conn: Executor, *, run_id: str, epoch: int) -> None:

@@ -82,7 +82,7 @@ WITH runs AS (
 UPDATE ripple_runs r
 SET status = 'pending', output = NULL, error = NULL, completed_at = NULL,
     available_at = now(), lease_owner = NULL, attempt = r.attempt + 1, recoveries = 0,
-    step_count = 0, epoch = r.epoch + 1, updated_at = now()
+    suspect = false, step_count = 0, epoch = r.epoch + 1, updated_at = now()
 FROM runs
 WHERE r.run_id = runs.run_id
 RETURNING r.run_id, r.workflow

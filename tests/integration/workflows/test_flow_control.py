@@ -104,10 +104,10 @@ async def test_concurrency__a_governed_plain_claim_switches_to_flow_control_clai
     claims: list[str] = []
     plain, full = store.claim_runs_plain, store.claim_runs
 
-    async def counted_plain(*args: Any, **kw: Any) -> tuple[list[store.ClaimedRun], bool]:
-        claimed, governed = await plain(*args, **kw)
-        claims.append("governed" if governed else "plain")
-        return claimed, governed
+    async def counted_plain(*args: Any, **kw: Any) -> store.PlainClaim:
+        found = await plain(*args, **kw)
+        claims.append("governed" if found.governed else "plain")
+        return found
 
     async def counted_full(*args: Any, **kw: Any) -> list[store.ClaimedRun]:
         claims.append("full")

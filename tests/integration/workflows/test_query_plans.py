@@ -17,7 +17,7 @@ from ripple.workflows import store
 from ripple.workflows.store import claim as claim_sql
 from tests.integration.workflows.conftest import App
 
-CLAIM_ARGS = ["w", 30.0, 10, ["wf"], ["wf"], [1]]
+CLAIM_ARGS = ["w", 30.0, 10, ["wf"], ["wf"], [1], False]
 NEXT_DUE_ARGS = [["wf"], ["wf"], [1]]
 
 
@@ -40,7 +40,7 @@ async def _claim(
 ) -> list[store.ClaimedRun]:
     if not plain:
         return await store.claim_runs(conn, worker_id="w", lease=30.0, limit=limit, pairs=pairs)
-    claims, governed = await store.claim_runs_plain(
+    claims, governed, _ = await store.claim_runs_plain(
         conn, worker_id="w", lease=30.0, limit=limit, pairs=pairs
     )
     assert not governed
@@ -89,7 +89,7 @@ async def test_claims__generic_plans_made_on_empty_tables_stay_bounded_as_runs_p
     )
     conn = await claimer.get()
     try:
-        claims = "text, float8, int, text[], text[], int[]"
+        claims = "text, float8, int, text[], text[], int[], bool"
         statements = {
             "claim_plain": (claim_sql._CLAIM_PLAIN, claims),
             "claim_flow": (claim_sql._CLAIM_RUNS, claims),
@@ -98,8 +98,8 @@ async def test_claims__generic_plans_made_on_empty_tables_stay_bounded_as_runs_p
         for name, (sql, types) in statements.items():
             await conn.execute(f"PREPARE {name}({types}) AS {sql}")
         calls = {
-            "claim_plain": "claim_plain('w', 30, 10, '{wf}', '{wf}', '{1}')",
-            "claim_flow": "claim_flow('w', 30, 10, '{wf}', '{wf}', '{1}')",
+            "claim_plain": "claim_plain('w', 30, 10, '{wf}', '{wf}', '{1}', false)",
+            "claim_flow": "claim_flow('w', 30, 10, '{wf}', '{wf}', '{1}', false)",
             "next_due": "next_due('{wf}', '{wf}', '{1}')",
         }
         for call in calls.values():
@@ -170,7 +170,7 @@ async def test_plain_claim__leaves_flow_control_its_runs_and_claims_them_with_it
     """A worker whose workflows declare no flow control claims without it first; runs that
     still need it (keyed when another version declared it) are claimed under it all the same:
     one of three per concurrency key, the others parked; a keyed run that already holds its
-    slot (a recovery) passes, as flow control would let it."""
+    slot (a recovery) passes, as flow control would let it, claimed alone as a suspect."""
     await app.pool.execute(
         "INSERT INTO ripple_runs (run_id, workflow, version, available_at, status, "
         "concurrency_key, concurrency_limit, lease_owner, started_at) VALUES "
@@ -186,12 +186,16 @@ async def test_plain_claim__leaves_flow_control_its_runs_and_claims_them_with_it
         "VALUES ('wf', 'j', 1, 1, 1)"
     )
     async with app.pool.acquire() as conn:
-        claims, governed = await store.claim_runs_plain(
-            conn, worker_id="w", lease=30.0, limit=10, pairs=[("wf", 1)]
+        claims, governed, waiting = await store.claim_runs_plain(
+            conn, worker_id="w", lease=30.0, limit=10, pairs=[("wf", 1)], alone=False
         )
-    assert governed
-    assert sorted(c.run_id for c in claims) == ["free-1", "free-2", "held", "k-1"]
-    assert {c.run_id for c in claims if c.keyed} == {"held", "k-1"}
+        (held,) = await store.claim_runs(
+            conn, worker_id="w2", lease=30.0, limit=10, pairs=[("wf", 1)], alone=True
+        )
+    assert (governed, waiting) == (True, True)
+    assert sorted(c.run_id for c in claims) == ["free-1", "free-2", "k-1"]
+    assert {c.run_id for c in claims if c.keyed} == {"k-1"}
+    assert (held.run_id, held.keyed, held.suspect) == ("held", True, True)
     parked = await app.pool.fetch(
         "SELECT run_id, blocked_by FROM ripple_runs WHERE status = 'pending' ORDER BY run_id"
     )
@@ -207,7 +211,7 @@ async def test_plain_claim__leaves_flow_control_its_runs_and_claims_them_with_it
 
 async def test_plain_claim__with_nothing_due_claims_nothing(app: App) -> None:
     async with app.pool.acquire() as conn:
-        claims, governed = await store.claim_runs_plain(
+        claims, governed, _ = await store.claim_runs_plain(
             conn, worker_id="w", lease=30.0, limit=10, pairs=[("wf", 1)]
         )
     assert (claims, governed) == ([], False)
