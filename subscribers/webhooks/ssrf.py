@@ -214,7 +214,8 @@ _LOOPBACK_DOMAINS: tuple[str, ...] = ("localtest.me", "lvh.me", "vcap.me")
 #: Public wildcard-DNS domains that answer the address spelled in the name (`10.0.0.1.nip.io`,
 #: `app-10-0-0-1.sslip.io`, `app-0a000001.nip.io`, `--1.sslip.io` for ::1).
 _ADDRESS_DOMAINS: tuple[str, ...] = ("nip.io", "sslip.io", "xip.io")
-_INET_PART = re.compile(r"0[xX][0-9a-fA-F]*|0[0-7]*|[1-9][0-9]*")
+# One part of an inet_aton address, no longer than a 32-bit value needs (so never a huge int).
+_INET_PART = re.compile(r"0[xX][0-9a-fA-F]{0,8}|0[0-7]{0,11}|[1-9][0-9]{0,9}")
 # Four decimal octets joined by '.' or '-' anywhere in a name; hex: 8 digits ending a label.
 _EMBEDDED_V4 = re.compile(
     r"(?<![0-9])([0-9]{1,3})[.-]([0-9]{1,3})[.-]([0-9]{1,3})[.-]([0-9]{1,3})(?![0-9])"

@@ -232,7 +232,15 @@ def test_known_addresses__spell_the_address_a_resolver_would_answer() -> None:
     assert known_addresses("8.8.8.8.nip.io") == (["8.8.8.8"], False)
     assert known_addresses("2a01-4f8-c17-b8f--2.sslip.io") == (["2a01:4f8:c17:b8f::2"], False)
     assert known_addresses("LOCALHOST.") == (["127.0.0.1", "::1"], True)
-    for only_dns_can_tell in ("example.com", "nip.io", "app.nip.io", "256.1.1.1", "1.2.3.4.5"):
+    huge = "1" * 5000  # more digits than int() converts
+    for only_dns_can_tell in (
+        "example.com",
+        "nip.io",
+        "app.nip.io",
+        "256.1.1.1",
+        "1.2.3.4.5",
+        huge,
+    ):
         assert known_addresses(only_dns_can_tell) is None, only_dns_can_tell
 
 
