@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Response
 from pydantic import Field
 
 from ripple.platform.api.deps import ClientDep, Limit
-from ripple.platform.api.models import ApiModel, JsonNotNull, OutModel, jsonable
+from ripple.platform.api.models import ApiModel, JsonNotNull, OutModel, camel, jsonable
 from ripple.platform.api.problems import problem_responses
 
 __all__ = ["router"]
@@ -58,6 +58,12 @@ class Stats(OutModel):
     dead_letters: int
     oldest_age: float = Field(description="Seconds since the oldest visible message was sent.")
     depth: int = Field(description="visible + in flight + delayed.")
+    lower_bounds: list[str] = Field(
+        default_factory=list,
+        description="The counts (`visible`, `inFlight`, `delayed`, `deadLetters`, `depth`) "
+        "that stopped at `countCap` messages of one kind: each is at least the number given.",
+    )
+    count_cap: int = Field(description="Most messages of one kind a count reads.")
 
 
 class DeadLetterOut(OutModel):
@@ -165,7 +171,13 @@ async def nack(queue: Queue, receipt: Receipt, body: NackIn, client: ClientDep) 
 async def stats(queue: Queue, client: ClientDep) -> Stats:
     """Depth, in-flight count, oldest message age and dead letters of a queue."""
     found = await client.queues.stats(queue)
-    return Stats.model_validate({**jsonable(found), "depth": found.depth})
+    return Stats.model_validate(
+        {
+            **jsonable(found),
+            "depth": found.depth,
+            "lowerBounds": sorted(camel(name) for name in found.lower_bounds),
+        }
+    )
 
 
 @router.get(

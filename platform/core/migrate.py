@@ -25,6 +25,7 @@ __all__ = [
     "apply_migrations",
     "load_migrations",
     "migrate_database",
+    "parse_migration_name",
     "pending_migrations",
 ]
 
@@ -34,7 +35,8 @@ log = structlog.get_logger("ripple.migrate")
 _LOCK_KEY = 0x726970706C65
 #: Statement timeout (seconds) of the migration lock wait and of migrations themselves.
 _SLOW = 24 * 3600.0
-_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+# Matched whole (`fullmatch`): with `match`, `$` also matches before a final newline.
+_NAME = re.compile(r"([0-9]{4})_([a-z0-9_]+)\.sql")
 _NO_TX = "-- ripple: no-transaction"
 
 CREATE_TABLE = """
@@ -66,13 +68,19 @@ class Migration:
         return not self.sql.lstrip().startswith(_NO_TX)
 
 
+def parse_migration_name(filename: str) -> tuple[int, str] | None:
+    """(version, name) of a migration file `NNNN_snake_name.sql`; None for any other file."""
+    match = _NAME.fullmatch(filename)
+    return (int(match[1]), match[2]) if match else None
+
+
 def load_migrations() -> list[Migration]:
     """The migrations shipped in `ripple.sql`, in version order."""
     found: list[Migration] = []
     for entry in resources.files("ripple.sql").iterdir():
-        match = _NAME.match(entry.name)
-        if match:
-            found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
+        parsed = parse_migration_name(entry.name)
+        if parsed is not None:
+            found.append(Migration(*parsed, entry.read_text(encoding="utf-8")))
     found.sort(key=lambda m: m.version)
     versions = [m.version for m in found]
     if len(set(versions)) != len(versions):

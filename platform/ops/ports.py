@@ -44,6 +44,11 @@ class RunRetention(Protocol):
         """Exempt a run from retention (or clear that); False if there is no such run."""
         ...
 
+    async def fold_run_counts(self, conn: Connection, *, batch: int) -> tuple[int, bool]:
+        """Fold one batch (at most `batch` rows) of run count changes into the dashboard's
+        run count rollup; returns the rows folded and whether more may be left."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class StrandedGauge:

@@ -11,6 +11,9 @@ What goes, each sweep (settings in parentheses):
 - delivered and failed webhook deliveries last changed before that cutoff, with their attempt
   log, and attempt log rows older than it of deliveries still retrying.
 
+Each sweep also folds the run count changes the run triggers appended into the dashboard's run
+count rollup (through the same port), after the runs it deleted added theirs.
+
 Each batch (`sweep_batch_size` rows, `FOR UPDATE SKIP LOCKED`; a runs batch also stops at
 20 journal rows per run on average) is its own short transaction; a kind is swept until a
 batch comes back short. Several workers may sweep at once: locked rows are skipped, not
@@ -108,6 +111,11 @@ class Sweeper:
             deleted = await retention.delete_old_signal_keys(conn, retention=events, batch=batch)
             return {"signal_keys": deleted}, deleted >= batch
 
+        async def run_counts(conn: Connection) -> tuple[dict[str, int], bool]:
+            assert retention is not None
+            _folded, more = await retention.fold_run_counts(conn, batch=batch)
+            return {}, more
+
         async def deliveries(conn: Connection) -> tuple[dict[str, int], bool]:
             counts = await sweeper_store.delete_old_webhook_deliveries(conn, events, batch)
             return counts, counts["webhook_deliveries"] >= batch
@@ -118,7 +126,7 @@ class Sweeper:
 
         steps: list[_Batch] = [old_events, deliveries, attempts]
         if retention is not None:
-            steps = [runs, old_events, signal_keys, deliveries, attempts]
+            steps = [runs, run_counts, old_events, signal_keys, deliveries, attempts]
         for step in steps:
             await self._drain(step, totals)
         if any(totals.values()):

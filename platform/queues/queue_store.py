@@ -16,6 +16,7 @@ import asyncpg
 from ripple.platform.core.db import Connection
 
 __all__ = [
+    "STATS_CAP",
     "DeadLetter",
     "QueueStats",
     "ack_receipts",
@@ -130,18 +131,51 @@ WHERE queue = $1 AND id = ANY($2::bigint[])
 """
 # $1 queue
 PURGE: Final = "DELETE FROM ripple_queue_messages WHERE queue = $1"
-# $1 queue
+#: Most index entries of one kind of message (ready, later, grouped, dead) a count reads; a
+#: count that reaches it is reported as a lower bound, so stats cost the same at any backlog.
+STATS_CAP: Final = 10_000
+
+# $1 queue, $2 cap: a queue's counts, each read through the partial index of its kind of
+# message (each ORDER BY is its index's order, so the planner walks the index rather than
+# scanning the table for the first $2 matches) and bounded (at most $2 entries each).
+# "oldest" is the earliest send time among the first $2 ungrouped messages to become visible
+# and the first $2 grouped ones.
 STATS: Final = """
+WITH ready AS (
+    SELECT created_at FROM ripple_queue_messages
+    WHERE queue = $1 AND dead_at IS NULL AND group_id IS NULL AND visible_at <= now()
+    ORDER BY visible_at LIMIT $2
+),
+later AS (
+    SELECT receive_count FROM ripple_queue_messages
+    WHERE queue = $1 AND dead_at IS NULL AND group_id IS NULL AND visible_at > now()
+    ORDER BY visible_at LIMIT $2
+),
+grouped AS (
+    SELECT visible_at <= now() AS visible_now, receive_count, created_at
+    FROM ripple_queue_messages
+    WHERE queue = $1 AND dead_at IS NULL AND group_id IS NOT NULL
+    ORDER BY group_id, id LIMIT $2
+)
 SELECT
-    count(*) FILTER (WHERE dead_at IS NULL AND visible_at <= now()) AS visible,
-    count(*) FILTER (WHERE dead_at IS NULL AND visible_at > now() AND receive_count > 0)
-        AS in_flight,
-    count(*) FILTER (WHERE dead_at IS NULL AND visible_at > now() AND receive_count = 0)
-        AS delayed,
-    count(*) FILTER (WHERE dead_at IS NOT NULL) AS dead_letters,
-    extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL
-        AND visible_at <= now()))::float8 AS oldest_age
-FROM ripple_queue_messages WHERE queue = $1
+    (SELECT count(*) FROM ready)::int AS ready,
+    (SELECT count(*) FROM later)::int AS later_sampled,
+    (SELECT count(*) FROM grouped)::int AS grouped_sampled,
+    (SELECT count(*) FROM later WHERE receive_count > 0)::int AS later_received,
+    (SELECT count(*) FROM later WHERE receive_count = 0)::int AS later_new,
+    (SELECT count(*) FROM grouped WHERE visible_now)::int AS grouped_visible,
+    (SELECT count(*) FROM grouped WHERE NOT visible_now AND receive_count > 0)::int
+        AS grouped_received,
+    (SELECT count(*) FROM grouped WHERE NOT visible_now AND receive_count = 0)::int
+        AS grouped_new,
+    (SELECT count(*) FROM (
+        SELECT 1 FROM ripple_queue_messages WHERE queue = $1 AND dead_at IS NOT NULL
+        ORDER BY id LIMIT $2
+    ) AS d)::int AS dead_letters,
+    extract(epoch FROM now() - least(
+        (SELECT min(created_at) FROM ready),
+        (SELECT min(created_at) FROM grouped WHERE visible_now)
+    ))::float8 AS oldest_age
 """
 # $1 queue, $2 limit, $3 after id (0: from the start)
 SELECT_DEAD: Final = """
@@ -196,7 +230,8 @@ class DeadLetter:
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
-    """A queue's counts now."""
+    """A queue's counts now, each read from a bounded sample (`STATS_CAP` per kind of
+    message): the counts named in `lower_bounds` reached it, so there may be more."""
 
     #: Messages waiting to be received now.
     visible: int
@@ -207,6 +242,10 @@ class QueueStats:
     dead_letters: int
     #: Seconds since the oldest visible message was sent (0 when none).
     oldest_age: float
+    #: The counts (of visible, in_flight, delayed, dead_letters, depth) that are lower bounds.
+    lower_bounds: frozenset[str] = frozenset()
+    #: Most messages of one kind a count read.
+    count_cap: int = STATS_CAP
 
     @property
     def depth(self) -> int:
@@ -214,13 +253,24 @@ class QueueStats:
         return self.visible + self.in_flight + self.delayed
 
     @classmethod
-    def from_row(cls, row: asyncpg.Record) -> QueueStats:
+    def from_row(cls, row: asyncpg.Record, cap: int) -> QueueStats:
+        bounds = set()
+        if row["ready"] >= cap or row["grouped_sampled"] >= cap:
+            bounds.add("visible")
+        if row["later_sampled"] >= cap or row["grouped_sampled"] >= cap:
+            bounds.update(("in_flight", "delayed"))
+        if row["dead_letters"] >= cap:
+            bounds.add("dead_letters")
+        if bounds - {"dead_letters"}:
+            bounds.add("depth")
         return cls(
-            row["visible"],
-            row["in_flight"],
-            row["delayed"],
-            row["dead_letters"],
-            float(row["oldest_age"] or 0.0),
+            visible=row["ready"] + row["grouped_visible"],
+            in_flight=row["later_received"] + row["grouped_received"],
+            delayed=row["later_new"] + row["grouped_new"],
+            dead_letters=row["dead_letters"],
+            oldest_age=max(float(row["oldest_age"] or 0.0), 0.0),
+            lower_bounds=frozenset(bounds),
+            count_cap=cap,
         )
 
 
@@ -306,10 +356,10 @@ async def purge(conn: Connection, queue: str) -> int:
     return int(status.split()[-1])
 
 
-async def stats(conn: Connection, queue: str) -> QueueStats:
-    row = await conn.fetchrow(STATS, queue)
+async def stats(conn: Connection, queue: str, cap: int) -> QueueStats:
+    row = await conn.fetchrow(STATS, queue, cap)
     assert row is not None
-    return QueueStats.from_row(row)
+    return QueueStats.from_row(row, cap)
 
 
 async def dead_letters(conn: Connection, queue: str, limit: int, after: int) -> list[DeadLetter]:

@@ -400,11 +400,12 @@ class Queues:
             return await queue_store.purge(conn, queue)
 
     async def stats(self, queue: str) -> QueueStats:
-        """Counts now: visible, in flight, delayed, dead letters, oldest visible age."""
+        """Counts now: visible, in flight, delayed, dead letters, oldest visible age; each
+        count reads at most `STATS_CAP` messages of one kind (see `QueueStats.lower_bounds`)."""
         validate_queue_name(queue)
         with db.map_errors():
             async with self._pool.acquire() as conn:
-                return await queue_store.stats(conn, queue)
+                return await queue_store.stats(conn, queue, queue_store.STATS_CAP)
 
     async def dead_letters(
         self, queue: str, limit: int = 100, *, after: str | None = None

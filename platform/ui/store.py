@@ -25,7 +25,6 @@ from ripple.workflows.store import views
 from ripple.workflows.store.views import WaitRow
 
 __all__ = [
-    "COUNT_CAP",
     "QUEUE_CAP",
     "STRANDED_PER_WORKFLOW",
     "STRANDED_WORKFLOWS",
@@ -51,8 +50,6 @@ __all__ = [
     "uuid7_floor",
 ]
 
-#: Most runs one overview count reads; a count that reaches it is shown as "≥ COUNT_CAP".
-COUNT_CAP: Final = 10_000
 #: Most messages of one kind a queue count reads; a count that reaches it is shown as "≥".
 QUEUE_CAP: Final = 10_000
 #: Active runs per workflow, and workflows, the overview's stranded-runs check reads at most.
@@ -245,7 +242,7 @@ def uuid7_floor(when: datetime) -> str:
 
 @dataclass(frozen=True, slots=True)
 class RecentRuns:
-    """Run counts of the newest ≤ COUNT_CAP runs of a window (`capped`: the cap was reached)."""
+    """Exact run counts of a window, by the minute the runs were created in."""
 
     #: `{workflow: {status: n}}` over the whole window, and over its last `recent` part.
     counts: dict[str, dict[str, int]]
@@ -253,29 +250,24 @@ class RecentRuns:
     #: Runs created and failed per equal bucket of the recent part, oldest bucket first.
     created: list[int]
     failed: list[int]
-    capped: bool
 
 
 async def recent_runs(
     pool: Pool, since: datetime, recent: timedelta, buckets: int, now: datetime
 ) -> RecentRuns:
-    """One bounded read of the window's newest runs, counted by workflow, status and time."""
+    """Run counts by workflow, status and time since `since`, from the run count rollup
+    (whole minutes: the window starts at the minute of `since`, the recent part at the minute
+    of `now - recent`)."""
     width = recent.total_seconds() / buckets
     with map_errors():
-        rows = await views.count_recent_runs(
-            pool,
-            lowest_run_id=uuid7_floor(since),
-            cap=COUNT_CAP,
-            recent_since=now - recent,
-            bucket_seconds=width,
+        rows = await views.count_runs_by_minute(
+            pool, since=since, recent_since=now - recent, bucket_seconds=width
         )
     counts: dict[str, dict[str, int]] = {}
     recent_counts: dict[str, dict[str, int]] = {}
     created, failed = [0] * buckets, [0] * buckets
-    total = 0
     for row in rows:
         workflow, status, bucket, n = row
-        total += n
         by = counts.setdefault(workflow, {})
         by[status] = by.get(status, 0) + n
         if bucket is not None:
@@ -285,7 +277,7 @@ async def recent_runs(
             created[index] += n
             if status == "failed":
                 failed[index] += n
-    return RecentRuns(counts, recent_counts, created, failed, total >= COUNT_CAP)
+    return RecentRuns(counts, recent_counts, created, failed)
 
 
 async def queue_message_for(pool: Pool, queue: str, dedup_id: str) -> QueueMessageRow | None:

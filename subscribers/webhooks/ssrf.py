@@ -7,12 +7,20 @@ list is explicit because `ipaddress.is_global` calls some of these ranges global
 through the `Resolver` protocol so tests can script DNS answers; the caller must connect to the
 address it checked, or DNS rebinding defeats the check (`subscribers/webhooks/transport.py` resolves
 once per connection, through this check).
+
+Before any DNS, `known_addresses` recognises hosts whose address needs no lookup: IP literals in
+every notation a resolver accepts (`inet_aton`'s decimal, octal, hex and short forms too),
+`localhost` in its spellings, and wildcard-DNS names that spell an address (`10.0.0.1.nip.io`).
+That catches at subscribe time what would only fail at delivery; the resolved-address check
+stays the defence, since no list of names is complete.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
+import re
 import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -29,6 +37,7 @@ __all__ = [
     "canonical",
     "check_literal_url",
     "check_url",
+    "known_addresses",
     "literal_address",
     "parse_target_url",
 ]
@@ -194,23 +203,135 @@ def literal_address(host: str) -> str | None:
         return None
 
 
+#: Names for this machine wherever they are looked up (RFC 6761 reserves `localhost` and every
+#: name under it; the others are the aliases Linux distributions put in /etc/hosts).
+_LOCAL_NAMES: frozenset[str] = frozenset(
+    {"localhost", "localhost.localdomain", "localhost6", "ip6-localhost", "ip6-loopback"}
+)
+_LOOPBACK: tuple[str, ...] = ("127.0.0.1", "::1")
+#: Public domains whose every name answers 127.0.0.1.
+_LOOPBACK_DOMAINS: tuple[str, ...] = ("localtest.me", "lvh.me", "vcap.me")
+#: Public wildcard-DNS domains that answer the address spelled in the name (`10.0.0.1.nip.io`,
+#: `app-10-0-0-1.sslip.io`, `app-0a000001.nip.io`, `--1.sslip.io` for ::1).
+_ADDRESS_DOMAINS: tuple[str, ...] = ("nip.io", "sslip.io", "xip.io")
+# One part of an inet_aton address, no longer than a 32-bit value needs (so never a huge int).
+_INET_PART = re.compile(r"0[xX][0-9a-fA-F]{0,8}|0[0-7]{0,11}|[1-9][0-9]{0,9}")
+# Four decimal octets joined by '.' or '-' anywhere in a name; hex: 8 digits ending a label.
+_EMBEDDED_V4 = re.compile(
+    r"(?<![0-9])([0-9]{1,3})[.-]([0-9]{1,3})[.-]([0-9]{1,3})[.-]([0-9]{1,3})(?![0-9])"
+)
+_HEX_V4 = re.compile(r"(?:^|[.-])([0-9a-f]{8})(?=\.|$)")
+
+
+def _inet_aton(text: str) -> ipaddress.IPv4Address | None:
+    """The IPv4 address `text` spells in `inet_aton` notation (1-4 parts, each decimal, octal
+    with a leading 0, or hex with 0x; the last part fills the remaining bytes), else None."""
+    parts = text.split(".")
+    if len(parts) > 4 or not all(_INET_PART.fullmatch(part) for part in parts):
+        return None
+    values = [
+        int(p[2:] or "0", 16) if p[:2].lower() == "0x" else int(p, 8 if p[0] == "0" else 10)
+        for p in parts
+    ]
+    *head, last = values
+    if any(v > 255 for v in head) or last >= 256 ** (4 - len(head)):
+        return None
+    number = last
+    for index, value in enumerate(head):
+        number |= value << (8 * (3 - index))
+    return ipaddress.IPv4Address(number)
+
+
+def _normalise_host(host: str) -> str:
+    """Lower-case `host` without trailing dots, in the ASCII form IDNA gives it (so full-width
+    letters and ideographic full stops read as the ASCII a client would look up)."""
+    host = host.split("%", 1)[0]
+    with contextlib.suppress(UnicodeError):
+        host = host.encode("idna").decode("ascii")
+    return host.lower().rstrip(".")
+
+
+def _embedded_addresses(labels: str) -> list[str]:
+    """Every address a wildcard-DNS name's labels (the part before the domain) may spell."""
+    found = [
+        ".".join(str(int(octet)) for octet in match.groups())
+        for match in _EMBEDDED_V4.finditer(labels)
+        if all(int(octet) <= 255 for octet in match.groups())
+    ]
+    found += [str(ipaddress.IPv4Address(int(m[1], 16))) for m in _HEX_V4.finditer(labels)]
+    for label in labels.split("."):
+        if "--" in label or label.count("-") == 7:  # sslip.io's IPv6, ':' written '-'
+            address = literal_address(label.replace("-", ":"))
+            if address is not None:
+                found.append(address)
+    return found
+
+
+def _literal_in_any_notation(host: str) -> str | None:
+    """The address `host` spells as an IP literal in any notation a resolver reads as one."""
+    literal = literal_address(host)
+    if literal is None:
+        name = _normalise_host(host)
+        literal = literal_address(name)
+        if literal is None and (v4 := _inet_aton(name)) is not None:
+            literal = str(v4)
+    return literal
+
+
+def known_addresses(host: str) -> tuple[list[str], bool] | None:
+    """The addresses `host` stands for without a DNS lookup, and whether they are a name's
+    alternatives (any may answer) rather than all answers; None when only DNS can tell.
+
+    Recognised: an IP literal in any notation (one address), a name for this machine (its
+    loopback addresses, alternatives), a public name that always answers loopback, and a
+    wildcard-DNS name that spells addresses (every address it spells; none: only DNS can tell).
+    """
+    literal = _literal_in_any_notation(host)
+    if literal is not None:
+        return [literal], False
+    name = _normalise_host(host)
+    if name in _LOCAL_NAMES or name.endswith(".localhost"):
+        return list(_LOOPBACK), True
+    for domain in _LOOPBACK_DOMAINS:
+        if name == domain or name.endswith("." + domain):
+            return ["127.0.0.1"], False
+    for domain in _ADDRESS_DOMAINS:
+        if name.endswith("." + domain):
+            embedded = _embedded_addresses(name.removesuffix("." + domain))
+            return (embedded, False) if embedded else None
+    return None
+
+
+def _check_known(host: str, policy: AddressPolicy) -> None:
+    """Refuse `host` when the addresses it stands for without DNS (`known_addresses`) are
+    refused. A name for this machine passes when the allow list admits any of its loopback
+    addresses; its resolved addresses are then checked as for any name."""
+    known = known_addresses(host)
+    if known is None:
+        return
+    addresses, alternatives = known
+    if alternatives and any(policy.refusal(address) is None for address in addresses):
+        return
+    policy.check(host, addresses)
+
+
 async def check_url(url: str, policy: AddressPolicy, resolver: Resolver) -> list[str]:
     """Resolve the URL's host and check every address; return the addresses to connect to.
 
     Raises `ValueError` for a malformed URL and `BlockedAddress` (a ValueError) for a refused one.
     """
     _scheme, host, port = parse_target_url(url)
-    literal = literal_address(host)
+    _check_known(host, policy)
+    literal = _literal_in_any_notation(host)
     addresses = [literal] if literal is not None else await resolver.resolve(host, port)
     return policy.check(host, addresses)
 
 
 def check_literal_url(url: str, policy: AddressPolicy) -> None:
-    """Check a URL without DNS: a literal IP host is checked, a host name is left to connect time.
+    """Check a URL without DNS: a host `known_addresses` recognises is checked, any other host
+    name is left to connect time.
 
-    Raises `ValueError` for a malformed URL and `BlockedAddress` for a refused literal.
+    Raises `ValueError` for a malformed URL and `BlockedAddress` for a refused address.
     """
     _scheme, host, _port = parse_target_url(url)
-    literal = literal_address(host)
-    if literal is not None:
-        policy.check(host, [literal])
+    _check_known(host, policy)

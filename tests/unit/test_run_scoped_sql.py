@@ -56,7 +56,6 @@ CROSS_RUN: Final = {
     "ripple.workflows.store.operations._COUNT_RUN_FILTER": "bulk operations: count matching runs",
     "ripple.workflows.store.operations._SELECT_RUN_BATCH": "bulk operations: a page of runs",
     "ripple.workflows.store.upkeep._COUNT_RUNS_BY_WORKFLOW": "run counts by workflow and status",
-    "ripple.workflows.store.views._SELECT_RECENT_RUNS": "dashboard sparkline",
     "ripple.workflows.store.views._SELECT_STRANDED_SAMPLE": "dashboard: runs no worker serves",
     "ripple.workflows.store.upkeep._SELECT_STRANDED_RUNS": "gauge over all runs",
     # Publish: whether each inserted event's topic has event waits at all (the probe that

@@ -63,6 +63,12 @@ class Break:
 def _check_name(kind: str, name: object) -> str:
     if not isinstance(name, str) or not name or name.startswith("$") or "/" in name:
         raise InvalidInput(f"invalid {kind} name {name!r}: use a non-empty name without '/' or '$'")
+    if "\x00" in name:
+        # Names become journal keys, Postgres text, which cannot hold U+0000.
+        raise InvalidInput(
+            f"invalid {kind} name {name!r}: it contains the NUL character (U+0000), which "
+            "Postgres cannot store; remove it"
+        )
     return name
 
 

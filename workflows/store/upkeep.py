@@ -73,6 +73,45 @@ WHERE k.scope = d.scope AND k.idempotency_key = d.idempotency_key
 # $1 run id, $2 hold (true exempts the run from retention).
 _SET_HOLD: Final = "UPDATE ripple_runs SET hold = $2 WHERE run_id = $1"
 
+#: Seconds of minutes the run count rollup keeps (the triggers of migration 0016 count the
+#: runs of the last two days; the dashboard reads one).
+RUN_COUNTS_KEPT: Final = 2 * 86_400.0
+
+# $1 most change rows, $2 seconds kept. Folds one batch of run count changes (appended by the
+# triggers of migration 0016; a change takes `n` from its left status and gives them to its
+# entered one) into ripple_run_counts, upserting in key order, and drops counts of minutes
+# older than $2. Returns the change rows folded.
+_FOLD_RUN_COUNTS: Final = """
+WITH moved AS (
+    DELETE FROM ripple_run_count_changes
+    WHERE ctid = ANY(ARRAY(SELECT ctid FROM ripple_run_count_changes LIMIT $1))
+    RETURNING minute, workflow, left_status, entered_status, n
+),
+deltas AS (
+    SELECT minute, workflow, entered_status AS status, n FROM moved
+    WHERE entered_status IS NOT NULL
+    UNION ALL
+    SELECT minute, workflow, left_status, -n FROM moved WHERE left_status IS NOT NULL
+),
+folded AS (
+    INSERT INTO ripple_run_counts AS c (minute, workflow, status, n)
+    SELECT minute, workflow, status, sum(n) FROM deltas
+    WHERE minute >= now() - make_interval(secs => $2)
+    GROUP BY 1, 2, 3
+    ORDER BY 1, 2, 3
+    ON CONFLICT (minute, workflow, status) DO UPDATE SET n = c.n + EXCLUDED.n
+),
+pruned AS (
+    DELETE FROM ripple_run_counts WHERE minute < now() - make_interval(secs => $2)
+)
+SELECT count(*) FROM moved
+"""
+# $1 lock key. Folds are serialised (a second one skips): two would only wait on each
+# other's rows.
+_TRY_FOLD_LOCK: Final = "SELECT pg_try_advisory_xact_lock($1)"
+#: "runcount" in ASCII, shared by every Ripple process.
+_FOLD_LOCK_KEY: Final = 0x72756E636F756E74
+
 # $1 liveness window in seconds (a worker is live while its heartbeat is younger).
 # live: every (workflow, version) some live worker serves.
 # Active runs (not terminal) whose workflow no live worker serves at their pinned version; a run
@@ -132,6 +171,12 @@ class RunUpkeep:
 
     async def set_hold(self, conn: Connection, *, run_id: str, hold: bool) -> bool:
         return command_count(await conn.execute(_SET_HOLD, run_id, hold)) == 1
+
+    async def fold_run_counts(self, conn: Connection, *, batch: int) -> tuple[int, bool]:
+        if not await conn.fetchval(_TRY_FOLD_LOCK, _FOLD_LOCK_KEY):
+            return 0, False
+        folded = int(await conn.fetchval(_FOLD_RUN_COUNTS, batch, RUN_COUNTS_KEPT))
+        return folded, folded >= batch
 
     async def count_runs(self, conn: Connection) -> dict[str, dict[str, int]]:
         counts: dict[str, dict[str, int]] = {}

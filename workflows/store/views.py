@@ -1,6 +1,6 @@
 """Read-only views of the workflow tables for the dashboard (platform/ui): bounded reads that
-cost the same with millions of rows. Run counts read at most `cap` runs through the primary key
-(run ids are time-ordered uuid7 text); the stranded sample walks the claim index with limits
+cost the same with millions of rows. Run counts read the per-minute rollup (migration 0016),
+exact whatever the number of runs; the stranded sample walks the claim index with limits
 (a skip scan for the distinct workflows); a schedule's runs use the partial index of migration
 0013. SQL private to this module.
 """
@@ -18,7 +18,7 @@ from ripple.workflows.store.rows import Executor
 __all__ = [
     "RecentCount",
     "WaitRow",
-    "count_recent_runs",
+    "count_runs_by_minute",
     "read_run_trace",
     "select_buffered_signals",
     "select_first_steps",
@@ -27,23 +27,25 @@ __all__ = [
     "select_stranded_sample",
 ]
 
-# $1 lowest run id (uuid7 text of the window start), $2 cap, $3 start of the recent part,
-# $4 bucket width in seconds: the newest <= $2 runs of the window, read through the primary key
-# (run ids are time-ordered), counted here by workflow, status and recent bucket (NULL: before
-# the recent part), so only a few rows come back.
-_SELECT_RECENT_RUNS: Final = """
-WITH newest AS (
-    SELECT workflow, status, created_at FROM ripple_runs
-    WHERE run_id >= $1
-    ORDER BY run_id DESC
-    LIMIT $2
-)
+# $1 first minute of the window, $2 first minute of the recent part, $3 bucket width in
+# seconds: run counts by workflow, status and recent bucket (NULL: before the recent part), from
+# the rollup of migration 0016 plus the changes the sweeper has not folded into it yet.
+_SELECT_RUN_COUNTS: Final = """
 SELECT workflow, status,
-       CASE WHEN created_at >= $3
-            THEN floor(extract(epoch FROM created_at - $3) / $4)::int END AS bucket,
-       count(*)::int AS n
-FROM newest
+       CASE WHEN minute >= $2
+            THEN floor(extract(epoch FROM minute - $2) / $3)::int END AS bucket,
+       sum(n)::bigint AS n
+FROM (
+    SELECT minute, workflow, status, n FROM ripple_run_counts WHERE minute >= $1
+    UNION ALL
+    SELECT minute, workflow, entered_status, n FROM ripple_run_count_changes
+    WHERE minute >= $1 AND entered_status IS NOT NULL
+    UNION ALL
+    SELECT minute, workflow, left_status, -n FROM ripple_run_count_changes
+    WHERE minute >= $1 AND left_status IS NOT NULL
+) AS c
 GROUP BY 1, 2, 3
+HAVING sum(n) <> 0
 """
 
 # $1 liveness window in seconds, $2 runs per workflow, $3 workflows. The bounded form of
@@ -141,18 +143,19 @@ class WaitRow:
     created_at: datetime
 
 
-async def count_recent_runs(
-    conn: Executor,
-    *,
-    lowest_run_id: str,
-    cap: int,
-    recent_since: datetime,
-    bucket_seconds: float,
+async def count_runs_by_minute(
+    conn: Executor, *, since: datetime, recent_since: datetime, bucket_seconds: float
 ) -> list[RecentCount]:
-    """The newest <= `cap` runs with ids from `lowest_run_id`, counted by workflow, status and
-    bucket of `bucket_seconds` from `recent_since`."""
-    rows = await conn.fetch(_SELECT_RECENT_RUNS, lowest_run_id, cap, recent_since, bucket_seconds)
-    return [RecentCount(row[0], row[1], row[2], row[3]) for row in rows]
+    """Exact counts of the runs created from the minute of `since` on, by workflow, status
+    and bucket of `bucket_seconds` from the minute of `recent_since` (minutes are UTC)."""
+    rows = await conn.fetch(
+        _SELECT_RUN_COUNTS, _minute(since), _minute(recent_since), bucket_seconds
+    )
+    return [RecentCount(row[0], row[1], row[2], int(row[3])) for row in rows]
+
+
+def _minute(when: datetime) -> datetime:
+    return when.replace(second=0, microsecond=0)
 
 
 async def select_stranded_sample(

@@ -64,3 +64,36 @@ async def test_webhook_client__subscribe_refuses_private_urls(settings: Settings
             with pytest.raises(InvalidInput, match="SSRF"):
                 await client.subscribe("#", WebhookTarget(url))
         assert await client.list_subscriptions() == []
+
+
+async def test_webhook_client__subscribe_refuses_recognisably_local_hosts(
+    settings: Settings,
+) -> None:
+    """Hosts that are local whatever DNS says (or without any DNS) are refused when
+    subscribing, in Python and over REST, not only when delivering."""
+    import httpx
+
+    from ripple.platform.api.app import create_app
+    from ripple.platform.client import Client
+
+    urls = [
+        "http://LOCALHOST.:8080/",
+        "http://api.localhost/",
+        "http://127.0.0.1.nip.io/hook",
+        "http://app-10-0-0-1.sslip.io/",
+        "http://2130706433/",
+        "http://0x7f.1/",
+        "http://[::ffff:127.0.0.1]/",
+    ]
+    async with Client(settings=settings) as client:
+        for url in urls:
+            with pytest.raises(InvalidInput, match="SSRF"):
+                await client.subscribe("#", WebhookTarget(url))
+        transport = httpx.ASGITransport(app=create_app(client), raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            for url in urls:
+                body = {"pattern": "#", "target": {"type": "webhook", "url": url}}
+                response = await http.post("/v1/subscriptions", json=body)
+                assert response.status_code == 422, (url, response.text)
+                assert "SSRF" in response.json()["detail"], (url, response.text)
+        assert await client.list_subscriptions() == []

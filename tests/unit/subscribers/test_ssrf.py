@@ -9,9 +9,11 @@ import pytest
 from ripple.subscribers.webhooks.ssrf import (
     AddressPolicy,
     BlockedAddress,
+    Unresolvable,
     canonical,
     check_literal_url,
     check_url,
+    known_addresses,
 )
 
 DENY = AddressPolicy()
@@ -173,3 +175,93 @@ def test_check_literal_url__checks_ip_hosts_and_leaves_names_to_connect_time() -
             check_literal_url(url, DENY)
     with pytest.raises(ValueError, match="webhook url"):
         check_literal_url("ftp://8.8.8.8/", DENY)
+
+
+class OfflineResolver:
+    """A resolver with no DNS at all: every name is unresolvable (as in a sandbox)."""
+
+    async def resolve(self, host: str, port: int) -> list[str]:
+        raise Unresolvable(f"webhook host {host!r} does not resolve")
+
+
+#: Hosts recognisably local without DNS: localhost spellings, other notations of IP literals,
+#: and public names that answer a local address.
+LOCAL_HOSTS = [
+    "LOCALHOST.",
+    "localhost.",
+    "LocalHost",
+    "api.localhost",
+    "ip6-localhost",
+    "\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54",  # full-width "localhost"
+    "2130706433",  # decimal 127.0.0.1
+    "017700000001",  # octal
+    "0x7f000001",  # hex
+    "0x7f.1",  # inet_aton short form
+    "0177.0.0.1",
+    "127.1",
+    "127.0.0.1.",
+    "0",
+    "[::ffff:127.0.0.1]",
+    "[::1]",
+    "[0:0:0:0:0:0:0:1]",
+    "127.0.0.1.nip.io",
+    "app.10.0.0.1.nip.io",
+    "app-192-168-0-1.sslip.io",
+    "customer-127-0-0-1.nip.io",
+    "magic-a9fea9fe.nip.io",  # hex 169.254.169.254
+    "--1.sslip.io",  # ::1
+    "10.0.0.1.xip.io.",
+    "localtest.me",
+    "www.LOCALTEST.ME",
+    "lvh.me",
+]
+
+
+@pytest.mark.parametrize("host", LOCAL_HOSTS)
+async def test_check_url__recognisably_local_hosts_are_refused_without_dns(host: str) -> None:
+    with pytest.raises(BlockedAddress, match="SSRF") as caught:
+        await check_url(f"http://{host}:8080/hook", DENY, OfflineResolver())
+    assert not isinstance(caught.value, Unresolvable)
+    with pytest.raises(BlockedAddress, match="SSRF"):
+        check_literal_url(f"http://{host}:8080/hook", DENY)
+
+
+def test_known_addresses__spell_the_address_a_resolver_would_answer() -> None:
+    assert known_addresses("2130706433") == (["127.0.0.1"], False)
+    assert known_addresses("0x7f.1") == (["127.0.0.1"], False)
+    assert known_addresses("8.8.8.8.nip.io") == (["8.8.8.8"], False)
+    assert known_addresses("2a01-4f8-c17-b8f--2.sslip.io") == (["2a01:4f8:c17:b8f::2"], False)
+    assert known_addresses("LOCALHOST.") == (["127.0.0.1", "::1"], True)
+    huge = "1" * 5000  # more digits than int() converts
+    for only_dns_can_tell in (
+        "example.com",
+        "nip.io",
+        "app.nip.io",
+        "256.1.1.1",
+        "1.2.3.4.5",
+        huge,
+    ):
+        assert known_addresses(only_dns_can_tell) is None, only_dns_can_tell
+
+
+async def test_check_url__public_names_are_still_resolved_and_checked() -> None:
+    # a wildcard-DNS name spelling a public address passes the spelling, then DNS decides
+    resolver = ScriptedResolver({"8.8.8.8.nip.io": [["8.8.8.8"]], "app.nip.io": [["10.0.0.1"]]})
+    assert await check_url("https://8.8.8.8.nip.io/", DENY, resolver) == ["8.8.8.8"]
+    with pytest.raises(BlockedAddress, match=r"10\.0\.0\.1"):
+        await check_url("https://app.nip.io/", DENY, resolver)
+    with pytest.raises(Unresolvable):
+        await check_url("https://8.8.8.8.nip.io/", DENY, OfflineResolver())
+
+
+async def test_check_url__the_allow_list_admits_local_names_too() -> None:
+    loopback = AddressPolicy.from_cidrs(["127.0.0.0/8"])
+    resolver = ScriptedResolver(
+        {"localhost.": [["127.0.0.1"]], "127.0.0.1.nip.io": [["127.0.0.1"]]}
+    )
+    assert await check_url("http://localhost.:8080/", loopback, resolver) == ["127.0.0.1"]
+    assert await check_url("http://127.0.0.1.nip.io/", loopback, resolver) == ["127.0.0.1"]
+    assert await check_url("http://2130706433/", loopback, OfflineResolver()) == ["127.0.0.1"]
+    check_literal_url("http://LOCALHOST./", loopback)
+    with pytest.raises(BlockedAddress):
+        check_literal_url("http://10.0.0.1.nip.io/", loopback)
