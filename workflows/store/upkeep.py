@@ -73,12 +73,12 @@ WHERE k.scope = d.scope AND k.idempotency_key = d.idempotency_key
 # $1 run id, $2 hold (true exempts the run from retention).
 _SET_HOLD: Final = "UPDATE ripple_runs SET hold = $2 WHERE run_id = $1"
 
-#: Seconds of minutes the run count rollup keeps (the triggers of migration 0016 count the
+#: Seconds of minutes the run count rollup keeps (the triggers of migration 0017 count the
 #: runs of the last two days; the dashboard reads one).
 RUN_COUNTS_KEPT: Final = 2 * 86_400.0
 
 # $1 most change rows, $2 seconds kept. Folds one batch of run count changes (appended by the
-# triggers of migration 0016; a change takes `n` from its left status and gives them to its
+# triggers of migration 0017; a change takes `n` from its left status and gives them to its
 # entered one) into ripple_run_counts, upserting in key order, and drops counts of minutes
 # older than $2. Returns the change rows folded.
 _FOLD_RUN_COUNTS: Final = """

@@ -1,5 +1,5 @@
 """Read-only views of the workflow tables for the dashboard (platform/ui): bounded reads that
-cost the same with millions of rows. Run counts read the per-minute rollup (migration 0016),
+cost the same with millions of rows. Run counts read the per-minute rollup (migration 0017),
 exact whatever the number of runs; the stranded sample walks the claim index with limits
 (a skip scan for the distinct workflows); a schedule's runs use the partial index of migration
 0013. SQL private to this module.
@@ -29,7 +29,7 @@ __all__ = [
 
 # $1 first minute of the window, $2 first minute of the recent part, $3 bucket width in
 # seconds: run counts by workflow, status and recent bucket (NULL: before the recent part), from
-# the rollup of migration 0016 plus the changes the sweeper has not folded into it yet.
+# the rollup of migration 0017 plus the changes the sweeper has not folded into it yet.
 _SELECT_RUN_COUNTS: Final = """
 SELECT workflow, status,
        CASE WHEN minute >= $2

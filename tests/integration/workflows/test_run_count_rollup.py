@@ -1,4 +1,4 @@
-"""The dashboard overview's run counts are exact at any volume: migration 0016's triggers
+"""The dashboard overview's run counts are exact at any volume: migration 0017's triggers
 append a change row for every new, re-statused or deleted run, the sweeper folds them into the
 per-minute rollup, and the overview reads the rollup plus the changes not folded yet."""
 
