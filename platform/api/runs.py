@@ -13,13 +13,20 @@ from ripple.platform.api.models import (
     ApiModel,
     DateTimeIn,
     OutModel,
-    RunOut,
     RunPage,
     StepOut,
     run_out,
     step_out,
 )
 from ripple.platform.api.problems import ProblemError, problem_responses
+from ripple.platform.api.results import (
+    Canceled,
+    SignalOut,
+    Started,
+    WaitedRun,
+    existing_run,
+    started,
+)
 from ripple.platform.api.workflow_stats import workflow_counts
 from ripple.platform.client import Client
 from ripple.platform.errors import InvalidInput
@@ -67,43 +74,13 @@ class StartRun(ApiModel):
     )
 
 
-class Started(OutModel):
-    run_id: str
-    status: str
-    output: Any = Field(default=None, description="With `wait`: the output once completed.")
-    error: Any = Field(default=None, description="With `wait`: the error once failed.")
-    timed_out: bool | None = Field(
-        default=None, description="With `wait`: true if the run had not ended when it passed."
-    )
-
-
-class WaitedRun(RunOut):
-    timed_out: bool = Field(
-        default=False, description="With `wait`: true if the run had not ended when it passed."
-    )
-
-
-class SignalOut(OutModel):
-    delivered: bool
-    buffered: bool
-
-
-class Canceled(OutModel):
-    run_id: str
-    canceled: bool = Field(description="True if the run was still active.")
-
-
 class WorkflowSummary(OutModel):
     name: str
     runs: dict[str, int] = Field(description="Run counts by status.")
 
 
 async def _run_of(client: ClientDep, name: str | None, run_id: str) -> Any:
-    run = await client.get_run(run_id)
-    if run is None or (name is not None and run.workflow != name):
-        of = f" of workflow {name}" if name is not None else ""
-        raise ProblemError(404, f"no run {run_id}{of}")
-    return run
+    return await existing_run(client, run_id, name)
 
 
 #: Longest long-poll a request may ask for, in seconds.
@@ -251,14 +228,8 @@ async def _create(client: Client, name: str, body: StartRun) -> RunHandle[Any]:
 async def _start(client: Client, name: str, body: StartRun) -> Response:
     """A start without `wait`: the route's answer, serialised once (the hot route's too)."""
     run_id = (await _create(client, name, body)).run_id
-    if body.idempotency_key is None:
-        # A start without a key creates a pending run (or, debounced, joins one not yet
-        # started): no read needed. A key may name an earlier run in any state.
-        started = Started(run_id=run_id, status="pending")
-    else:
-        found = await client.get_run(run_id)
-        started = Started(run_id=run_id, status=found.status if found is not None else "pending")
-    return Response(started.model_dump_json(), 201, media_type="application/json")
+    answer = await started(client, run_id, body.idempotency_key)
+    return Response(answer.model_dump_json(), 201, media_type="application/json")
 
 
 #: `start_run` without `wait` for `HotRoutes` (ripple.platform.api.hot_routes): same model,
