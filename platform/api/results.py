@@ -12,14 +12,22 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from ripple.platform.api.models import OutModel, RunOut, jsonable
+from ripple.platform.api.models import (
+    OutModel,
+    Published,
+    RunOut,
+    RunPage,
+    jsonable,
+    run_out,
+)
 from ripple.platform.errors import NotFound
 
 if TYPE_CHECKING:
     from ripple.platform.client import Client
-    from ripple.platform.events.publish import Explanation
+    from ripple.platform.events.publish import Explanation, PublishResult
     from ripple.platform.queues.queues import QueueStats
-    from ripple.workflows.runs.records import Run
+    from ripple.workflows.runs.operations import WaitOutcome
+    from ripple.workflows.runs.records import Page, Run
 
 __all__ = [
     "BulkOut",
@@ -41,11 +49,15 @@ __all__ = [
     "Triggered",
     "Verdict",
     "WaitedRun",
+    "ended",
     "existing_run",
     "explanation_out",
+    "published",
     "run_action",
+    "run_page",
     "started",
     "stats_out",
+    "waited_run",
 ]
 
 
@@ -116,6 +128,26 @@ async def started(client: Client, run_id: str, idempotency_key: str | None) -> S
     return Started(run_id=run_id, status=found.status if found is not None else "pending")
 
 
+def ended(outcome: WaitOutcome) -> Started:
+    """The answer to a start with `wait`: the run's end, or its state when the wait passed."""
+    run = outcome.run
+    return Started(
+        run_id=run.run_id,
+        status=run.status,
+        output=run.output,
+        error=run.error,
+        timed_out=outcome.timed_out,
+    )
+
+
+def waited_run(run: Run, timed_out: bool = False) -> WaitedRun:
+    return WaitedRun.model_validate({**run_out(run).model_dump(), "timed_out": timed_out})
+
+
+def run_page(page: Page[Run]) -> RunPage:
+    return RunPage(items=[run_out(run) for run in page.items], next_cursor=page.next_cursor)
+
+
 async def run_action(client: Client, run_id: str) -> RunAction:
     """The answer to a retry or fork: the run as the action left it."""
     run = await client.get_run(run_id)
@@ -143,6 +175,15 @@ class ExplanationOut(OutModel):
     subscriptions: list[Verdict]
     waits: int | None = Field(default=None, description="Workflow waits that would resolve.")
     wait_run_ids: list[str] = Field(default_factory=list)
+
+
+def published(result: PublishResult) -> Published:
+    return Published(
+        event_id=result.event_id,
+        deliveries=result.deliveries,
+        duplicate=result.duplicate,
+        waits_resolved=result.waits_resolved,
+    )
 
 
 def explanation_out(explanation: Explanation) -> ExplanationOut:

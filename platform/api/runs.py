@@ -15,7 +15,6 @@ from ripple.platform.api.models import (
     OutModel,
     RunPage,
     StepOut,
-    run_out,
     step_out,
 )
 from ripple.platform.api.problems import ProblemError, problem_responses
@@ -24,8 +23,11 @@ from ripple.platform.api.results import (
     SignalOut,
     Started,
     WaitedRun,
+    ended,
     existing_run,
+    run_page,
     started,
+    waited_run,
 )
 from ripple.platform.api.workflow_stats import workflow_counts
 from ripple.platform.client import Client
@@ -98,11 +100,10 @@ WaitQuery = Annotated[
 
 async def _waited(client: ClientDep, name: str | None, run_id: str, wait: float | None) -> Any:
     if wait is None:
-        return WaitedRun.model_validate(run_out(await _run_of(client, name, run_id)).model_dump())
+        return waited_run(await _run_of(client, name, run_id))
     await _run_of(client, name, run_id)
     outcome = await client.wait_run(run_id, wait)
-    data = run_out(outcome.run).model_dump()
-    return WaitedRun.model_validate({**data, "timed_out": outcome.timed_out})
+    return waited_run(outcome.run, outcome.timed_out)
 
 
 StatusQuery = Annotated[str | None, Query(pattern="^(" + "|".join(RUN_STATUSES) + ")$")]
@@ -177,7 +178,7 @@ async def _page(client: ClientDep, **query: Any) -> RunPage:
         page = await client.list_runs(**query)
     except InvalidInput as exc:
         raise ProblemError(422, exc.message, slug="invalid-input") from exc
-    return RunPage(items=[run_out(run) for run in page.items], next_cursor=page.next_cursor)
+    return run_page(page)
 
 
 @router.get("/workflows", response_model=list[WorkflowSummary])
@@ -203,15 +204,7 @@ async def start_run(
     """
     if wait is None:
         return await _start(client, name, body)
-    outcome = await client.wait_run((await _create(client, name, body)).run_id, wait)
-    run = outcome.run
-    return Started(
-        run_id=run.run_id,
-        status=run.status,
-        output=run.output,
-        error=run.error,
-        timed_out=outcome.timed_out,
-    )
+    return ended(await client.wait_run((await _create(client, name, body)).run_id, wait))
 
 
 async def _create(client: Client, name: str, body: StartRun) -> RunHandle[Any]:

@@ -13,7 +13,7 @@ from ripple.platform.api.deps import ClientDep
 from ripple.platform.api.hot_routes import HotRoute
 from ripple.platform.api.models import ApiModel, JsonNotNull, Published
 from ripple.platform.api.problems import ProblemError, problem_responses
-from ripple.platform.api.results import ExplanationOut, explanation_out
+from ripple.platform.api.results import ExplanationOut, explanation_out, published
 from ripple.platform.client import Client
 from ripple.platform.events.topics import MAX_NAME_LENGTH
 
@@ -63,13 +63,7 @@ async def _publish(client: Client, topic: str, body: PublishIn) -> Response:
     result = await client.publish(topic, body.payload, body.idempotency_key)
     # Built typed and serialised once, here: returned as a model, FastAPI would validate it
     # against `response_model` again and encode it through its generic path (the hot route).
-    published = Published(
-        event_id=result.event_id,
-        deliveries=result.deliveries,
-        duplicate=result.duplicate,
-        waits_resolved=result.waits_resolved,
-    )
-    return Response(published.model_dump_json(), 202, media_type="application/json")
+    return Response(published(result).model_dump_json(), 202, media_type="application/json")
 
 
 _TOPIC_RE: Final = re.compile(TOPIC_PATTERN)

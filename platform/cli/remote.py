@@ -1,9 +1,8 @@
-"""Operator actions for the CLI, always over the REST API: one path per operator action.
+"""Operator actions over HTTP, for the CLI's `--api URL`: the remote REST API does each one.
 
-The CLI reaches a remote API (`--api URL`), or, working on the database, the same app in its
-own process through `httpx.ASGITransport`; either way the answers are the REST API's JSON shapes
-(camelCase dicts), which the CLI renders or `--json`-prints. Failures raise `OperatorError` with
-a message fit for a terminal.
+`ApiOperator` has the methods of `ClientOperator` (ripple.platform.cli.direct, the same actions
+on the database) and answers the same REST JSON shapes (camelCase dicts), which the CLI renders
+or `--json`-prints. Failures raise `OperatorError` with a message fit for a terminal.
 """
 
 from __future__ import annotations
@@ -26,8 +25,8 @@ class OperatorError(Exception):
 
 
 class ApiOperator:
-    """Talks to a Ripple API over HTTP: a remote one (`--api URL --token T`), or the app in this
-    process through `transport` (`httpx.ASGITransport`) when the CLI works on the database."""
+    """Talks to a Ripple API over HTTP (`--api URL --token T`); `transport` replaces the
+    network (an `httpx.ASGITransport` serving an app in this process, for tests)."""
 
     def __init__(
         self,
