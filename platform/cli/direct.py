@@ -21,7 +21,7 @@ from ripple.platform.api.models import (
     step_out,
     subscription_out,
 )
-from ripple.platform.cli.remote import OperatorError
+from ripple.platform.cli.operate import OperatorError
 
 if TYPE_CHECKING:
     from ripple.platform.client import Client

@@ -23,9 +23,13 @@ if TYPE_CHECKING:
     #: What an action is given: the same methods on the database or over HTTP.
     Operator: TypeAlias = ApiOperator | ClientOperator
 
-__all__ = ["operate", "settings"]
+__all__ = ["OperatorError", "operate", "settings"]
 
 T = TypeVar("T")
+
+
+class OperatorError(Exception):
+    """An operator command failed; the message says why."""
 
 
 def settings(**overrides: Any) -> Settings:
@@ -50,7 +54,6 @@ def operate(
     # One action, then the process exits: no cyclic garbage collection meanwhile, whose
     # passes over the objects the imports below create would cost more than they free.
     gc.disable()
-    from ripple.platform.cli.remote import OperatorError
     from ripple.platform.errors import RippleError
 
     async def go() -> T:

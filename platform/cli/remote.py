@@ -14,14 +14,11 @@ from typing import Any, Self
 import httpx
 
 from ripple.platform.api.models import camel
+from ripple.platform.cli.operate import OperatorError
 
-__all__ = ["ApiOperator", "OperatorError"]
+__all__ = ["ApiOperator"]
 
 Json = Any
-
-
-class OperatorError(Exception):
-    """An operator command failed; the message says why."""
 
 
 class ApiOperator:
