@@ -22,20 +22,12 @@ Json = Any
 
 
 class ApiOperator:
-    """Talks to a Ripple API over HTTP (`--api URL --token T`); `transport` replaces the
-    network (an `httpx.ASGITransport` serving an app in this process, for tests)."""
+    """Talks to a Ripple API over HTTP (`--api URL --token T`)."""
 
-    def __init__(
-        self,
-        base_url: str,
-        token: str | None,
-        *,
-        timeout: float = 60.0,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
+    def __init__(self, base_url: str, token: str | None, *, timeout: float = 60.0) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout
         )
 
     async def __aenter__(self) -> Self:
