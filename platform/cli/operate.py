@@ -50,10 +50,14 @@ def operate(
     `writes=False` declares that the action only reads. Failures exit 1 with the message."""
     import asyncio
     import gc
+    import os
 
     # One action, then the process exits: no cyclic garbage collection meanwhile, whose
     # passes over the objects the imports below create would cost more than they free.
     gc.disable()
+    # Looking for pydantic plugins reads the metadata of every installed package, and a
+    # command's models need none (an explicit PYDANTIC_DISABLE_PLUGINS is kept).
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from ripple.platform.errors import RippleError
 
     async def go() -> T:
