@@ -38,7 +38,7 @@ async def test_cli_direct__reads_answer_the_routes_json(
     await client.publish("same.one", {"kind": "a"})
     await client.schedules.create("same-tick", topic="same.tick", every=3600, payload={"n": 2})
     direct = ClientOperator(client)
-    pairs = [
+    pairs: list[tuple[Any, str, dict[str, Any]]] = [
         (await direct.list_runs(None, "pending", 20, None), "/v1/runs", {"status": "pending"}),
         (await direct.get_run(run_id), f"/v1/runs/{run_id}", {}),
         (await direct.steps(run_id), f"/v1/runs/{run_id}/steps", {}),
