@@ -20,7 +20,7 @@ from ripple.platform.api.models import (
     jsonable,
     run_out,
 )
-from ripple.platform.errors import NotFound
+from ripple.platform.errors import InvalidInput, NotFound
 
 if TYPE_CHECKING:
     from ripple.platform.client import Client
@@ -49,6 +49,7 @@ __all__ = [
     "Triggered",
     "Verdict",
     "WaitedRun",
+    "check_page_size",
     "ended",
     "existing_run",
     "explanation_out",
@@ -59,6 +60,13 @@ __all__ = [
     "stats_out",
     "waited_run",
 ]
+
+
+def check_page_size(limit: int, maximum: int) -> int:
+    """`limit` if a list call may return that many, else `InvalidInput` (422)."""
+    if limit > maximum:
+        raise InvalidInput(f"limit must be at most {maximum} (RIPPLE_MAX_PAGE_SIZE)")
+    return limit
 
 
 # -- runs ---------------------------------------------------------------------------------------

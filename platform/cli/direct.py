@@ -166,6 +166,7 @@ class ClientOperator:
         return _json(results.stats_out(await self._client.queues.stats(queue)))
 
     async def queue_dead_letters(self, queue: str, limit: int) -> Json:
+        limit = results.check_page_size(limit, self._client.settings.max_page_size)
         found = await self._client.queues.dead_letters(queue, limit)
         return [_json(results.DeadLetterOut.model_validate(jsonable(m))) for m in found]
 
