@@ -13,7 +13,7 @@ import pytest
 from ripple.platform.api.app import create_app
 from ripple.platform.cli.direct import ClientOperator
 from ripple.platform.client import Client
-from ripple.platform.errors import NotFound
+from ripple.platform.errors import InvalidInput, NotFound
 from ripple.subscribers import QueueTarget
 
 
@@ -95,3 +95,11 @@ async def test_cli_direct__a_missing_run_fails_with_the_routes_message(
     response = await http.get(f"/v1/runs/{missing}")
     assert response.status_code == 404
     assert response.json()["detail"] == str(raised.value) == f"no run {missing}"
+
+
+async def test_cli_direct__a_bad_workflow_filter_fails_as_through_the_route(
+    client: Client, http: httpx.AsyncClient
+) -> None:
+    with pytest.raises(InvalidInput, match="invalid workflow name 'Bad'"):
+        await ClientOperator(client).list_runs("Bad", None, 20, None)
+    assert (await http.get("/v1/runs", params={"workflow": "Bad"})).status_code == 422
