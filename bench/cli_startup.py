@@ -6,11 +6,11 @@ CPU time (user + system) of the process, beside a bare `python -c pass` measured
 with other tenants' load; the CPU time much less.
 
 `ripple runs list` is measured three ways:
-- on the database (the default: the CLI serves the API app in its own process), with the
+- on the database (the default: the CLI calls the `Client` in its own process), with the
   bytecode `make setup` compiles;
 - the same with no bytecode cache (every module compiled at start: what a process pays when
   nothing was compiled at install and PYTHONDONTWRITEBYTECODE is set, as on this machine);
-- with `--api` against a running `ripple serve` (the CLI then imports no FastAPI, no asyncpg).
+- with `--api` against a running `ripple serve` (the CLI then imports httpx, no asyncpg).
 """
 
 from __future__ import annotations

@@ -83,6 +83,18 @@ class Client:
         self._read_pool: Pool | None = None
         self._waker: NullWaker | None = None
 
+    @classmethod
+    def for_command(cls, *, settings: Settings | None = None, writes: bool = True) -> Client:
+        """A client for one short command, such as a `ripple` operator command: a pool of one
+        connection and, when the command only reads (`writes=False`), no Redis connection
+        (wake hints follow writes only). Connecting still applies pending migrations."""
+        client = cls(settings=settings)
+        lean: dict[str, Any] = {"pool_min_size": 1}
+        if not writes:
+            lean["redis_url"] = None
+        client.settings = client.settings.model_copy(update=lean)
+        return client
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def connect(self) -> Self:

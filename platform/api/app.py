@@ -57,8 +57,8 @@ def create_app(
     """The Ripple HTTP API as an ASGI app.
 
     `routes` (names from `V1_ROUTES`) serves only those `/v1` route modules, without the
-    dashboard and the operations routes: the app a CLI command builds for one request, which
-    then imports and builds only what that request needs. Auth, limits and problems are the same.
+    dashboard and the operations routes, importing and building only those. Auth, limits and
+    problems are the same.
     """
     unknown = set(routes or ()) - set(V1_ROUTES)
     if unknown:

@@ -11,6 +11,7 @@ from pydantic import Field
 from ripple.platform.api.deps import ClientDep, Limit, UuidPath
 from ripple.platform.api.models import UUID_PATTERN, ApiModel, DateTimeIn, OutModel, jsonable
 from ripple.platform.api.problems import ProblemError, problem_responses
+from ripple.platform.api.results import DeliveryPage, Redriven
 
 __all__ = ["router"]
 
@@ -18,26 +19,6 @@ router = APIRouter(tags=["deliveries"])
 
 DeliveryId = UuidPath
 DELIVERY_STATUSES = ("pending", "delivered", "failed")
-
-
-class DeliveryOut(OutModel):
-    id: str
-    subscription_id: str
-    event_id: str
-    topic: str
-    status: str = Field(examples=["failed"], description="pending, delivered or failed.")
-    attempts: int
-    next_attempt_at: datetime | None = None
-    last_status_code: int | None = None
-    last_error: str | None = None
-    created_at: datetime
-    updated_at: datetime
-    delivered_at: datetime | None = None
-
-
-class DeliveryPage(OutModel):
-    items: list[DeliveryOut]
-    next_cursor: str | None = None
 
 
 class AttemptOut(OutModel):
@@ -48,10 +29,6 @@ class AttemptOut(OutModel):
     status_code: int | None = None
     error: str | None = None
     response_body: str | None = Field(default=None, description="First 2 KiB of the response.")
-
-
-class Redriven(OutModel):
-    redriven: int
 
 
 class RedriveFailedIn(ApiModel):

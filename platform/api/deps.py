@@ -15,6 +15,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ripple.platform.api.models import UUID_PATTERN
 from ripple.platform.api.problems import ProblemError
+from ripple.platform.api.results import check_page_size
 from ripple.platform.client import Client
 from ripple.platform.core.config import Settings
 
@@ -72,12 +73,7 @@ async def page_limit(
     ] = 50,
 ) -> int:
     """The requested page size, refused with 422 above the configured maximum."""
-    maximum = _settings(request).max_page_size
-    if limit > maximum:
-        raise ProblemError(
-            422, f"limit must be at most {maximum} (RIPPLE_MAX_PAGE_SIZE)", slug="invalid-input"
-        )
-    return limit
+    return check_page_size(limit, _settings(request).max_page_size)
 
 
 ClientDep = Annotated[Client, Depends(get_client)]

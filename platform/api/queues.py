@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any, Final
+from typing import Annotated, Final
 
 from fastapi import APIRouter, Path, Response
 from pydantic import Field
 
 from ripple.platform.api.deps import ClientDep, Limit
-from ripple.platform.api.models import ApiModel, JsonNotNull, OutModel, camel, jsonable
+from ripple.platform.api.models import ApiModel, JsonNotNull, jsonable
 from ripple.platform.api.problems import problem_responses
+from ripple.platform.api.results import (
+    DeadLetterOut,
+    MessageOut,
+    Received,
+    Redriven,
+    Sent,
+    Stats,
+    stats_out,
+)
 
 __all__ = ["router"]
 
@@ -47,52 +55,10 @@ class SendIn(ApiModel):
     deduplication_id: str | None = Field(default=None, min_length=1, max_length=255)
 
 
-class Sent(OutModel):
-    id: str = Field(description="Message id (the first one's for a repeated deduplicationId).")
-
-
-class Stats(OutModel):
-    visible: int
-    in_flight: int
-    delayed: int
-    dead_letters: int
-    oldest_age: float = Field(description="Seconds since the oldest visible message was sent.")
-    depth: int = Field(description="visible + in flight + delayed.")
-    lower_bounds: list[str] = Field(
-        default_factory=list,
-        description="The counts (`visible`, `inFlight`, `delayed`, `deadLetters`, `depth`) "
-        "that stopped at `countCap` messages of one kind: each is at least the number given.",
-    )
-    count_cap: int = Field(description="Most messages of one kind a count reads.")
-
-
-class DeadLetterOut(OutModel):
-    id: str
-    body: Any = None
-    headers: dict[str, Any] | None = None
-    group_id: str | None = None
-    receive_count: int
-    dead_at: datetime
-    created_at: datetime
-
-
 class ReceiveIn(ApiModel):
     max_messages: int = Field(default=10, ge=1, le=1000)
     visibility_timeout: float = Field(default=30.0, gt=0, le=12 * 3600, description="Seconds.")
     wait: float = Field(default=0.0, ge=0, le=20, description="Long-poll seconds (≤ 20).")
-
-
-class MessageOut(OutModel):
-    id: str
-    body: Any = None
-    headers: dict[str, Any] | None = None
-    group_id: str | None = None
-    receive_count: int | None = None
-    receipt: str
-
-
-class Received(OutModel):
-    messages: list[MessageOut]
 
 
 class NackIn(ApiModel):
@@ -101,10 +67,6 @@ class NackIn(ApiModel):
 
 class RedriveIn(ApiModel):
     limit: int | None = Field(default=None, ge=1, le=100_000)
-
-
-class Redriven(OutModel):
-    redriven: int
 
 
 @router.post(
@@ -170,14 +132,7 @@ async def nack(queue: Queue, receipt: Receipt, body: NackIn, client: ClientDep) 
 @router.get("/queues/{queue}/stats", response_model=Stats, responses=problem_responses(422))
 async def stats(queue: Queue, client: ClientDep) -> Stats:
     """Depth, in-flight count, oldest message age and dead letters of a queue."""
-    found = await client.queues.stats(queue)
-    return Stats.model_validate(
-        {
-            **jsonable(found),
-            "depth": found.depth,
-            "lowerBounds": sorted(camel(name) for name in found.lower_bounds),
-        }
-    )
+    return stats_out(await client.queues.stats(queue))
 
 
 @router.get(

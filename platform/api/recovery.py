@@ -9,8 +9,9 @@ from fastapi import APIRouter, Path
 from pydantic import Field
 
 from ripple.platform.api.deps import ClientDep, UuidPath
-from ripple.platform.api.models import ApiModel, DateTimeIn, OutModel
+from ripple.platform.api.models import ApiModel, DateTimeIn
 from ripple.platform.api.problems import problem_responses
+from ripple.platform.api.results import BulkOut, ReplayOut, RunAction, run_action
 from ripple.workflows.authoring.definition import NAME_RE
 
 __all__ = ["router"]
@@ -20,12 +21,6 @@ router = APIRouter(tags=["operations"])
 RunIdPath = Annotated[str, Path(min_length=1, max_length=64, examples=["0193c2a4-..."])]
 SubscriptionId = UuidPath
 _STATUS = "^(pending|running|sleeping|waiting|completed|failed|canceled)$"
-
-
-class RunAction(OutModel):
-    run_id: str
-    status: str
-    forked_from: str | None = None
 
 
 class ForkIn(ApiModel):
@@ -50,18 +45,9 @@ class RunFilterIn(ApiModel):
     dry_run: bool = Field(default=False, description="Only count the matching runs.")
 
 
-class BulkOut(OutModel):
-    count: int = Field(description="Runs acted on (with dryRun: runs that match now).")
-    dry_run: bool = False
-
-
 class ReplayIn(ApiModel):
     since: DateTimeIn = Field(description="Re-deliver events created at or after this time.")
     until: DateTimeIn | None = Field(default=None, description="...and before this (default now).")
-
-
-class ReplayOut(OutModel):
-    replayed: int = Field(description="Events re-delivered to the subscription.")
 
 
 def _filter(body: RunFilterIn) -> dict[str, Any]:
@@ -74,12 +60,6 @@ def _filter(body: RunFilterIn) -> dict[str, Any]:
         "created_before": body.created_before,
         "dry_run": body.dry_run,
     }
-
-
-async def _action(client: ClientDep, run_id: str) -> RunAction:
-    run = await client.get_run(run_id)
-    assert run is not None  # the action just wrote it
-    return RunAction(run_id=run.run_id, status=run.status, forked_from=run.forked_from)
 
 
 @router.post(
@@ -113,7 +93,7 @@ async def retry_run(run_id: RunIdPath, client: ClientDep) -> RunAction:
     """Resume a failed or canceled run in place: recorded steps keep their results, the failed
     step runs again. `409` for an active or completed run."""
     await client.retry(run_id)
-    return await _action(client, run_id)
+    return await run_action(client, run_id)
 
 
 @router.post(
@@ -126,7 +106,7 @@ async def fork_run(run_id: RunIdPath, body: ForkIn, client: ClientDep) -> RunAct
     """Start a new run from the run's journal up to (not including) `fromStep`, on the newest
     version served. `422` when the step is not in the journal."""
     handle = await client.fork(run_id, body.from_step, body.input)
-    return await _action(client, handle.run_id)
+    return await run_action(client, handle.run_id)
 
 
 @router.post(

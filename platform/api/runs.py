@@ -13,13 +13,22 @@ from ripple.platform.api.models import (
     ApiModel,
     DateTimeIn,
     OutModel,
-    RunOut,
     RunPage,
     StepOut,
-    run_out,
     step_out,
 )
 from ripple.platform.api.problems import ProblemError, problem_responses
+from ripple.platform.api.results import (
+    Canceled,
+    SignalOut,
+    Started,
+    WaitedRun,
+    ended,
+    existing_run,
+    run_page,
+    started,
+    waited_run,
+)
 from ripple.platform.api.workflow_stats import workflow_counts
 from ripple.platform.client import Client
 from ripple.platform.errors import InvalidInput
@@ -67,43 +76,13 @@ class StartRun(ApiModel):
     )
 
 
-class Started(OutModel):
-    run_id: str
-    status: str
-    output: Any = Field(default=None, description="With `wait`: the output once completed.")
-    error: Any = Field(default=None, description="With `wait`: the error once failed.")
-    timed_out: bool | None = Field(
-        default=None, description="With `wait`: true if the run had not ended when it passed."
-    )
-
-
-class WaitedRun(RunOut):
-    timed_out: bool = Field(
-        default=False, description="With `wait`: true if the run had not ended when it passed."
-    )
-
-
-class SignalOut(OutModel):
-    delivered: bool
-    buffered: bool
-
-
-class Canceled(OutModel):
-    run_id: str
-    canceled: bool = Field(description="True if the run was still active.")
-
-
 class WorkflowSummary(OutModel):
     name: str
     runs: dict[str, int] = Field(description="Run counts by status.")
 
 
 async def _run_of(client: ClientDep, name: str | None, run_id: str) -> Any:
-    run = await client.get_run(run_id)
-    if run is None or (name is not None and run.workflow != name):
-        of = f" of workflow {name}" if name is not None else ""
-        raise ProblemError(404, f"no run {run_id}{of}")
-    return run
+    return await existing_run(client, run_id, name)
 
 
 #: Longest long-poll a request may ask for, in seconds.
@@ -121,11 +100,10 @@ WaitQuery = Annotated[
 
 async def _waited(client: ClientDep, name: str | None, run_id: str, wait: float | None) -> Any:
     if wait is None:
-        return WaitedRun.model_validate(run_out(await _run_of(client, name, run_id)).model_dump())
+        return waited_run(await _run_of(client, name, run_id))
     await _run_of(client, name, run_id)
     outcome = await client.wait_run(run_id, wait)
-    data = run_out(outcome.run).model_dump()
-    return WaitedRun.model_validate({**data, "timed_out": outcome.timed_out})
+    return waited_run(outcome.run, outcome.timed_out)
 
 
 StatusQuery = Annotated[str | None, Query(pattern="^(" + "|".join(RUN_STATUSES) + ")$")]
@@ -200,7 +178,7 @@ async def _page(client: ClientDep, **query: Any) -> RunPage:
         page = await client.list_runs(**query)
     except InvalidInput as exc:
         raise ProblemError(422, exc.message, slug="invalid-input") from exc
-    return RunPage(items=[run_out(run) for run in page.items], next_cursor=page.next_cursor)
+    return run_page(page)
 
 
 @router.get("/workflows", response_model=list[WorkflowSummary])
@@ -226,15 +204,7 @@ async def start_run(
     """
     if wait is None:
         return await _start(client, name, body)
-    outcome = await client.wait_run((await _create(client, name, body)).run_id, wait)
-    run = outcome.run
-    return Started(
-        run_id=run.run_id,
-        status=run.status,
-        output=run.output,
-        error=run.error,
-        timed_out=outcome.timed_out,
-    )
+    return ended(await client.wait_run((await _create(client, name, body)).run_id, wait))
 
 
 async def _create(client: Client, name: str, body: StartRun) -> RunHandle[Any]:
@@ -251,14 +221,8 @@ async def _create(client: Client, name: str, body: StartRun) -> RunHandle[Any]:
 async def _start(client: Client, name: str, body: StartRun) -> Response:
     """A start without `wait`: the route's answer, serialised once (the hot route's too)."""
     run_id = (await _create(client, name, body)).run_id
-    if body.idempotency_key is None:
-        # A start without a key creates a pending run (or, debounced, joins one not yet
-        # started): no read needed. A key may name an earlier run in any state.
-        started = Started(run_id=run_id, status="pending")
-    else:
-        found = await client.get_run(run_id)
-        started = Started(run_id=run_id, status=found.status if found is not None else "pending")
-    return Response(started.model_dump_json(), 201, media_type="application/json")
+    answer = await started(client, run_id, body.idempotency_key)
+    return Response(answer.model_dump_json(), 201, media_type="application/json")
 
 
 #: `start_run` without `wait` for `HotRoutes` (ripple.platform.api.hot_routes): same model,

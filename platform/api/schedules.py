@@ -8,8 +8,9 @@ from fastapi import APIRouter, Path, Response
 from pydantic import ConfigDict, Field
 
 from ripple.platform.api.deps import ClientDep
-from ripple.platform.api.models import ApiModel, OutModel, ScheduleOut, schedule_out
+from ripple.platform.api.models import ApiModel, ScheduleOut, schedule_out
 from ripple.platform.api.problems import ProblemError, problem_responses
+from ripple.platform.api.results import Triggered
 from ripple.platform.api.topics import TOPIC_PATTERN
 from ripple.platform.events.topics import MAX_NAME_LENGTH
 from ripple.platform.ops.schedules import SCHEDULE_NAME
@@ -77,10 +78,6 @@ class ScheduleIn(ApiModel):
     input: Any = Field(default=None, description="Each run's input, or each event's payload.")
     payload: Any = Field(default=None, description="Alias of `input` for topic schedules.")
     overlap: Literal["skip", "allow"] = "skip"
-
-
-class Triggered(OutModel):
-    run_id: str | None = None
 
 
 @router.post(

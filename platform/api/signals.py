@@ -8,8 +8,9 @@ from fastapi import APIRouter
 from pydantic import Field
 
 from ripple.platform.api.deps import ClientDep
-from ripple.platform.api.models import ApiModel, OutModel
+from ripple.platform.api.models import ApiModel
 from ripple.platform.api.problems import problem_responses
+from ripple.platform.api.results import Resumed
 from ripple.platform.api.runs import KeyHeader, idempotency_key
 
 __all__ = ["router"]
@@ -28,10 +29,6 @@ class SignalMatching(ApiModel):
         "resumes nothing (or send the `Idempotency-Key` header).",
         examples=["verified-42"],
     )
-
-
-class Resumed(OutModel):
-    resumed: int = Field(description="How many waiting runs the payload resumed.")
 
 
 @router.post("/signals", response_model=Resumed, responses=problem_responses(422))

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any, Final
+from typing import Annotated, Final
 
 from fastapi import APIRouter, Path, Query, Response
 from pydantic import Field
 
 from ripple.platform.api.deps import ClientDep
 from ripple.platform.api.hot_routes import HotRoute
-from ripple.platform.api.models import ApiModel, JsonNotNull, OutModel, Published, jsonable
+from ripple.platform.api.models import ApiModel, JsonNotNull, Published
 from ripple.platform.api.problems import ProblemError, problem_responses
+from ripple.platform.api.results import ExplanationOut, explanation_out, published
 from ripple.platform.client import Client
 from ripple.platform.events.topics import MAX_NAME_LENGTH
 
@@ -62,13 +63,7 @@ async def _publish(client: Client, topic: str, body: PublishIn) -> Response:
     result = await client.publish(topic, body.payload, body.idempotency_key)
     # Built typed and serialised once, here: returned as a model, FastAPI would validate it
     # against `response_model` again and encode it through its generic path (the hot route).
-    published = Published(
-        event_id=result.event_id,
-        deliveries=result.deliveries,
-        duplicate=result.duplicate,
-        waits_resolved=result.waits_resolved,
-    )
-    return Response(published.model_dump_json(), 202, media_type="application/json")
+    return Response(published(result).model_dump_json(), 202, media_type="application/json")
 
 
 _TOPIC_RE: Final = re.compile(TOPIC_PATTERN)
@@ -83,25 +78,6 @@ HOT_ROUTES: Final = (
         answer=_publish,
     ),
 )
-
-
-class Verdict(OutModel):
-    subscription_id: str
-    pattern: str
-    kind: str
-    target: dict[str, Any]
-    status: str
-    matched: bool
-    reason: str | None = Field(
-        default=None, examples=["filter mismatch at 'plan'"], description="Why not, if not."
-    )
-
-
-class ExplanationOut(OutModel):
-    topic: str
-    subscriptions: list[Verdict]
-    waits: int | None = Field(default=None, description="Workflow waits that would resolve.")
-    wait_run_ids: list[str] = Field(default_factory=list)
 
 
 @router.get(
@@ -129,8 +105,4 @@ async def explain(
         raise ProblemError(
             400, f"`payload` is not valid JSON: {exc}", slug="malformed-json"
         ) from exc
-    data = jsonable(await client.explain(topic, value))
-    for verdict in data.get("subscriptions", []):
-        if isinstance(verdict.get("target"), dict) and "secret" in verdict["target"]:
-            verdict["target"]["secret"] = "whsec_…"
-    return ExplanationOut.model_validate(data)
+    return explanation_out(await client.explain(topic, value))

@@ -1,15 +1,16 @@
 """The `ripple` command: processes (`dev`, `serve`, `worker`, `migrate`) and operator commands.
 
-Operator commands always go through the REST API: a remote one with `--api URL --token T`, or by
-default the same app served inside this process on the database (`httpx.ASGITransport`), so
-each operator action has one implementation, the route (`operate.py`). They print the REST
-API's JSON shapes with `--json`. One module per command group; `app.py` holds the Typer apps,
-`options.py` the shared options, `output.py` the rendering.
+Operator commands work on the database by default, calling the `Client` method that the action's
+REST route calls (`direct.py`), or on a remote API with `--api URL --token T` (`remote.py`);
+`operate.py` picks one. Either way they print the REST API's JSON shapes with `--json`. One
+module per command group; `app.py` holds the Typer apps, `options.py` the shared options,
+`output.py` the rendering.
 
-Only what `ripple --help` needs is imported here: every heavy module (pydantic, FastAPI,
-asyncpg, aiohttp, rich, structlog, the workflows engine) is imported by the command that uses
-it, so the CLI starts fast (bench/cli_startup.py measures it; tests/unit/platform/
-test_cli_imports.py keeps it so).
+Only what `ripple --help` needs is imported here: every heavy module (pydantic, asyncpg, httpx,
+rich, structlog, the workflows engine) is imported by the command that uses it, and no operator
+command imports FastAPI, so the CLI starts fast (bench/cli_startup.py measures it;
+tests/unit/platform/test_cli_imports.py and tests/integration/platform/test_cli_in_process.py
+keep it so).
 """
 
 from __future__ import annotations

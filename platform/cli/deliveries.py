@@ -13,8 +13,6 @@ from ripple.platform.cli.output import emit, fail, print_json, table
 
 __all__ = ["deliveries_list", "deliveries_redrive"]
 
-ROUTES = ["deliveries"]
-
 
 @operator_command(deliveries_app.command("list"))
 def deliveries_list(
@@ -24,9 +22,7 @@ def deliveries_list(
     cursor: Annotated[str | None, typer.Option()] = None,
 ) -> None:
     """List webhook deliveries, newest first."""
-    page = operate(
-        remote, lambda op: op.deliveries(status, limit, cursor), routes=ROUTES, writes=False
-    )
+    page = operate(remote, lambda op: op.deliveries(status, limit, cursor), writes=False)
     if remote.as_json:
         print_json(page)
         return
@@ -53,5 +49,5 @@ def deliveries_redrive(
     """Deliver a failed delivery again (or every failed one with --all-failed)."""
     if (delivery_id is None) == (not all_failed):
         raise fail("give a delivery id or --all-failed", 2)
-    result = operate(remote, lambda op: op.delivery_redrive(delivery_id), routes=ROUTES)
+    result = operate(remote, lambda op: op.delivery_redrive(delivery_id))
     emit(remote.as_json, result, lambda r: f"redrove {r['redriven']} delivery(ies)")

@@ -1,28 +1,35 @@
-"""How operator commands reach Ripple: always through the REST API, one path per action.
+"""How operator commands reach Ripple: on the database through a `Client`, or over HTTP.
 
-With `--api URL` the request goes to that server. Without it, the CLI serves the same app in its
-own process on the database and sends the request through `httpx.ASGITransport`. That process
-lives for one command, so it builds only what the command needs: the route modules it calls
-(not the dashboard or `/metrics`), a pool of one connection, and, for commands that only read,
-no Redis connection (wake hints are only sent after writes). Migrations are checked as by every
-process (one query when the schema is current).
+Without `--api`, an operator command connects a `Client` for itself (`Client.for_command`: a
+pool of one connection, no Redis when it only reads) and calls the `Client` method its REST
+route calls (`direct.py`); pending migrations are applied first, as by every process (one query
+when the schema is current), so no command runs against an older schema. With `--api URL` the
+request goes to that server (`remote.py`). Both answer the REST API's JSON shapes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from ripple.platform.cli.options import Remote
 from ripple.platform.cli.output import fail
 
 if TYPE_CHECKING:
-    from ripple.platform.api.operator import ApiOperator
+    from ripple.platform.cli.direct import ClientOperator
+    from ripple.platform.cli.remote import ApiOperator
     from ripple.platform.core.config import Settings
 
-__all__ = ["operate", "settings"]
+    #: What an action is given: the same methods on the database or over HTTP.
+    Operator: TypeAlias = ApiOperator | ClientOperator
+
+__all__ = ["OperatorError", "operate", "settings"]
 
 T = TypeVar("T")
+
+
+class OperatorError(Exception):
+    """An operator command failed; the message says why."""
 
 
 def settings(**overrides: Any) -> Settings:
@@ -37,29 +44,29 @@ def settings(**overrides: Any) -> Settings:
 
 
 def operate(
-    remote: Remote,
-    action: Callable[[ApiOperator], Awaitable[T]],
-    *,
-    routes: Sequence[str],
-    writes: bool = True,
+    remote: Remote, action: Callable[[Operator], Awaitable[T]], *, writes: bool = True
 ) -> T:
-    """Run `action` over HTTP: against `remote.api`, or against the app served in this process
-    on the database with the `/v1` route modules `routes` (names in `ripple.platform.api`).
+    """Run `action` against `remote.api` over HTTP, or on the database through a `Client`.
     `writes=False` declares that the action only reads. Failures exit 1 with the message."""
     import asyncio
     import gc
+    import os
 
-    # One request, then the process exits: no cyclic garbage collection meanwhile, whose
+    # One action, then the process exits: no cyclic garbage collection meanwhile, whose
     # passes over the objects the imports below create would cost more than they free.
     gc.disable()
-    from ripple.platform.api.operator import ApiOperator, OperatorError
+    # Looking for pydantic plugins reads the metadata of every installed package, and a
+    # command's models need none (an explicit PYDANTIC_DISABLE_PLUGINS is kept).
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from ripple.platform.errors import RippleError
 
     async def go() -> T:
         if remote.api:
+            from ripple.platform.cli.remote import ApiOperator
+
             async with ApiOperator(remote.api, remote.token) as api:
                 return await action(api)
-        return await _in_process(action, routes, writes)
+        return await _direct(action, writes)
 
     try:
         return asyncio.run(go())
@@ -67,27 +74,15 @@ def operate(
         raise fail(str(exc)) from None
 
 
-async def _in_process(
-    action: Callable[[ApiOperator], Awaitable[T]], routes: Sequence[str], writes: bool
-) -> T:
-    import httpx
-
-    from ripple.platform.api.app import create_app
-    from ripple.platform.api.operator import ApiOperator
+async def _direct(action: Callable[[Operator], Awaitable[T]], writes: bool) -> T:
+    from ripple.platform.cli.direct import ClientOperator
     from ripple.platform.client import Client
     from ripple.platform.core.logs import configure_logging
+    from ripple.workflows.errors import WorkflowError
 
     configure_logging(level="warning")
-    client = Client(settings=settings())
-    # One request at a time: one connection (the pool opens more only if a route needs them).
-    lean: dict[str, Any] = {"pool_min_size": 1}
-    if not writes:
-        lean["redis_url"] = None  # no hint to send: no Redis connection, no redis import
-    client.settings = client.settings.model_copy(update=lean)
-    async with client:
-        tokens = client.settings.api_tokens
-        transport = httpx.ASGITransport(app=create_app(client, routes=routes))
-        async with ApiOperator(
-            "http://ripple.local", tokens[0] if tokens else None, transport=transport
-        ) as local:
-            return await action(local)
+    async with Client.for_command(settings=settings(), writes=writes) as client:
+        try:
+            return await action(ClientOperator(client))
+        except WorkflowError as exc:
+            raise fail(str(exc)) from None

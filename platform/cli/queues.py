@@ -14,8 +14,6 @@ from ripple.platform.cli.output import emit, print_json, table
 
 __all__ = ["queues_dead_letters", "queues_receive", "queues_redrive", "queues_send", "queues_stats"]
 
-ROUTES = ["queues"]
-
 
 @operator_command(queues_app.command("send"))
 def queues_send(
@@ -27,7 +25,7 @@ def queues_send(
 ) -> None:
     """Send a message to QUEUE."""
     value = json_arg(body, "body")
-    result = operate(remote, lambda op: op.queue_send(queue, value, group_id, delay), routes=ROUTES)
+    result = operate(remote, lambda op: op.queue_send(queue, value, group_id, delay))
     emit(remote.as_json, result, lambda r: f"sent {r.get('id') or ''} to {queue}")
 
 
@@ -44,7 +42,6 @@ def queues_receive(
     messages = operate(
         remote,
         lambda op: op.queue_receive(queue, max_messages, visibility_timeout, wait, ack),
-        routes=ROUTES,
     )
     if remote.as_json:
         print_json(messages)
@@ -58,7 +55,7 @@ def queues_receive(
 @operator_command(queues_app.command("stats"))
 def queues_stats(remote: Remote, queue: QueueArg) -> None:
     """Depth, in-flight and dead-letter counts of QUEUE."""
-    result = operate(remote, lambda op: op.queue_stats(queue), routes=ROUTES, writes=False)
+    result = operate(remote, lambda op: op.queue_stats(queue), writes=False)
     if remote.as_json:
         print_json(result)
         return
@@ -70,9 +67,7 @@ def queues_dead_letters(
     remote: Remote, queue: QueueArg, limit: Annotated[int, typer.Option(min=1)] = 50
 ) -> None:
     """List the dead letters of QUEUE."""
-    result = operate(
-        remote, lambda op: op.queue_dead_letters(queue, limit), routes=ROUTES, writes=False
-    )
+    result = operate(remote, lambda op: op.queue_dead_letters(queue, limit), writes=False)
     if remote.as_json:
         print_json(result)
         return
@@ -83,5 +78,5 @@ def queues_dead_letters(
 @operator_command(queues_app.command("redrive"))
 def queues_redrive(remote: Remote, queue: QueueArg) -> None:
     """Move QUEUE's dead letters back onto it."""
-    result = operate(remote, lambda op: op.queue_redrive(queue), routes=ROUTES)
+    result = operate(remote, lambda op: op.queue_redrive(queue))
     emit(remote.as_json, result, lambda r: f"redrove {r['redriven']} message(s)")

@@ -37,7 +37,7 @@ from ripple.platform.cli.output import (
 )
 
 if TYPE_CHECKING:
-    from ripple.platform.api.operator import ApiOperator
+    from ripple.platform.cli.operate import Operator
 
 __all__ = [
     "runs_cancel",
@@ -51,10 +51,6 @@ __all__ = [
     "runs_start",
     "start",
 ]
-
-#: The route modules of run commands: `runs` (by id and by workflow) and `recovery` (retry,
-#: fork, bulk operations).
-RUNS, RECOVERY = ["runs"], ["recovery"]
 
 WorkflowArg = Annotated[str, typer.Argument(help="Workflow name.")]
 InputArg = Annotated[str | None, typer.Argument(help="JSON input.")]
@@ -77,7 +73,6 @@ def runs_start(
     result = operate(
         remote,
         lambda op: op.start(workflow, value, idempotency_key, priority, wait),
-        routes=RUNS,
     )
     if remote.as_json:
         print_json(result)
@@ -109,7 +104,7 @@ def runs_retry(
     run_id: Annotated[str, typer.Argument(help="Run id of a failed or canceled run.")],
 ) -> None:
     """Resume a failed or canceled run from its failed step (recorded steps keep results)."""
-    result = operate(remote, lambda op: op.retry(run_id), routes=RECOVERY)
+    result = operate(remote, lambda op: op.retry(run_id))
     emit(remote.as_json, result, lambda r: f"run {run_id} {r['status']} again")
 
 
@@ -124,7 +119,7 @@ def runs_fork(
 ) -> None:
     """Start a new run from RUN_ID's journal up to (not including) --from-step."""
     value = json_arg(input, "--input")
-    result = operate(remote, lambda op: op.fork(run_id, from_step, value), routes=RECOVERY)
+    result = operate(remote, lambda op: op.fork(run_id, from_step, value))
     emit(
         remote.as_json,
         result,
@@ -134,9 +129,7 @@ def runs_fork(
 
 def _bulk(remote: Remote, action: str, verb: str, flt: dict[str, Any], yes: bool) -> None:
     def run(dry_run: bool) -> int:
-        return operate(
-            remote, lambda op: op.bulk(action, flt, dry_run), routes=RECOVERY, writes=not dry_run
-        )
+        return operate(remote, lambda op: op.bulk(action, flt, dry_run), writes=not dry_run)
 
     if not yes:
         matching = run(True)
@@ -210,7 +203,6 @@ def runs_list(
     page = operate(
         remote,
         lambda op: op.list_runs(workflow, status, limit, cursor),
-        routes=RUNS,
         writes=False,
     )
     if remote.as_json:
@@ -235,10 +227,10 @@ def runs_list(
 def runs_show(remote: Remote, run_id: RunIdArg) -> None:
     """Show a run and its step timeline (durations, attempts, errors)."""
 
-    async def both(op: ApiOperator) -> tuple[Any, Any]:
+    async def both(op: Operator) -> tuple[Any, Any]:
         return await op.get_run(run_id), await op.steps(run_id)
 
-    run, steps = operate(remote, both, routes=RUNS, writes=False)
+    run, steps = operate(remote, both, writes=False)
     if remote.as_json:
         print_json({**run, "steps": steps})
         return
@@ -276,7 +268,7 @@ def runs_show(remote: Remote, run_id: RunIdArg) -> None:
 @operator_command(runs_app.command("cancel"), json_output=False)
 def runs_cancel(remote: Remote, run_id: RunIdArg) -> None:
     """Cancel a run (and its children)."""
-    if operate(remote, lambda op: op.cancel(run_id), routes=RUNS):
+    if operate(remote, lambda op: op.cancel(run_id)):
         out().print(f"run {run_id} canceled")
     else:
         out().print(f"run {run_id} had already ended")
@@ -292,9 +284,7 @@ def runs_signal(
 ) -> None:
     """Signal one run's wait NAME (buffered if the run is not waiting yet)."""
     value = json_arg(payload, "payload")
-    result = operate(
-        remote, lambda op: op.signal(run_id, name, value, idempotency_key), routes=RUNS
-    )
+    result = operate(remote, lambda op: op.signal(run_id, name, value, idempotency_key))
     emit(
         remote.as_json,
         result,

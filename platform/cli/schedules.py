@@ -20,13 +20,11 @@ __all__ = [
     "schedules_trigger",
 ]
 
-ROUTES = ["schedules"]
-
 
 @operator_command(schedules_app.command("list"))
 def schedules_list(remote: Remote) -> None:
     """List schedules with their next tick."""
-    result = operate(remote, lambda op: op.schedules(), routes=ROUTES, writes=False)
+    result = operate(remote, lambda op: op.schedules(), writes=False)
     if remote.as_json:
         print_json(result)
         return
@@ -67,12 +65,12 @@ def schedules_create(
         "input": json_arg(input, "input"),
         "overlap": overlap,
     }
-    result = operate(remote, lambda op: op.schedule_create(body), routes=ROUTES)
+    result = operate(remote, lambda op: op.schedule_create(body))
     emit(remote.as_json, result, lambda r: f"schedule {r['name']} next at {r.get('nextRunAt')}")
 
 
 def _action(remote: Remote, name: str, action: str) -> Any:
-    return operate(remote, lambda op: op.schedule_action(name, action), routes=ROUTES)
+    return operate(remote, lambda op: op.schedule_action(name, action))
 
 
 @operator_command(schedules_app.command("pause"), json_output=False)
@@ -99,6 +97,6 @@ def schedules_trigger(remote: Remote, name: ScheduleArg) -> None:
 @operator_command(schedules_app.command("delete"), json_output=False)
 def schedules_delete(remote: Remote, name: ScheduleArg) -> None:
     """Delete a schedule."""
-    if not operate(remote, lambda op: op.schedule_delete(name), routes=ROUTES):
+    if not operate(remote, lambda op: op.schedule_delete(name)):
         raise fail(f"no schedule {name}")
     out().print(f"schedule {name} deleted")

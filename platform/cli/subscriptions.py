@@ -21,8 +21,6 @@ from ripple.platform.cli.output import emit, fail, out, print_json, table, targe
 
 __all__ = ["pause", "resume", "subscribe", "subscriptions", "subscriptions_replay", "unsubscribe"]
 
-ROUTES = ["subscriptions"]
-
 
 @operator_command(app.command())
 def subscribe(
@@ -58,7 +56,7 @@ def subscribe(
             target["secret"] = secret
     match = json_arg(filter, "--filter")
     since = time_arg(backfill_since, "--backfill-since")
-    result = operate(remote, lambda op: op.subscribe(pattern, target, match, since), routes=ROUTES)
+    result = operate(remote, lambda op: op.subscribe(pattern, target, match, since))
     if remote.as_json:
         print_json(result)
         return
@@ -72,7 +70,7 @@ def subscribe(
 @operator_command(app.command(), json_output=False)
 def unsubscribe(remote: Remote, subscription_id: SubscriptionIdArg) -> None:
     """Delete a subscription."""
-    if not operate(remote, lambda op: op.unsubscribe(subscription_id), routes=ROUTES):
+    if not operate(remote, lambda op: op.unsubscribe(subscription_id)):
         raise fail(f"no subscription {subscription_id}")
     out().print(f"subscription {subscription_id} deleted")
 
@@ -90,7 +88,7 @@ def resume(remote: Remote, subscription_id: SubscriptionIdArg) -> None:
 
 
 def _set_paused(remote: Remote, subscription_id: str, paused: bool) -> None:
-    result = operate(remote, lambda op: op.set_paused(subscription_id, paused), routes=ROUTES)
+    result = operate(remote, lambda op: op.set_paused(subscription_id, paused))
     emit(remote.as_json, result, lambda r: f"subscription {subscription_id} is {r['status']}")
 
 
@@ -99,7 +97,7 @@ def subscriptions(remote: Remote, ctx: typer.Context) -> None:
     """List subscriptions (or replay events to one: `ripple subscriptions replay`)."""
     if ctx.invoked_subcommand is not None:
         return
-    result = operate(remote, lambda op: op.subscriptions(), routes=ROUTES, writes=False)
+    result = operate(remote, lambda op: op.subscriptions(), writes=False)
     if remote.as_json:
         print_json(result)
         return
@@ -129,7 +127,7 @@ def subscriptions_replay(
     start = time_arg(since, "--since")
     assert start is not None
     end = time_arg(until, "--until")
-    count = operate(remote, lambda op: op.replay(subscription_id, start, end), routes=["recovery"])
+    count = operate(remote, lambda op: op.replay(subscription_id, start, end))
     emit(
         remote.as_json,
         {"replayed": count},

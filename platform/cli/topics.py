@@ -35,9 +35,7 @@ def publish(
 ) -> None:
     """Publish an event and fan it out to matching subscriptions."""
     value = json_arg(payload, "payload")
-    result = operate(
-        remote, lambda op: op.publish(topic, value, idempotency_key), routes=["topics"]
-    )
+    result = operate(remote, lambda op: op.publish(topic, value, idempotency_key))
 
     def text(result: Any) -> str:
         resumed = result.get("waitsResolved") or 0
@@ -55,7 +53,7 @@ def publish(
 def explain(remote: Remote, topic: TopicArg, payload: PayloadArg = None) -> None:
     """Dry run: which subscriptions and waiting runs an event would reach, and why not others."""
     value = json_arg(payload, "payload")
-    result = operate(remote, lambda op: op.explain(topic, value), routes=["topics"], writes=False)
+    result = operate(remote, lambda op: op.explain(topic, value), writes=False)
     if remote.as_json:
         print_json(result)
         return
@@ -87,6 +85,5 @@ def signal(
     result = operate(
         remote,
         lambda op: op.signal_matching(event, value, idempotency_key),
-        routes=["signals"],
     )
     emit(remote.as_json, result, lambda r: f"resumed {r['resumed']} run(s)")

@@ -13,13 +13,23 @@ from typing import Any
 
 __all__ = ["current_context", "recording", "refresh", "span"]
 
-try:  # the extra is optional
-    from opentelemetry import context as otel_context
-    from opentelemetry import propagate, trace
+#: The tracer once `_load()` ran: None before, and without the extra.
+_tracer: Any = None
+_loaded = False
 
-    _tracer: Any = trace.get_tracer("ripple")
-except ImportError:  # pragma: no cover - exercised only without the extra
-    _tracer = None
+
+def _load() -> Any:
+    """The tracer; opentelemetry is imported on first use, so a process that never traces (a CLI
+    command that only reads) does not pay for its import."""
+    global _tracer, _loaded
+    if not _loaded:
+        _loaded = True
+        try:  # the extra is optional
+            from opentelemetry import trace
+        except ImportError:  # pragma: no cover - exercised only without the extra
+            return None
+        _tracer = trace.get_tracer("ripple")
+    return _tracer
 
 
 @contextlib.contextmanager
@@ -29,15 +39,19 @@ def span(name: str, parent: dict[str, str] | None = None, **attributes: Any) -> 
     When the current span already belongs to `parent`'s trace (a step inside its run's span),
     the span nests under the current span instead, so the trace keeps its shape.
     """
-    if _tracer is None:
+    tracer = _tracer if _loaded else _load()
+    if tracer is None:
         yield None
         return
+    from opentelemetry import context as otel_context
+    from opentelemetry import propagate
+
     token = None
     if parent and not _inside(parent):
         token = otel_context.attach(propagate.extract(parent))
     try:
         clean = {k: v for k, v in attributes.items() if v is not None}
-        with _tracer.start_as_current_span(name, attributes=clean) as current:
+        with tracer.start_as_current_span(name, attributes=clean) as current:
             yield current
     finally:
         if token is not None:
@@ -46,6 +60,8 @@ def span(name: str, parent: dict[str, str] | None = None, **attributes: Any) -> 
 
 def _inside(parent: dict[str, str]) -> bool:
     """True when the current span is valid and in the same trace as the stored `parent`."""
+    from opentelemetry import propagate, trace
+
     current = trace.get_current_span().get_span_context()
     if not current.is_valid:
         return False
@@ -64,12 +80,16 @@ def recording() -> bool:
     """True when spans are recorded (an SDK tracer provider is installed); hot paths skip
     `span()` and context propagation otherwise."""
     global _recording, _checked_at
-    if _recording or _tracer is None:
+    if _recording or (_loaded and _tracer is None):
         return _recording
     now = time.monotonic()
     if now - _checked_at < _RECHECK_SECONDS:
         return False
     _checked_at = now
+    if _load() is None:
+        return False
+    from opentelemetry import trace
+
     provider = trace.get_tracer_provider()
     _recording = not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
     return _recording
@@ -86,6 +106,8 @@ def current_context() -> dict[str, str] | None:
     """The current trace context as a storable dict, or None when not tracing."""
     if not recording():
         return None
+    from opentelemetry import propagate
+
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return carrier or None

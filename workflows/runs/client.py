@@ -481,6 +481,8 @@ class WorkflowClient:
         cursor: str | None = None,
     ) -> Page[Run]:
         """Runs newest first, filtered; `next_cursor` continues the listing."""
+        if workflow is not None:
+            check_workflow_name(workflow)
         if status is not None:
             try:
                 status = RunStatus(status).value

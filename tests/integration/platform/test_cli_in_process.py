@@ -1,5 +1,5 @@
-"""`ripple` operator commands on the database: the app they serve in their own process is lean
-(what a command does not need is never imported) and still does what the command needs."""
+"""`ripple` operator commands on the database call the `Client` in their own process: lean (no
+HTTP stack, no server, no dashboard is imported) and still doing what the command needs."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from ripple.platform.core.config import Settings
 from ripple.platform.core.wake import queue_channel
 from tests.helpers import assert_eventually
 
-#: What no operator command on the database needs: the webhook sender, the server, the dashboard.
-NEVER = ("aiohttp", "uvicorn", "jinja2")
+#: What no operator command on the database needs: the API app and the HTTP client that served
+#: it in process, the webhook sender, the server, the dashboard.
+NEVER = ("fastapi", "starlette", "httpx", "ripple.platform.api.app", "aiohttp", "uvicorn", "jinja2")
 
 
 def _run(settings: Settings, *args: str) -> tuple[Any, list[str]]:

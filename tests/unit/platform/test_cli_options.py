@@ -1,4 +1,5 @@
-"""The CLI's shared pieces: `operator_command` options, and the app a command builds (no I/O)."""
+"""The CLI's shared pieces: `operator_command` options; and an app of some route modules (no
+I/O)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-"""Operator actions for the CLI, always over the REST API: one path per operator action.
+"""Operator actions over HTTP, for the CLI's `--api URL`: the remote REST API does each one.
 
-The CLI reaches a remote API (`--api URL`), or, working on the database, the same app in its
-own process through `httpx.ASGITransport`; either way the answers are the REST API's JSON shapes
-(camelCase dicts), which the CLI renders or `--json`-prints. Failures raise `OperatorError` with
-a message fit for a terminal.
+`ApiOperator` has the methods of `ClientOperator` (ripple.platform.cli.direct, the same actions
+on the database) and answers the same REST JSON shapes (camelCase dicts), which the CLI renders
+or `--json`-prints. Failures raise `OperatorError` with a message fit for a terminal.
 """
 
 from __future__ import annotations
@@ -15,31 +14,20 @@ from typing import Any, Self
 import httpx
 
 from ripple.platform.api.models import camel
+from ripple.platform.cli.operate import OperatorError
 
-__all__ = ["ApiOperator", "OperatorError"]
+__all__ = ["ApiOperator"]
 
 Json = Any
 
 
-class OperatorError(Exception):
-    """An operator command failed; the message says why."""
-
-
 class ApiOperator:
-    """Talks to a Ripple API over HTTP: a remote one (`--api URL --token T`), or the app in this
-    process through `transport` (`httpx.ASGITransport`) when the CLI works on the database."""
+    """Talks to a Ripple API over HTTP (`--api URL --token T`)."""
 
-    def __init__(
-        self,
-        base_url: str,
-        token: str | None,
-        *,
-        timeout: float = 60.0,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
+    def __init__(self, base_url: str, token: str | None, *, timeout: float = 60.0) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout
         )
 
     async def __aenter__(self) -> Self:
