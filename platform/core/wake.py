@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-import structlog
+from ripple.platform.core.logs import Outage, get_logger
 
 # redis is imported by the first RedisWaker: a process without RIPPLE_REDIS_URL (a CLI command
 # that only reads) never loads it.
@@ -48,7 +48,7 @@ __all__ = [
     "hint_around_caller_commit",
 ]
 
-log = structlog.get_logger("ripple.wake")
+log = get_logger("ripple.wake")
 
 #: How the wake layer connects to Redis (subscriber client and publisher connection alike): a
 #: second to connect, no read timeout (a subscriber waits for as long as nothing happens),
@@ -337,6 +337,8 @@ class RedisWaker(NullWaker):
         self._patterns: set[str] = set()
         #: True while the subscriber connection is up (for health reporting and tests).
         self.connected = asyncio.Event()
+        #: Failed hint publishes while Redis is down: one warning, then a count.
+        self._publish_outage = Outage(log, "wake_publish_failed", "wake_publish_recovered")
 
     def _client(self) -> aioredis.Redis:
         import redis.asyncio as aioredis
@@ -555,10 +557,11 @@ class RedisWaker(NullWaker):
                 ]
                 try:
                     conn = await self._send_hints(pool, conn, commands)
+                    self._publish_outage.recovered()
                 except self._failures as exc:
                     conn = None
                     # Dropped on purpose: other processes fall back to their poll interval.
-                    log.debug("wake_publish_failed", error=str(exc), dropped=len(batch))
+                    self._publish_outage.failed(exc, dropped=len(batch))
                     await asyncio.sleep(0.2)
                 finally:
                     self._unsent -= len(batch)

@@ -36,6 +36,7 @@ from ripple.platform.core.db import (
     worker_db_timeout,
 )
 from ripple.platform.core.ids import new_id
+from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import CH_RUNS, Listener, NullWaker
 from ripple.platform.errors import RippleError
 from ripple.platform.ops import metrics, tracing
@@ -54,7 +55,7 @@ from ripple.workflows.runtime.writer import PgRunWriter, StepCommitter
 
 __all__ = ["Worker", "WorkerClient"]
 
-log = structlog.get_logger("ripple.workflows.worker")
+log = get_logger("ripple.workflows.worker")
 
 #: Seconds a worker claims with flow control directly after a plain claim found runs that
 #: need it (a flow-controlled stream); then it tries the cheaper plain claim again.
