@@ -450,8 +450,8 @@ class RedisWaker(NullWaker):
                 backoff = 0.05
                 log.debug("wake_subscribed", prefix=self._prefix, channels=len(channels))
                 while True:
-                    # A connection a failed send closed is replaced here, not reconnected by
-                    # redis-py inside get_message (which would skip the resubscription above).
+                    # A connection a failed send closed is replaced here (resubscribing and
+                    # waking listeners, as above), not reconnected by redis-py in get_message.
                     connection: AbstractConnection | None = pubsub.connection
                     if connection is None or not connection.is_connected:
                         raise ConnectionError("the subscriber connection was closed")
