@@ -14,7 +14,7 @@ from typing import Any, Self, TypeVar, overload
 
 from ripple.platform.core import migrate
 from ripple.platform.core.config import Settings, load_settings
-from ripple.platform.core.db import Connection, Pool, create_pool
+from ripple.platform.core.db import Connection, Pool, create_pool, worker_db_timeout
 from ripple.platform.core.embedded import discover_dev_urls
 from ripple.platform.core.wake import NullWaker, create_waker
 from ripple.platform.errors import NotFound, RippleError
@@ -81,6 +81,8 @@ class Client:
         self.settings: Settings = base.model_copy(update=updates) if updates else base
         self._pool: Pool | None = None
         self._read_pool: Pool | None = None
+        #: The background writers' pool (webhook dispatcher, sweeper): see `connect()`.
+        self._background_pool: Pool | None = None
         self._waker: NullWaker | None = None
 
     @classmethod
@@ -107,7 +109,17 @@ class Client:
             await migrate.migrate_database(self.settings, pool)
             if self.settings.database_read_url is not None:
                 read_pool = await create_pool(self.settings, dsn=self.settings.database_read_url)
+            # The webhook dispatcher and the sweeper record what they did under the worker's
+            # timeout rule, for statements and connects alike: RIPPLE_DB_TIMEOUT would cancel
+            # a slow but healthy write of a sent delivery, which is then sent again. Opened
+            # empty: it connects only when they run.
+            patience = worker_db_timeout(self.settings)
+            background_pool = await create_pool(
+                self.settings, command_timeout=patience, timeout=patience, min_size=0
+            )
         except BaseException:
+            if read_pool is not pool:
+                await read_pool.close()
             await pool.close()
             raise
         waker = create_waker(
@@ -117,6 +129,7 @@ class Client:
         )
         await waker.start()
         self._pool, self._read_pool, self._waker = pool, read_pool, waker
+        self._background_pool = background_pool
         self.workflows = WorkflowClient(pool, waker, self.settings, read_pool=read_pool)
         self._kinds: dict[str, TargetKind] = {
             "queue": QueueKind(waker),
@@ -146,6 +159,9 @@ class Client:
         if self._read_pool is not None and self._read_pool is not self._pool:
             await self._read_pool.close()
         self._read_pool = None
+        if self._background_pool is not None:
+            await self._background_pool.close()
+            self._background_pool = None
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -183,15 +199,20 @@ class Client:
         return self._waker
 
     def background_services(self, *, webhooks: bool, sweeper: bool) -> list[BackgroundService]:
-        """The loops a worker process runs beside workflows (webhook dispatcher, sweeper)."""
+        """The loops a worker process runs beside workflows (webhook dispatcher, sweeper).
+
+        The dispatcher and the sweeper write through a pool whose statements are bounded by
+        `worker_db_timeout` (RIPPLE_WORKER_DB_TIMEOUT, default the lease), as a worker's are.
+        """
         # The dispatcher loads aiohttp: only processes that run it import it.
         from ripple.subscribers.webhooks.dispatcher import WebhookDispatcher
 
+        writers = self.pool if self._background_pool is None else self._background_pool
         services: list[BackgroundService] = []
         if webhooks:
-            services.append(WebhookDispatcher(self.pool, self.waker, self.settings))
+            services.append(WebhookDispatcher(writers, self.waker, self.settings))
         if sweeper:
-            services.append(Sweeper(self.pool, self.settings, runs=self.workflows.upkeep))
+            services.append(Sweeper(writers, self.settings, runs=self.workflows.upkeep))
         services.append(Scheduler(self.schedules, self.settings, self._prepare_worker))
         return services
 

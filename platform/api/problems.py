@@ -7,15 +7,18 @@ unknown routes and wrong methods to `application/problem+json` bodies with `type
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ripple.platform.core import migrate
+from ripple.platform.core.logs import Outage, get_logger
 from ripple.platform.errors import (
     ConfigError,
     Conflict,
@@ -34,6 +37,7 @@ from ripple.workflows.errors import (
 
 __all__ = [
     "PROBLEM_JSON",
+    "DatabaseOutage",
     "Problem",
     "ProblemError",
     "install_problem_handlers",
@@ -41,7 +45,7 @@ __all__ = [
     "problem_responses",
 ]
 
-log = structlog.get_logger("ripple.api")
+log = get_logger("ripple.api")
 
 PROBLEM_JSON: Final = "application/problem+json"
 _TYPE_PREFIX: Final = "urn:ripple:problem:"
@@ -171,10 +175,58 @@ async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+#: Seconds between checks of whether the database answers again, while 503s are answered.
+RECOVERY_CHECK_EVERY: Final = 1.0
+
+
+class DatabaseOutage:
+    """The 503s one API app answers during a database outage, logged as one outage: an
+    `api_unavailable` warning at the first (with `path` and `error`), the rest counted (a
+    reminder with the count at most once a minute), and one `api_recovered` info line with
+    `failures` and `duration_s` once `probe()` succeeds with no 503 answered since the
+    previous check. A traceback per 503 says nothing the first warning did not."""
+
+    def __init__(self, probe: Callable[[], Awaitable[object]] | None) -> None:
+        self._outage = Outage(log, "api_unavailable", "api_recovered")
+        self._probe = probe
+        self._watch: asyncio.Task[None] | None = None
+
+    def failed(self, exc: Unavailable, path: str) -> None:
+        self._outage.failed(exc, path=path)
+        if self._probe is not None and (self._watch is None or self._watch.done()):
+            self._watch = asyncio.create_task(self._watch_recovery(self._probe))
+
+    async def _watch_recovery(self, probe: Callable[[], Awaitable[object]]) -> None:
+        while self._outage.ongoing:
+            seen = self._outage.failures
+            await asyncio.sleep(RECOVERY_CHECK_EVERY)
+            try:
+                await probe()
+            except Unavailable:
+                continue
+            except RippleError:
+                return  # the client was closed: nothing left to watch
+            if self._outage.failures == seen:
+                self._outage.recovered()
+
+
+def _database_outage(request: Request) -> DatabaseOutage:
+    """The app's `DatabaseOutage`, made on its first 503 (probing the app's client)."""
+    state = request.app.state
+    outage: DatabaseOutage | None = getattr(state, "database_outage", None)
+    if outage is None:
+        client = getattr(state, "client", None)
+        probe = None if client is None else (lambda: migrate.pending_migrations(client.pool))
+        outage = state.database_outage = DatabaseOutage(probe)
+    return outage
+
+
 async def _on_ripple(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RippleError)
     status, slug = _status_for(exc)
-    if status >= 500:
+    if isinstance(exc, Unavailable):
+        _database_outage(request).failed(exc, request.url.path)
+    elif status >= 500:
         log.error("api_error", path=request.url.path, error=type(exc).__name__, exc_info=exc)
     # 500s never echo internals (a driver message may contain data); 503 says what to do.
     detail = exc.message if status < 500 or status == 503 else "the server failed; see logs"

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-import structlog
 import uvicorn
 
 from ripple.platform.api.app import create_app
 from ripple.platform.api.http_protocol import BoundedHttpToolsProtocol
 from ripple.platform.client import Client
+from ripple.platform.core.logs import get_logger
 from ripple.platform.errors import ConfigError
 from ripple.platform.ops.observability import serve_metrics
 from ripple.platform.ops.runner import ProcessRunner
@@ -35,7 +35,7 @@ from ripple.workflows.runtime.bodies import sync_bodies_running
 
 __all__ = ["AppModule", "Services", "load_app", "run_services"]
 
-log = structlog.get_logger("ripple.process")
+log = get_logger("ripple.process")
 
 
 @dataclass

@@ -14,13 +14,12 @@ import asyncio
 from collections.abc import Callable
 from typing import Final
 
-import structlog
-
 from ripple.platform.core.db import Connection, Pool
+from ripple.platform.core.logs import get_logger
 
 __all__ = ["CommitWatch"]
 
-log = structlog.get_logger("ripple.commit_watch")
+log = get_logger("ripple.commit_watch")
 
 # The caller's transaction id if it has one (it wrote); NULL outside a transaction block (its
 # statements committed as they ran).

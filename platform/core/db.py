@@ -9,16 +9,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any, Final, TypeAlias
 
 import asyncpg
 import asyncpg.pool
-import structlog
 
 from ripple.platform.core.config import Settings
+from ripple.platform.core.logs import Repeats, get_logger
 from ripple.platform.errors import (
     Conflict,
     InvalidInput,
@@ -41,7 +40,7 @@ __all__ = [
     "transaction",
 ]
 
-log = structlog.get_logger("ripple.db")
+log = get_logger("ripple.db")
 
 Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
 #: A connection, whether acquired from the pool (a proxy) or opened directly.
@@ -188,33 +187,11 @@ def worker_db_timeout(settings: Settings) -> float:
 # awaits reach asyncio's "Future exception was never retrieved" handler, also with a traceback.
 # Both become one structured warning each (then at most one a minute, counting the rest).
 
-#: Seconds during which repeats of a driver warning are counted instead of logged.
-_REPEAT_WINDOW: Final = 60.0
 _DRIVER_ERRORS: Final = (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError)
 _FLOOR_MESSAGE: Final = "Failed to restore the pool connection floor"
 _UNRETRIEVED: Final = "Future exception was never retrieved"
 
-
-class _Repeats:
-    """Per warning kind: when it was last logged, and how many repeats were not logged since."""
-
-    def __init__(self) -> None:
-        self._last: dict[str, float] = {}
-        self._count: dict[str, int] = {}
-
-    def warn(self, event: str, exc: BaseException | None) -> None:
-        now = time.monotonic()
-        last = self._last.get(event)
-        if last is not None and now - last < _REPEAT_WINDOW:
-            self._count[event] = self._count.get(event, 0) + 1
-            return
-        self._last[event] = now
-        repeats = self._count.pop(event, 0)
-        error = "unknown" if exc is None else f"{type(exc).__name__}: {exc}"
-        log.warning(event, error=error, repeats_since_last=repeats)
-
-
-_repeats = _Repeats()
+_repeats = Repeats(log)
 
 
 class _FloorFilter(logging.Filter):

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import structlog
+from ripple.platform.core.logs import get_logger
 
 __all__ = ["EmbeddedServices", "discover_dev_urls", "start_embedded"]
 
-log = structlog.get_logger("ripple.embedded")
+log = get_logger("ripple.embedded")
 
 
 @dataclass

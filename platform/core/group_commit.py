@@ -21,13 +21,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-import structlog
-
+from ripple.platform.core.logs import get_logger
 from ripple.platform.errors import RippleError, Unavailable
 
 __all__ = ["GroupCommit"]
 
-log = structlog.get_logger("ripple.group_commit")
+log = get_logger("ripple.group_commit")
 
 Req = TypeVar("Req")
 Res = TypeVar("Res")

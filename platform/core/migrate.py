@@ -14,10 +14,9 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-import structlog
-
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, create_pool, map_errors, pooled
+from ripple.platform.core.logs import get_logger
 from ripple.platform.errors import ConfigError
 
 __all__ = [
@@ -29,7 +28,7 @@ __all__ = [
     "pending_migrations",
 ]
 
-log = structlog.get_logger("ripple.migrate")
+log = get_logger("ripple.migrate")
 
 # Arbitrary constant shared by every Ripple process: "ripple" in ASCII.
 _LOCK_KEY = 0x726970706C65

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-import structlog
+from ripple.platform.core.logs import Outage, get_logger
 
 # redis is imported by the first RedisWaker: a process without RIPPLE_REDIS_URL (a CLI command
 # that only reads) never loads it.
@@ -48,7 +48,7 @@ __all__ = [
     "hint_around_caller_commit",
 ]
 
-log = structlog.get_logger("ripple.wake")
+log = get_logger("ripple.wake")
 
 #: How the wake layer connects to Redis (subscriber client and publisher connection alike): a
 #: second to connect, no read timeout (a subscriber waits for as long as nothing happens),
@@ -337,13 +337,22 @@ class RedisWaker(NullWaker):
         self._patterns: set[str] = set()
         #: True while the subscriber connection is up (for health reporting and tests).
         self.connected = asyncio.Event()
+        #: Failed hint publishes while Redis is down: one warning, then a count.
+        self._publish_outage = Outage(log, "wake_publish_failed", "wake_publish_recovered")
 
     def _client(self) -> aioredis.Redis:
         import redis.asyncio as aioredis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
 
+        # The subscriber loop is the one place this connection is (re)made: redis-py's pub/sub
+        # otherwise reconnects it after any failed read or write, from whichever task made the
+        # call (the control loop too, even after the loop closed this client), and the sockets
+        # of those reconnects were left to the garbage collector.
         return aioredis.Redis.from_url(
             self._url,
             health_check_interval=5,
+            retry=Retry(NoBackoff(), 0, supported_errors=()),
             **REDIS_CONNECTION_OPTIONS,
         )
 
@@ -441,6 +450,11 @@ class RedisWaker(NullWaker):
                 backoff = 0.05
                 log.debug("wake_subscribed", prefix=self._prefix, channels=len(channels))
                 while True:
+                    # A connection a failed send closed is replaced here (resubscribing and
+                    # waking listeners, as above), not reconnected by redis-py in get_message.
+                    connection: AbstractConnection | None = pubsub.connection
+                    if connection is None or not connection.is_connected:
+                        raise ConnectionError("the subscriber connection was closed")
                     message = await pubsub.get_message(timeout=5.0)
                     if message is not None:
                         self._receive(message)
@@ -449,10 +463,12 @@ class RedisWaker(NullWaker):
                     log.warning("wake_redis_lost", error=str(exc))
             finally:
                 self._disconnected()
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
-                with contextlib.suppress(Exception):
-                    await client.aclose()
+                try:
+                    with contextlib.suppress(Exception):
+                        await pubsub.aclose()  # type: ignore[no-untyped-call]
+                finally:  # also when close() cancels this task during the line above
+                    with contextlib.suppress(Exception):
+                        await client.aclose()
             if not self._closing:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
@@ -509,12 +525,16 @@ class RedisWaker(NullWaker):
             request = await self._control.get()
             pubsub, name = self._pubsub, request.name
             unsubscribe = request.command == "UNSUBSCRIBE"
+            # A connection that failed is the subscriber loop's to replace: sending on it
+            # would make redis-py connect it again behind that loop's back.
+            connection: AbstractConnection | None = None if pubsub is None else pubsub.connection
             current = pubsub is not None and request.generation == self._generation
+            usable = current and connection is not None and connection.is_connected
             if unsubscribe:
                 wanted = name not in self._listeners
             else:
                 wanted = request.command == "PSUBSCRIBE" or name in self._listeners
-            if pubsub is None or not current or not wanted:
+            if pubsub is None or not usable or not wanted:
                 if unsubscribe and current:
                     self._unsubscribing[name] -= 1
                     if self._unsubscribing[name] <= 0:
@@ -555,10 +575,11 @@ class RedisWaker(NullWaker):
                 ]
                 try:
                     conn = await self._send_hints(pool, conn, commands)
+                    self._publish_outage.recovered()
                 except self._failures as exc:
                     conn = None
                     # Dropped on purpose: other processes fall back to their poll interval.
-                    log.debug("wake_publish_failed", error=str(exc), dropped=len(batch))
+                    self._publish_outage.failed(exc, dropped=len(batch))
                     await asyncio.sleep(0.2)
                 finally:
                     self._unsent -= len(batch)

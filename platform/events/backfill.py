@@ -22,11 +22,10 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-import structlog
-
 from ripple.platform.core import db
 from ripple.platform.core.config import Settings
 from ripple.platform.core.ids import new_id
+from ripple.platform.core.logs import get_logger
 from ripple.platform.errors import InvalidInput, NotFound
 from ripple.platform.events import backfill_store
 from ripple.platform.events.fanout import PublishedEvent, SubscriptionRow, TargetKind
@@ -34,7 +33,7 @@ from ripple.platform.events.topics import compile_pattern
 
 __all__ = ["Backfills", "check_retained"]
 
-log = structlog.get_logger("ripple.backfill")
+log = get_logger("ripple.backfill")
 
 #: Events one backfill or replay batch (one transaction) delivers.
 BATCH: Final = 1000

@@ -14,12 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
 from ripple.platform.core import db, wake
 from ripple.platform.core.commit_watch import CommitWatch
 from ripple.platform.core.config import Settings
 from ripple.platform.core.ids import check_idempotency_key, new_id
+from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import NullWaker, RunReady
 from ripple.platform.errors import InvalidInput
 from ripple.platform.events.fanout import (
@@ -41,7 +40,7 @@ from ripple.platform.ops import tracing
 
 __all__ = ["Explanation", "PublishResult", "Publisher", "SubscriptionVerdict"]
 
-log = structlog.get_logger("ripple.publish")
+log = get_logger("ripple.publish")
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,10 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import structlog
-
 from ripple.platform.core import db
 from ripple.platform.core.group_commit import GroupCommit
+from ripple.platform.core.logs import get_logger
 from ripple.platform.events import event_store
 from ripple.platform.events.fanout import (
     EventWaitResolver,
@@ -35,7 +34,7 @@ __all__ = [
     "write_events",
 ]
 
-log = structlog.get_logger("ripple.publish")
+log = get_logger("ripple.publish")
 
 #: Most events one group commit writes.
 MAX_GROUP: Final = 200

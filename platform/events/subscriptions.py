@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-import structlog
-
 from ripple.platform.core import db
 from ripple.platform.core.config import Settings
 from ripple.platform.core.ids import new_id
+from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import CH_SUBSCRIPTIONS, Listener, NullWaker, SubscriptionsChanged
 from ripple.platform.errors import InvalidInput, NotFound
 from ripple.platform.events import backfill_store, subscription_store
@@ -41,7 +40,7 @@ from ripple.platform.events.topics import (
 
 __all__ = ["CompiledSubscription", "Subscription", "Subscriptions"]
 
-log = structlog.get_logger("ripple.subscriptions")
+log = get_logger("ripple.subscriptions")
 
 #: Topics whose fan-out targets one compiled set remembers (a set is rebuilt on every
 #: subscription change, which forgets them); past this many it starts over.

@@ -17,18 +17,18 @@ import contextlib
 import time
 from collections.abc import Mapping
 
-import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
 
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Pool, map_errors
+from ripple.platform.core.logs import get_logger
 from ripple.platform.errors import RippleError
 from ripple.platform.ops import metrics, observability_store
 from ripple.platform.ops.ports import RunStats
 
 __all__ = ["UNPINNED_VERSION", "GaugeCollector", "metrics_exposition", "serve_metrics"]
 
-log = structlog.get_logger("ripple.observability")
+log = get_logger("ripple.observability")
 
 #: `version` label of stranded runs whose version no worker has pinned yet.
 UNPINNED_VERSION = "unpinned"

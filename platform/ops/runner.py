@@ -18,13 +18,12 @@ import threading
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
-import structlog
-
+from ripple.platform.core.logs import get_logger
 from ripple.platform.ops.services import BackgroundService
 
 __all__ = ["ProcessRunner", "StartsUp", "freeze_startup_objects", "run_process"]
 
-log = structlog.get_logger("ripple.process")
+log = get_logger("ripple.process")
 
 _frozen = False
 

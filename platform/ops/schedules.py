@@ -16,11 +16,10 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
 
-import structlog
-
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, map_errors, transaction
 from ripple.platform.core.ids import new_id
+from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import CH_SCHEDULES, Listener, NullWaker, SchedulesChanged
 from ripple.platform.errors import InvalidInput, NotFound, RippleError
 from ripple.platform.events.topics import validate_topic
@@ -30,7 +29,7 @@ from ripple.platform.ops.schedule_store import ScheduleInfo
 
 __all__ = ["Firing", "ScheduleInfo", "Scheduler", "Schedules"]
 
-log = structlog.get_logger("ripple.schedules")
+log = get_logger("ripple.schedules")
 
 #: What a schedule name may be.
 SCHEDULE_NAME: Final = re.compile(r"[A-Za-z0-9_.:-]{1,128}")

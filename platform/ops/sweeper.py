@@ -30,18 +30,17 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-import structlog
-
 from ripple.platform.core import db
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool
+from ripple.platform.core.logs import get_logger
 from ripple.platform.errors import ConfigError
 from ripple.platform.ops import metrics, sweeper_store
 from ripple.platform.ops.ports import RunRetention
 
 __all__ = ["KINDS", "Sweeper"]
 
-log = structlog.get_logger("ripple.sweeper")
+log = get_logger("ripple.sweeper")
 
 _DAY = 86_400.0
 #: Journal rows a runs batch may delete per run on average (a batch of long runs is cut short).

@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
 
-import structlog
-
 from ripple.platform.core import db, wake
 from ripple.platform.core.config import Settings
 from ripple.platform.core.ids import check_text
+from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import NullWaker, QueueReady, queue_channel
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
 from ripple.platform.events.topics import encode_json, encode_json_items
@@ -39,7 +38,7 @@ __all__ = [
     "validate_queue_name",
 ]
 
-log = structlog.get_logger("ripple.queues")
+log = get_logger("ripple.queues")
 
 DEFAULT_MAX_RECEIVES: Final = 10
 MAX_BATCH: Final = 1000

@@ -33,6 +33,7 @@ from prometheus_client import Counter
 
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, map_errors, transaction
+from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import CH_DELIVERIES, SubscriptionsChanged, Waker
 from ripple.platform.errors import RippleError
 from ripple.platform.events import subscription_store
@@ -51,7 +52,7 @@ from ripple.subscribers.webhooks.transport import open_session
 
 __all__ = ["WebhookDispatcher", "message_body", "signing_secrets"]
 
-log = structlog.get_logger("ripple.webhooks")
+log = get_logger("ripple.webhooks")
 
 #: Bytes of a response body kept with the attempt.
 RESPONSE_HEAD: Final = 2048

@@ -15,11 +15,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, transaction
 from ripple.platform.core.ids import new_ids
+from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import DeliveriesReady, SubscriptionsChanged, Waker
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
 from ripple.platform.events import subscription_store
@@ -54,7 +53,7 @@ __all__ = [
     "WebhookKind",
 ]
 
-log = structlog.get_logger("ripple.webhooks")
+log = get_logger("ripple.webhooks")
 
 
 def __getattr__(name: str) -> Any:

@@ -25,6 +25,7 @@ from ripple.platform.client import Client
 from ripple.platform.core import db
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import create_pool
+from ripple.platform.core.logs import Repeats
 from tests.helpers import assert_eventually
 from tests.pgproxy import PgProxy
 
@@ -34,7 +35,7 @@ GUARD = 30.0
 @pytest.fixture(autouse=True)
 def _fresh_warning_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Driver warnings are throttled per process; each test starts with none logged yet."""
-    monkeypatch.setattr(db, "_repeats", db._Repeats())
+    monkeypatch.setattr(db, "_repeats", Repeats(db.log))
 
 
 @pytest.fixture

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-import structlog
-
 from ripple.platform.core.db import Connection, map_errors, transaction
 from ripple.platform.core.ids import new_id
+from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import RunReady, run_channel
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
 from ripple.platform.ops import metrics
@@ -29,7 +28,7 @@ from ripple.workflows.runtime.writer import notify_canceled, settle_canceled
 
 __all__ = ["BULK_BATCH", "RunFilter", "RunOperations", "WaitOutcome"]
 
-log = structlog.get_logger("ripple.operations")
+log = get_logger("ripple.operations")
 
 #: Runs one bulk transaction acts on.
 BULK_BATCH: Final = 500

@@ -10,16 +10,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Collection
 
-import structlog
-
 from ripple.platform.core.db import Pool, map_errors
+from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import CH_CANCELS, NullWaker
 from ripple.platform.errors import RippleError
 from ripple.workflows import store
 
 __all__ = ["CancelListener"]
 
-log = structlog.get_logger("ripple.workflows.worker")
+log = get_logger("ripple.workflows.worker")
 
 
 class CancelListener:

@@ -26,6 +26,7 @@ import structlog
 from pydantic import ValidationError
 
 from ripple.platform.core.ids import new_id
+from ripple.platform.core.logs import get_logger
 from ripple.platform.errors import InvalidInput, RippleError
 from ripple.platform.ops import metrics, tracing
 from ripple.workflows.authoring import composition
@@ -58,7 +59,7 @@ __all__ = [
     "WaitSpec",
 ]
 
-log = structlog.get_logger("ripple.workflows")
+log = get_logger("ripple.workflows")
 
 DEFAULT_STEP_RETRY = RetryPolicy()
 #: Timers due sooner than this are waited for in memory instead of suspending the run.

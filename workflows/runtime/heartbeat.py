@@ -12,15 +12,14 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
-import structlog
-
 from ripple.platform.core.db import Pool, map_errors
+from ripple.platform.core.logs import get_logger
 from ripple.platform.errors import RippleError
 from ripple.workflows import store
 
 __all__ = ["HeldRun", "LeaseHeartbeat"]
 
-log = structlog.get_logger("ripple.workflows.worker")
+log = get_logger("ripple.workflows.worker")
 
 
 class HeldRun(Protocol):

@@ -37,6 +37,7 @@ from ripple.platform.core.db import (
     worker_db_timeout,
 )
 from ripple.platform.core.ids import new_id
+from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import CH_RUNS, Listener, NullWaker
 from ripple.platform.errors import RippleError, Unavailable
 from ripple.platform.ops import metrics, tracing
@@ -55,7 +56,7 @@ from ripple.workflows.runtime.writer import PgRunWriter, StepCommitter
 
 __all__ = ["Worker", "WorkerClient"]
 
-log = structlog.get_logger("ripple.workflows.worker")
+log = get_logger("ripple.workflows.worker")
 
 #: Seconds a worker claims with flow control directly after a plain claim found runs that
 #: need it (a flow-controlled stream); then it tries the cheaper plain claim again.

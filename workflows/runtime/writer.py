@@ -14,10 +14,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
-import structlog
-
 from ripple.platform.core.db import Connection, Pool, map_errors, transaction
 from ripple.platform.core.group_commit import GroupCommit
+from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import NullWaker, RunCanceled, RunFinished, RunReady
 from ripple.platform.ops import metrics
 from ripple.workflows import store
@@ -33,7 +32,7 @@ __all__ = [
     "settle_canceled",
 ]
 
-log = structlog.get_logger("ripple.workflows.writer")
+log = get_logger("ripple.workflows.writer")
 
 
 @dataclass(slots=True)

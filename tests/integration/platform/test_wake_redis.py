@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import warnings
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -214,3 +216,39 @@ async def test_wake__a_hint_after_its_publisher_connection_was_closed_still_arri
             sender.notify(RunFinished(run_id="b"))
             # poll_interval is 30 s: only the hint, sent again on a new connection, wakes it
             assert await asyncio.wait_for(listener.wait(10), 10) is True
+
+
+async def test_wake__subscriber_connection_killed_under_subscribe_traffic_leaves_no_socket(
+    redis_process: RedisProcess,
+) -> None:
+    """Redis drops the subscriber connection while listeners come and go: the waker replaces
+    it itself, and every socket it opened is closed by `close()` (none is left to the garbage
+    collector)."""
+    stop = asyncio.Event()
+    cycles = [0]  # listen/unlisten cycles done, over all churners
+
+    async def churn(waker: RedisWaker, k: int) -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            async with waker.listen(f"queue:c{k}-{n % 7}"):
+                await asyncio.sleep(0)
+            cycles[0] += 1
+            await asyncio.sleep(0.001)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        async with _connected(redis_process.url) as (waker, admin):
+            tasks = [asyncio.create_task(churn(waker, k)) for k in range(4)]
+            try:
+                for _ in range(100):
+                    admin.client_kill_filter(_type="pubsub")
+                    # Fault pacing, not a wait: (un)subscribes go on around each kill.
+                    await asyncio.sleep(0.05)
+                assert cycles[0] > 100
+            finally:
+                stop.set()
+                await asyncio.gather(*tasks)
+        gc.collect()
+    leaked = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert leaked == []
