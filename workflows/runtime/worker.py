@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import os
 import socket
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,7 +36,7 @@ from ripple.platform.core.db import (
     worker_db_timeout,
 )
 from ripple.platform.core.ids import new_id
-from ripple.platform.core.logs import get_logger
+from ripple.platform.core.logs import Outage, get_logger
 from ripple.platform.core.wake import CH_RUNS, Listener, NullWaker
 from ripple.platform.errors import RippleError, Unavailable
 from ripple.platform.ops import metrics, tracing
@@ -92,33 +91,10 @@ class WorkerClient(Protocol):
     def background_services(self, *, webhooks: bool, sweeper: bool) -> list[BackgroundService]: ...
 
 
-class _ClaimOutage:
-    """The claim loop's view of a database outage: the first failed statement is logged, the
-    rest are counted, and the recovery is logged once with the count; retries back off."""
-
-    def __init__(self) -> None:
-        self.failures = 0
-        self._since = 0.0
-
-    def failed(self, exc: RippleError) -> None:
-        if self.failures == 0:
-            self._since = time.monotonic()
-            log.warning("worker_claim_failed", error=str(exc), retrying=True)
-        self.failures += 1
-
-    def recovered(self) -> None:
-        if self.failures:
-            log.info(
-                "worker_claim_recovered",
-                failed_attempts=self.failures,
-                seconds=round(time.monotonic() - self._since, 3),
-            )
-            self.failures = 0
-
-    def backoff(self, poll: float) -> float:
-        """Seconds to wait before the next claim: the poll interval, doubling per failure up
-        to CLAIM_BACKOFF_MAX (or the poll interval, if that is longer)."""
-        return min(poll * 2.0 ** min(self.failures - 1, 10), max(poll, CLAIM_BACKOFF_MAX))
+def _claim_backoff(poll: float, failures: int) -> float:
+    """Seconds to wait before the next claim after `failures` failed ones in a row: the poll
+    interval, doubling per failure up to CLAIM_BACKOFF_MAX (or the poll interval, if longer)."""
+    return min(poll * 2.0 ** min(failures - 1, 10), max(poll, CLAIM_BACKOFF_MAX))
 
 
 @dataclass(slots=True, eq=False)
@@ -186,7 +162,8 @@ class Worker:
         self._suspect_waiting = False
         self._stopping = False
         self._stop_requested = asyncio.Event()
-        self._outage = _ClaimOutage()
+        #: The claim loop's database outage: logged once, counted, its end logged once.
+        self._outage = Outage(log, "worker_claim_failed", "worker_claim_recovered")
         self._backlog = False
         self._until_idle = False
         #: loop time at which the next known run becomes due (None: unknown, poll)
@@ -527,7 +504,8 @@ class Worker:
             # The connection may be broken or mid-statement: a new one is opened next time.
             self._claimer.discard()
             self._outage.failed(exc)
-            await self._sleep_unless_stopped(self._outage.backoff(self.settings.poll_interval))
+            backoff = _claim_backoff(self.settings.poll_interval, self._outage.failures)
+            await self._sleep_unless_stopped(backoff)
             return 0
         self._outage.recovered()
         for claim in claims:
