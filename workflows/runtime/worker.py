@@ -223,9 +223,9 @@ class Worker:
 
     async def _open_pool(self) -> None:
         if self._pool is None:
-            self._pool = await create_pool(
-                self.settings, command_timeout=worker_db_timeout(self.settings)
-            )
+            # Connects get the worker's bound too: a new connection opened mid-stall is healthy.
+            bound = worker_db_timeout(self.settings)
+            self._pool = await create_pool(self.settings, command_timeout=bound, timeout=bound)
             self.committer.pool = self._pool
 
     async def _close_pool(self) -> None:
