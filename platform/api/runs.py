@@ -22,6 +22,7 @@ from ripple.platform.api.models import (
 from ripple.platform.api.problems import ProblemError, problem_responses
 from ripple.platform.api.workflow_stats import workflow_counts
 from ripple.platform.client import Client
+from ripple.platform.core.deadlines import Deadline, bounded
 from ripple.platform.errors import InvalidInput
 from ripple.workflows import RunHandle
 from ripple.workflows.authoring.definition import NAME_RE
@@ -250,13 +251,15 @@ async def _create(client: Client, name: str, body: StartRun) -> RunHandle[Any]:
 
 async def _start(client: Client, name: str, body: StartRun) -> Response:
     """A start without `wait`: the route's answer, serialised once (the hot route's too)."""
+    # The start and the read of a keyed run's status answer within one RIPPLE_DB_TIMEOUT.
+    deadline = Deadline(client.settings.db_timeout)
     run_id = (await _create(client, name, body)).run_id
     if body.idempotency_key is None:
         # A start without a key creates a pending run (or, debounced, joins one not yet
         # started): no read needed. A key may name an earlier run in any state.
         started = Started(run_id=run_id, status="pending")
     else:
-        found = await client.get_run(run_id)
+        found = await bounded(client.get_run(run_id), deadline)
         started = Started(run_id=run_id, status=found.status if found is not None else "pending")
     return Response(started.model_dump_json(), 201, media_type="application/json")
 

@@ -12,6 +12,11 @@ A batch the writer refuses as a whole (any exception) is retried one request at 
 one bad request fails alone; an outage (`Unavailable`) fails the batch at once (retrying each
 request would only wait out the outage again). A caller that is canceled while it waits
 cancels only its own wait, never the batch.
+
+A caller's `timeout` (its `RIPPLE_DB_TIMEOUT`) holds whatever the batch ahead of it does: at
+the deadline it gets `Unavailable`. A request that timed out before a batch took it is never
+written; one already in a batch in flight may still commit, and its caller finds that outcome
+by retrying with the same idempotency key.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Generic, TypeVar
 
 import structlog
 
+from ripple.platform.core.deadlines import timed_out
 from ripple.platform.errors import RippleError, Unavailable
 
 __all__ = ["GroupCommit"]
@@ -37,6 +43,8 @@ Res = TypeVar("Res")
 class _Waiting(Generic[Req, Res]):
     request: Req
     done: asyncio.Future[Res] = field(repr=False)
+    #: The caller's timeout passed before the request was written.
+    expired: bool = False
 
 
 class GroupCommit(Generic[Req, Res]):
@@ -71,23 +79,34 @@ class GroupCommit(Generic[Req, Res]):
         self.batches = 0
         self.written = 0
 
-    async def submit(self, request: Req) -> Res:
-        """Write `request` with the next batch and return its outcome (or raise its error)."""
+    async def submit(self, request: Req, *, timeout: float | None = None) -> Res:
+        """Write `request` with the next batch and return its outcome (or raise its error);
+        with `timeout`, raise `Unavailable` once that many seconds passed (see the module
+        docstring for what becomes of the request)."""
         loop = asyncio.get_running_loop()
         waiting: _Waiting[Req, Res] = _Waiting(request, loop.create_future())
         self._queue.append(waiting)
         running = len(self._tasks)
         if not running or (running < self.flushers and len(self._queue) >= self.spill):
             self._tasks.add(loop.create_task(self._drain(), name=self.name))
-        return await waiting.done
+        if timeout is None:
+            return await waiting.done
+        # A timer rather than a task per request: this is the hot path of starts and publishes.
+        expiry = loop.call_later(timeout, _expire, waiting)
+        try:
+            return await waiting.done
+        finally:
+            expiry.cancel()
 
     async def _drain(self) -> None:
         me = asyncio.current_task()
         try:
             while self._queue:
-                batch = self._queue[: self.max_batch]
+                # A request that timed out waiting is dropped: its caller was told to retry.
+                batch = [w for w in self._queue[: self.max_batch] if not w.expired]
                 del self._queue[: self.max_batch]
-                await self._commit(batch)
+                if batch:
+                    await self._commit(batch)
         except BaseException:
             if not self._tasks - {me}:
                 left, self._queue = self._queue, []
@@ -122,6 +141,12 @@ class GroupCommit(Generic[Req, Res]):
         self.written += len(batch)
         for waiting, outcome in zip(batch, outcomes, strict=True):
             _settle(waiting, outcome)
+
+
+def _expire(waiting: _Waiting[Req, Res]) -> None:
+    if not waiting.done.done():
+        waiting.expired = True
+        waiting.done.set_exception(timed_out())
 
 
 def _settle(waiting: _Waiting[Req, Res], outcome: Res | BaseException) -> None:
