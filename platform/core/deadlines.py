@@ -8,6 +8,10 @@ paused VM) the caller waits for the thaw. `bounded` runs such work apart from it
 the deadline the caller gets `Unavailable`, and the work is cancelled and unwinds on its own.
 What it wrote may still commit; the caller finds that outcome by retrying with the same
 idempotency key. Owns no connection and knows no table.
+
+The deadline is the timeout plus `GRACE`: on a server that answers (a statement waiting on a
+lock), the statement's own timeout fires first and its cancel is acknowledged within it, so
+the caller hears the definite outcome (nothing written) instead of an unknown one.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any, Final, TypeVar
 
 from ripple.platform.errors import Unavailable
 
-__all__ = ["DB_TIMEOUT_MESSAGE", "Deadline", "bounded", "timed_out"]
+__all__ = ["DB_TIMEOUT_MESSAGE", "GRACE", "Deadline", "bounded", "timed_out"]
 
 T = TypeVar("T")
 
@@ -27,6 +31,9 @@ DB_TIMEOUT_MESSAGE: Final = (
     "the database did not answer within RIPPLE_DB_TIMEOUT; the outcome is unknown: "
     "retry (with the same idempotency key)"
 )
+
+#: Seconds past the timeout a call's work gets to end by itself before its caller is answered.
+GRACE: Final = 0.25
 
 #: Work whose caller was answered and which is still unwinding (the loop keeps only weak
 #: references to tasks).
@@ -39,12 +46,12 @@ def timed_out() -> Unavailable:
 
 
 class Deadline:
-    """When a call must be answered: `seconds` after it began (monotonic clock)."""
+    """When a call must be answered: `seconds` (its timeout) and `GRACE` after it began."""
 
     __slots__ = ("at",)
 
     def __init__(self, seconds: float) -> None:
-        self.at = time.monotonic() + seconds
+        self.at = time.monotonic() + seconds + GRACE
 
     def left(self) -> float:
         """Seconds left (0 once passed)."""

@@ -13,10 +13,10 @@ one bad request fails alone; an outage (`Unavailable`) fails the batch at once (
 request would only wait out the outage again). A caller that is canceled while it waits
 cancels only its own wait, never the batch.
 
-A caller's `timeout` (its `RIPPLE_DB_TIMEOUT`) holds whatever the batch ahead of it does: at
-the deadline it gets `Unavailable`. A request that timed out before a batch took it is never
-written; one already in a batch in flight may still commit, and its caller finds that outcome
-by retrying with the same idempotency key.
+A caller's `timeout` (its `RIPPLE_DB_TIMEOUT`, see `deadlines`) holds whatever the batch
+ahead of it does: at the deadline it gets `Unavailable`. A request that timed out before a
+batch took it is never written; one already in a batch in flight may still commit, and its
+caller finds that outcome by retrying with the same idempotency key.
 """
 
 from __future__ import annotations

@@ -1,16 +1,20 @@
-"""The pool's side of RIPPLE_DB_TIMEOUT: waiting for a free connection gives up too.
+"""RIPPLE_DB_TIMEOUT on a server that answers: waiting for a free connection gives up too,
+and a call that gives up on a lock wait leaves nothing written.
 
 asyncpg's `command_timeout` bounds statements, not `pool.acquire`: with every connection
 busy (stuck on a stalled server, or held), a call used to wait for as long as that lasted.
-`asyncio.wait_for` bounds here are hang guards, not timing assertions.
+The frozen server is in tests/chaos/test_frozen_deadlines.py. `asyncio.wait_for` bounds here
+are hang guards, not timing assertions.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+import asyncpg
 import pytest
 
+from ripple.platform.client import Client
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Pool, create_pool, map_errors
 from ripple.platform.errors import Unavailable
@@ -49,3 +53,31 @@ async def test_pool__a_worker_pool_waits_as_long_as_its_own_statement_bound(
                 await asyncio.wait_for(_select_one(pool), GUARD)
     finally:
         await pool.close()
+
+
+@pytest.mark.parametrize("table", ["ripple_queue_messages", "ripple_events", "ripple_signals"])
+async def test_locked_table__the_caller_hears_that_nothing_was_written(
+    settings: Settings, table: str
+) -> None:
+    """On a server that answers, a statement waiting on a lock past RIPPLE_DB_TIMEOUT is
+    cancelled before its caller is answered: after the Unavailable, releasing the lock writes
+    nothing (the deadline's grace lets the statement's own timeout answer first)."""
+    quick = settings.model_copy(update={"db_timeout": 0.5})
+    async with Client(settings=quick) as client:
+        inbox = await client.start("locked-inbox", {})
+        calls = {
+            "ripple_queue_messages": lambda: client.queues.send("locked", {"n": 1}),
+            "ripple_events": lambda: client.publish("locked.event", {"n": 1}),
+            "ripple_signals": lambda: client.signal(inbox.run_id, "poke", {"n": 1}),
+        }
+        holder = await asyncpg.connect(settings.database_url)
+        try:
+            tx = holder.transaction()
+            await tx.start()
+            await holder.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+            with pytest.raises(Unavailable, match="RIPPLE_DB_TIMEOUT"):
+                await asyncio.wait_for(calls[table](), GUARD)
+            await tx.rollback()
+        finally:
+            await holder.close()
+        assert await client.pool.fetchval(f"SELECT count(*) FROM {table}") == 0
