@@ -19,7 +19,7 @@ import asyncpg.pool
 import structlog
 
 from ripple.platform.core.config import Settings
-from ripple.platform.core.deadlines import DB_TIMEOUT_MESSAGE
+from ripple.platform.core.deadlines import DB_TIMEOUT_MESSAGE, GRACE, detach
 from ripple.platform.errors import (
     Conflict,
     InvalidInput,
@@ -141,14 +141,38 @@ def _pooler_options(settings: Settings, direct: bool) -> dict[str, Any]:
 
 if TYPE_CHECKING:
     _AsyncpgPool = asyncpg.Pool[asyncpg.Record]
+    _AcquireContext = asyncpg.pool.PoolAcquireContext[asyncpg.Record]
 else:
     _AsyncpgPool = asyncpg.Pool
+    _AcquireContext = asyncpg.pool.PoolAcquireContext
+
+
+class _Acquired(_AcquireContext):
+    """`pool.acquire()` whose connection, after a statement that timed out or was cancelled,
+    goes back to the pool in the background once `GRACE` has passed: asyncpg hands it back
+    only when the server acknowledges the cancel request, which a frozen server never does
+    before it resumes. A live server acknowledges within the grace, so the statement is
+    cancelled before its caller hears of it."""
+
+    __slots__ = ()
+
+    async def __aexit__(self, *exc: object) -> None:
+        if not isinstance(exc[1], TimeoutError | asyncio.CancelledError):
+            await super().__aexit__(*exc)
+            return
+        release = asyncio.ensure_future(super().__aexit__(*exc))
+        done, _ = await asyncio.wait((release,), timeout=GRACE)
+        if done:
+            release.result()
+        else:
+            detach(release)
 
 
 class _BoundedPool(_AsyncpgPool):
-    """An asyncpg pool whose `acquire` gives up after the pool's statement bound by default:
-    asyncpg's `command_timeout` does not cover the wait for a free connection, which lasts as
-    long as an outage when every connection is stuck in a statement."""
+    """An asyncpg pool whose `acquire` gives up after the pool's statement bound by default
+    (asyncpg's `command_timeout` does not cover the wait for a free connection, which lasts as
+    long as an outage when every connection is stuck in a statement), and does not hold its
+    caller while a timed-out statement's cancel goes unacknowledged (`_Acquired`)."""
 
     __slots__ = ("_acquire_timeout",)
     _acquire_timeout: float | None
@@ -156,7 +180,7 @@ class _BoundedPool(_AsyncpgPool):
     def acquire(
         self, *, timeout: float | None = None
     ) -> asyncpg.pool.PoolAcquireContext[asyncpg.Record]:
-        return super().acquire(timeout=self._acquire_timeout if timeout is None else timeout)
+        return _Acquired(self, self._acquire_timeout if timeout is None else timeout)
 
 
 async def create_pool(

@@ -23,7 +23,7 @@ from typing import Any, Final, TypeVar
 
 from ripple.platform.errors import Unavailable
 
-__all__ = ["DB_TIMEOUT_MESSAGE", "GRACE", "Deadline", "bounded", "timed_out"]
+__all__ = ["DB_TIMEOUT_MESSAGE", "GRACE", "Deadline", "bounded", "detach", "timed_out"]
 
 T = TypeVar("T")
 
@@ -81,6 +81,11 @@ async def bounded(work: Coroutine[Any, Any, T], deadline: Deadline | None) -> T:
 
 def _abandon(task: asyncio.Task[Any]) -> None:
     task.cancel()
+    detach(task)
+
+
+def detach(task: asyncio.Task[Any]) -> None:
+    """Let `task` finish on its own: referenced until done, its outcome retrieved."""
     _abandoned.add(task)
     task.add_done_callback(_forget)
 
