@@ -22,6 +22,7 @@ caller finds that outcome by retrying with the same idempotency key.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -43,6 +44,8 @@ Res = TypeVar("Res")
 class _Waiting(Generic[Req, Res]):
     request: Req
     done: asyncio.Future[Res] = field(repr=False)
+    #: When the caller's timeout passes (loop time), if it has one.
+    expires: float = 0.0
     #: The caller's timeout passed before the request was written.
     expired: bool = False
 
@@ -75,6 +78,10 @@ class GroupCommit(Generic[Req, Res]):
         self.spill = spill
         self._queue: list[_Waiting[Req, Res]] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Requests with a timeout, in submit order, and the one timer that expires them: a
+        #: timer per request would cost starts and publishes more than the rest of `submit`.
+        self._watched: deque[_Waiting[Req, Res]] = deque()
+        self._watchdog: asyncio.TimerHandle | None = None
         #: Batches written and requests in them (metrics and tests).
         self.batches = 0
         self.written = 0
@@ -89,14 +96,37 @@ class GroupCommit(Generic[Req, Res]):
         running = len(self._tasks)
         if not running or (running < self.flushers and len(self._queue) >= self.spill):
             self._tasks.add(loop.create_task(self._drain(), name=self.name))
-        if timeout is None:
-            return await waiting.done
-        # A timer rather than a task per request: this is the hot path of starts and publishes.
-        expiry = loop.call_later(timeout, _expire, waiting)
-        try:
-            return await waiting.done
-        finally:
-            expiry.cancel()
+        if timeout is not None:
+            waiting.expires = loop.time() + timeout
+            self._watch(waiting, loop)
+        return await waiting.done
+
+    def _watch(self, waiting: _Waiting[Req, Res], loop: asyncio.AbstractEventLoop) -> None:
+        watched = self._watched
+        while watched and watched[0].done.done():  # settled: most leave in submit order
+            watched.popleft()
+        watched.append(waiting)
+        watchdog = self._watchdog
+        if watchdog is None or waiting.expires < watchdog.when():
+            if watchdog is not None:
+                watchdog.cancel()
+            self._watchdog = loop.call_at(waiting.expires, self._expire_due, loop)
+
+    def _expire_due(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Answer the callers whose timeout passed; wake again at the next one's."""
+        self._watchdog = None
+        now = loop.time()
+        left: deque[_Waiting[Req, Res]] = deque()
+        for waiting in self._watched:
+            if waiting.done.done():
+                continue
+            if waiting.expires <= now:
+                _expire(waiting)
+            else:
+                left.append(waiting)
+        self._watched = left
+        if left:
+            self._watchdog = loop.call_at(min(w.expires for w in left), self._expire_due, loop)
 
     async def _drain(self) -> None:
         me = asyncio.current_task()

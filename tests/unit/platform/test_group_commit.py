@@ -166,6 +166,21 @@ async def test_group_commit__a_caller_timeout_holds_behind_a_stuck_batch() -> No
     assert (group.batches, group.written) == (2, 2)
 
 
+async def test_group_commit__a_shorter_timeout_behind_a_longer_one_expires_on_its_own() -> None:
+    writer = Recorder()
+    writer.gate.clear()
+    group = GroupCommit(writer.write, name="t")
+    patient = asyncio.ensure_future(group.submit(1, timeout=30))
+    await assert_eventually(lambda: writer.batches == [[1]])
+    hasty = asyncio.ensure_future(group.submit(2, timeout=0.05))
+    with pytest.raises(Unavailable):
+        await asyncio.wait_for(hasty, 10)  # a hang guard: expired after 0.05 s, not 30
+    assert not patient.done()
+    writer.gate.set()
+    assert await patient == 10
+    assert writer.batches == [[1]]
+
+
 async def test_group_commit__a_caller_answered_in_time_keeps_its_outcome() -> None:
     writer = Recorder()
     group = GroupCommit(writer.write, name="t")
