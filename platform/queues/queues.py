@@ -20,7 +20,6 @@ import structlog
 
 from ripple.platform.core import db, wake
 from ripple.platform.core.config import Settings
-from ripple.platform.core.deadlines import Deadline, bounded
 from ripple.platform.core.ids import check_text
 from ripple.platform.core.wake import NullWaker, QueueReady, queue_channel
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
@@ -249,22 +248,17 @@ class Queues:
             bodies: str | _Batch = batch
         else:  # bare bodies (the common batch): one JSON array, no per-message options
             bodies = self._bodies(messages)
-        if conn is None:
-            return await bounded(self._insert(queue, bodies), Deadline(self._settings.db_timeout))
+        with db.map_errors():
+            if conn is None:  # one statement: atomic without an explicit transaction
+                async with self._pool.acquire() as own:
+                    ids = await insert_batch(own, queue, bodies)
+                self._waker.notify(QueueReady(queue=queue))
+                return ids
         async with db.transaction(self._pool, conn) as tx:
             ids = await insert_batch(tx, queue, bodies)
         # The caller commits later: a hint now alone could wake receivers that see nothing yet;
         # as publish does, hint now and again shortly after.
         wake.hint_around_caller_commit(lambda: self._waker.notify(QueueReady(queue=queue)))
-        return ids
-
-    async def _insert(self, queue: str, bodies: str | _Batch) -> list[str]:
-        """Insert on a connection of the pool, then hint receivers."""
-        with db.map_errors():
-            # one statement: atomic without an explicit transaction
-            async with self._pool.acquire() as own:
-                ids = await insert_batch(own, queue, bodies)
-        self._waker.notify(QueueReady(queue=queue))
         return ids
 
     # -- receiving -------------------------------------------------------------------------
