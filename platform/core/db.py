@@ -161,7 +161,11 @@ class _Acquired(_AcquireContext):
             await super().__aexit__(*exc)
             return
         release = asyncio.ensure_future(super().__aexit__(*exc))
-        done, _ = await asyncio.wait((release,), timeout=GRACE)
+        try:
+            done, _ = await asyncio.wait((release,), timeout=GRACE)
+        except BaseException:  # cancelled (again) meanwhile: the hand-back goes on regardless
+            detach(release)
+            raise
         if done:
             release.result()
         else:
@@ -191,8 +195,8 @@ async def create_pool(
     Connects, waits for a free connection and statements time out after `settings.db_timeout`
     (RIPPLE_DB_TIMEOUT) seconds: in a database outage a call fails with `Unavailable` instead
     of hanging. `command_timeout` (a keyword argument) overrides the statement and connection
-    wait bound (workers: `worker_db_timeout`). Unless
-    `direct` (a pool on `database_direct_url`), a pool behind a transaction-mode pooler
+    wait bound (workers: `worker_db_timeout`). Unless `direct` (a pool on
+    `database_direct_url`), a pool behind a transaction-mode pooler
     (`RIPPLE_DATABASE_POOLER=transaction`) keeps no prepared statements.
     """
     url = _database_url(settings, dsn)

@@ -7,7 +7,8 @@ and a transaction's rollback waits for that too, so on a frozen server (a stalle
 paused VM) the caller waits for the thaw. `bounded` runs such work apart from its caller: at
 the deadline the caller gets `Unavailable`, and the work is cancelled and unwinds on its own.
 What it wrote may still commit; the caller finds that outcome by retrying with the same
-idempotency key. Owns no connection and knows no table.
+idempotency key. A lone statement needs no task: the pool hands its connection back in the
+background (`db.create_pool`). Owns no connection and knows no table.
 
 The deadline is the timeout plus `GRACE`: on a server that answers (a statement waiting on a
 lock), the statement's own timeout fires first and its cancel is acknowledged within it, so
