@@ -31,6 +31,7 @@ from ripple.platform.api.results import (
 )
 from ripple.platform.api.workflow_stats import workflow_counts
 from ripple.platform.client import Client
+from ripple.platform.core.deadlines import Deadline, bounded
 from ripple.platform.errors import InvalidInput
 from ripple.workflows import RunHandle
 from ripple.workflows.authoring.definition import NAME_RE
@@ -220,8 +221,10 @@ async def _create(client: Client, name: str, body: StartRun) -> RunHandle[Any]:
 
 async def _start(client: Client, name: str, body: StartRun) -> Response:
     """A start without `wait`: the route's answer, serialised once (the hot route's too)."""
+    # The start and the read of a keyed run's status answer within one RIPPLE_DB_TIMEOUT.
+    deadline = Deadline(client.settings.db_timeout)
     run_id = (await _create(client, name, body)).run_id
-    answer = await started(client, run_id, body.idempotency_key)
+    answer = await bounded(started(client, run_id, body.idempotency_key), deadline)
     return Response(answer.model_dump_json(), 201, media_type="application/json")
 
 

@@ -47,8 +47,9 @@ class Settings(BaseSettings):
     redis_prefix: str = "ripple:"
     pool_min_size: Annotated[int, Field(ge=0, le=1000)] = 2
     pool_max_size: Annotated[int, Field(ge=1, le=1000)] = 20
-    #: Seconds a database connect or statement may take before the call fails with
-    #: `Unavailable` (the API answers 503 with `Retry-After`) instead of hanging in an outage.
+    #: Seconds a call may wait for the database (a connect, a free connection, a statement, a
+    #: group commit) before it fails with `Unavailable` (the API answers 503 with
+    #: `Retry-After`) instead of hanging in an outage, a frozen server included.
     db_timeout: Annotated[float, Field(gt=0, le=3600)] = 5.0
     #: Seconds a worker's own database statement (journal commit, heartbeat, release) may take.
     #: None: the lease (`lease_seconds`); a write slower than that is fenced out anyway, and a

@@ -11,12 +11,13 @@ import json
 import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
-from typing import Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import asyncpg
 import asyncpg.pool
 
 from ripple.platform.core.config import Settings
+from ripple.platform.core.deadlines import DB_TIMEOUT_MESSAGE, GRACE, detach
 from ripple.platform.core.logs import Repeats, get_logger
 from ripple.platform.errors import (
     Conflict,
@@ -137,15 +138,64 @@ def _pooler_options(settings: Settings, direct: bool) -> dict[str, Any]:
     return {"statement_cache_size": 0, "init": init_pooled_connection}
 
 
+if TYPE_CHECKING:
+    _AsyncpgPool = asyncpg.Pool[asyncpg.Record]
+    _AcquireContext = asyncpg.pool.PoolAcquireContext[asyncpg.Record]
+else:
+    _AsyncpgPool = asyncpg.Pool
+    _AcquireContext = asyncpg.pool.PoolAcquireContext
+
+
+class _Acquired(_AcquireContext):
+    """`pool.acquire()` whose connection, after a statement that timed out or was cancelled,
+    goes back to the pool in the background once `GRACE` has passed: asyncpg hands it back
+    only when the server acknowledges the cancel request, which a frozen server never does
+    before it resumes. A live server acknowledges within the grace, so the statement is
+    cancelled before its caller hears of it."""
+
+    __slots__ = ()
+
+    async def __aexit__(self, *exc: object) -> None:
+        if not isinstance(exc[1], TimeoutError | asyncio.CancelledError):
+            await super().__aexit__(*exc)
+            return
+        release = asyncio.ensure_future(super().__aexit__(*exc))
+        try:
+            done, _ = await asyncio.wait((release,), timeout=GRACE)
+        except BaseException:  # cancelled (again) meanwhile: the hand-back goes on regardless
+            detach(release)
+            raise
+        if done:
+            release.result()
+        else:
+            detach(release)
+
+
+class _BoundedPool(_AsyncpgPool):
+    """An asyncpg pool whose `acquire` gives up after the pool's statement bound by default
+    (asyncpg's `command_timeout` does not cover the wait for a free connection, which lasts as
+    long as an outage when every connection is stuck in a statement), and does not hold its
+    caller while a timed-out statement's cancel goes unacknowledged (`_Acquired`)."""
+
+    __slots__ = ("_acquire_timeout",)
+    _acquire_timeout: float | None
+
+    def acquire(
+        self, *, timeout: float | None = None
+    ) -> asyncpg.pool.PoolAcquireContext[asyncpg.Record]:
+        return _Acquired(self, self._acquire_timeout if timeout is None else timeout)
+
+
 async def create_pool(
     settings: Settings, *, dsn: str | None = None, direct: bool = False, **kwargs: Any
 ) -> Pool:
     """Open a pool to `dsn` (default `settings.database_url`) with Ripple's codecs.
 
-    Connects and statements time out after `settings.db_timeout` (RIPPLE_DB_TIMEOUT) seconds:
-    in a database outage a call fails with `Unavailable` instead of hanging. `command_timeout`
-    (a keyword argument) overrides the statement bound (workers: `worker_db_timeout`). Unless
-    `direct` (a pool on `database_direct_url`), a pool behind a transaction-mode pooler
+    Connects, waits for a free connection and statements time out after `settings.db_timeout`
+    (RIPPLE_DB_TIMEOUT) seconds: in a database outage a call fails with `Unavailable` instead
+    of hanging. `command_timeout` (a keyword argument) overrides the statement and connection
+    wait bound (workers: `worker_db_timeout`). Unless `direct` (a pool on
+    `database_direct_url`), a pool behind a transaction-mode pooler
     (`RIPPLE_DATABASE_POOLER=transaction`) keeps no prepared statements.
     """
     url = _database_url(settings, dsn)
@@ -165,7 +215,12 @@ async def create_pool(
             **_pooler_options(settings, direct),
             **kwargs,
         }
-        pool: Pool = await asyncpg.create_pool(url, **options)
+        # What asyncpg.create_pool does (a pool of its keyword defaults updated by the
+        # options), with the bounded wait for a connection.
+        defaults = asyncpg.create_pool.__kwdefaults__ or {}
+        opening = _BoundedPool(url, **{**defaults, **options})
+        opening._acquire_timeout = command_timeout
+        pool: Pool = await opening
     return pool
 
 
@@ -313,10 +368,7 @@ def map_errors() -> Iterator[None]:
     except RippleError:
         raise
     except TimeoutError as exc:  # a connect or statement past RIPPLE_DB_TIMEOUT
-        raise Unavailable(
-            "the database did not answer within RIPPLE_DB_TIMEOUT; the outcome is unknown: "
-            "retry (with the same idempotency key)"
-        ) from exc
+        raise Unavailable(DB_TIMEOUT_MESSAGE) from exc
     except asyncpg.UniqueViolationError as exc:
         raise Conflict(
             f"already exists ({exc.constraint_name})", constraint=exc.constraint_name

@@ -17,6 +17,7 @@ from typing import Any
 from ripple.platform.core import db, wake
 from ripple.platform.core.commit_watch import CommitWatch
 from ripple.platform.core.config import Settings
+from ripple.platform.core.deadlines import Deadline
 from ripple.platform.core.ids import check_idempotency_key, new_id
 from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import NullWaker, RunReady
@@ -148,24 +149,27 @@ class Publisher:
         A repeated `idempotency_key` returns the first event's id and writes nothing.
         """
         text = self._validate(topic, payload, idempotency_key)
-        targets, version = await self._subscriptions.targets_at(topic, payload)
+        deadline = Deadline(self._settings.db_timeout)
+        targets, version = await self._subscriptions.targets_at(topic, payload, deadline)
         item = PendingEvent(new_id(), topic, payload, text, idempotency_key, None, targets, version)
         if not tracing.recording():  # no tracer provider: no span, no context to store
-            written = await self._write(item, conn)
+            written = await self._write(item, conn, deadline)
         else:
             with tracing.span("event.publish", topic=topic, event_id=item.event_id):
                 # Captured inside the span: what targets store is this publish's own context,
                 # so their spans (workflow.run, webhook.deliver) join the publisher's trace.
                 item.trace = tracing.current_context()
-                written = await self._write(item, conn)
+                written = await self._write(item, conn, deadline)
         if written.duplicate:
             log.info("event_duplicate", event_id=written.event_id, idempotency_key=idempotency_key)
         return PublishResult(written.event_id, written.deliveries, written.duplicate, written.waits)
 
-    async def _write(self, item: PendingEvent, conn: db.Connection | None) -> WrittenEvent:
+    async def _write(
+        self, item: PendingEvent, conn: db.Connection | None, deadline: Deadline
+    ) -> WrittenEvent:
         if conn is None:
             # Counted and hinted by the group commit, once the group committed.
-            return await self._committer.submit(item)
+            return await self._committer.submit(item, timeout=deadline.left())
         async with db.transaction(self._pool, conn) as tx:
             (written,) = await write_events(tx, [item], self._kinds, self._resolver)
         # The caller commits later: hint now and again shortly; counted once it committed.

@@ -200,8 +200,9 @@ class GroupCommitter:
             refused_event="publish_group_failed",
         )
 
-    async def submit(self, item: PendingEvent) -> WrittenEvent:
-        return await self._group.submit(item)
+    async def submit(self, item: PendingEvent, *, timeout: float | None = None) -> WrittenEvent:
+        """Write `item` with the next group; `Unavailable` after `timeout` seconds."""
+        return await self._group.submit(item, timeout=timeout)
 
     async def _write(self, group: list[PendingEvent]) -> list[WrittenEvent]:
         async with db.transaction(self._pool) as conn:

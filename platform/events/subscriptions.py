@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from ripple.platform.core import db
 from ripple.platform.core.config import Settings
+from ripple.platform.core.deadlines import Deadline, bounded
 from ripple.platform.core.ids import new_id
 from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import CH_SUBSCRIPTIONS, Listener, NullWaker, SubscriptionsChanged
@@ -289,15 +290,18 @@ class Subscriptions:
         """Subscriptions of any status whose pattern matches `topic` (a valid topic)."""
         return (await self._current()).matching(topic)
 
-    async def targets_at(self, topic: str, payload: Any) -> tuple[Targets, int]:
+    async def targets_at(
+        self, topic: str, payload: Any, deadline: Deadline | None = None
+    ) -> tuple[Targets, int]:
         """Where an event of `topic` with `payload` fans out (the rows of the active matching
         subscriptions whose filter it satisfies, by kind; read only), and the
         subscription-set version it was matched against (events record it, so a backfill
-        knows which events a new subscription was matched with)."""
-        current = await self._current()
+        knows which events a new subscription was matched with). A reload of the set gives
+        up with `Unavailable` at `deadline`."""
+        current = await self._current(deadline)
         return current.targets(topic, payload), current.version
 
-    async def _current(self) -> _CompiledSet:
+    async def _current(self, deadline: Deadline | None = None) -> _CompiledSet:
         if not self._listening:
             # Registered once, until `close()` (callers that arrive while the first one waits
             # for Redis to confirm go on without it); checked without waiting below.
@@ -311,6 +315,10 @@ class Subscriptions:
         current = self._set
         if current is not None and now - self._checked_at < self._settings.poll_interval:
             return current
+        return await bounded(self._reload(current), deadline)
+
+    async def _reload(self, current: _CompiledSet | None) -> _CompiledSet:
+        """The set, read again if its version changed (one caller at a time)."""
         async with self._lock:
             # Another caller may have reloaded or re-checked while this one waited.
             fresh = time.monotonic() - self._checked_at < self._settings.poll_interval

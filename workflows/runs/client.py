@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from ripple.platform.core.commit_watch import CommitWatch
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, dumps, map_errors, transaction
+from ripple.platform.core.deadlines import Deadline, bounded
 from ripple.platform.core.group_commit import GroupCommit
 from ripple.platform.core.ids import check_idempotency_key, check_text, new_id, new_ids
 from ripple.platform.core.wake import (
@@ -271,8 +272,11 @@ class WorkflowClient:
             raise InvalidInput("version must be an integer >= 1", field="version")
         check_priority(priority)
         value = self._prepare_input(definition, name, input)
+        # Work on the pool answers within RIPPLE_DB_TIMEOUT; a caller's transaction is its own.
+        answer_by = Deadline(self.settings.db_timeout)
+        own = None if conn is not None else answer_by
         if self._unsynced:
-            await self.sync_definitions()
+            await bounded(self.sync_definitions(), answer_by)
         if version is None and definition is not None:
             version = definition.version
         deadline_at = _deadline_at(deadline)
@@ -297,13 +301,13 @@ class WorkflowClient:
             # with the other starts of this process in flight at that moment (group commit).
             target = conn if conn is not None else self.pool
             if debounce is not None:
-                created, run_id = await self._debounce(target, debounce, run)
+                created, run_id = await bounded(self._debounce(target, debounce, run), own)
             elif conn is None:
-                created = await self._starts.submit(run.start_row())
+                created = await self._starts.submit(run.start_row(), timeout=answer_by.left())
             else:
                 created = run_id if await store.insert_run(conn, **run.columns()) else None
             if created is None and debounce is None:
-                run_id = await self._existing(target, name, idempotency_key)
+                run_id = await bounded(self._existing(target, name, idempotency_key), own)
         if created is not None:
             hint = RunReady(workflow=name)
             if conn is None:
@@ -510,6 +514,9 @@ class WorkflowClient:
 
     async def cancel(self, run_id: str) -> bool:
         """Cancel a run and its active descendants; True if the run was still active."""
+        return await bounded(self._cancel(run_id), Deadline(self.settings.db_timeout))
+
+    async def _cancel(self, run_id: str) -> bool:
         async with transaction(self.pool) as conn:
             # The root first: a transaction of the run holding its row (starting a child)
             # commits before the tree is read.
@@ -548,23 +555,31 @@ class WorkflowClient:
         check_text(name, "signal name", field="name")
         check_idempotency_key(idempotency_key)
         payload = self._payload(payload)
-        scope = f"run:{run_id}"
         with tracing.span("workflow.signal", run_id=run_id, signal=name):
-            async with transaction(self.pool) as conn:
-                earlier = await _claim_key(conn, scope, idempotency_key)
-                if earlier is not None:
-                    delivered = bool(earlier.get("delivered"))
-                    return SignalResult(delivered=delivered, buffered=not delivered)
-                status = await store.lock_run(conn, run_id=run_id)
-                if status is None:
-                    raise NotFound(f"no run {run_id}: check the run id")
-                if status in TERMINAL:
-                    raise Conflict(f"run {run_id} is {status}; signals go to active runs only")
-                delivered = await store.signal_run(conn, run_id=run_id, name=name, payload=payload)
-                if idempotency_key is not None:
-                    await store.record_signal_key(
-                        conn, scope=scope, key=idempotency_key, result={"delivered": delivered}
-                    )
+            return await bounded(
+                self._signal(run_id, name, payload, idempotency_key),
+                Deadline(self.settings.db_timeout),
+            )
+
+    async def _signal(
+        self, run_id: str, name: str, payload: Any, idempotency_key: str | None
+    ) -> SignalResult:
+        scope = f"run:{run_id}"
+        async with transaction(self.pool) as conn:
+            earlier = await _claim_key(conn, scope, idempotency_key)
+            if earlier is not None:
+                delivered = bool(earlier.get("delivered"))
+                return SignalResult(delivered=delivered, buffered=not delivered)
+            status = await store.lock_run(conn, run_id=run_id)
+            if status is None:
+                raise NotFound(f"no run {run_id}: check the run id")
+            if status in TERMINAL:
+                raise Conflict(f"run {run_id} is {status}; signals go to active runs only")
+            delivered = await store.signal_run(conn, run_id=run_id, name=name, payload=payload)
+            if idempotency_key is not None:
+                await store.record_signal_key(
+                    conn, scope=scope, key=idempotency_key, result={"delivered": delivered}
+                )
         metrics.SIGNALS.labels("delivered" if delivered else "buffered").inc()
         if delivered:
             self.waker.notify(RunReady())
@@ -597,6 +612,12 @@ class WorkflowClient:
         check_text(event, "event", field="event")
         check_idempotency_key(idempotency_key)
         payload = self._payload(payload)
+        return await bounded(
+            self._signal_matching(event, payload, idempotency_key),
+            Deadline(self.settings.db_timeout),
+        )
+
+    async def _signal_matching(self, event: str, payload: Any, idempotency_key: str | None) -> int:
         scope = f"event:{event}"
         async with transaction(self.pool) as conn:
             earlier = await _claim_key(conn, scope, idempotency_key)

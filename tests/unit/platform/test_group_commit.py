@@ -9,6 +9,7 @@ from structlog.testing import capture_logs
 
 from ripple.platform.core.group_commit import GroupCommit
 from ripple.platform.errors import InvalidInput, Unavailable
+from tests.helpers import assert_eventually
 
 
 class Recorder:
@@ -143,6 +144,47 @@ async def test_group_commit__a_canceled_waiter_leaves_the_batch_alone() -> None:
     with pytest.raises(asyncio.CancelledError):
         await one
     assert writer.batches == [[1, 2]]
+
+
+async def test_group_commit__a_caller_timeout_holds_behind_a_stuck_batch() -> None:
+    """The batch in flight never ends while the gate is shut (a frozen database): its caller
+    and the one queued behind it both get Unavailable at their timeout. The queued request is
+    then never written; the one in flight is, when the batch ends (its outcome unheard)."""
+    writer = Recorder()
+    writer.gate.clear()
+    group = GroupCommit(writer.write, name="t")
+    in_flight = asyncio.ensure_future(group.submit(1, timeout=0.05))
+    await assert_eventually(lambda: writer.batches == [[1]])
+    queued = asyncio.ensure_future(group.submit(2, timeout=0.05))
+    for waiting in (in_flight, queued):
+        with pytest.raises(Unavailable, match="RIPPLE_DB_TIMEOUT"):
+            await waiting
+    later = asyncio.ensure_future(group.submit(3))
+    writer.gate.set()
+    assert await later == 30
+    assert writer.batches == [[1], [3]]
+    assert (group.batches, group.written) == (2, 2)
+
+
+async def test_group_commit__a_shorter_timeout_behind_a_longer_one_expires_on_its_own() -> None:
+    writer = Recorder()
+    writer.gate.clear()
+    group = GroupCommit(writer.write, name="t")
+    patient = asyncio.ensure_future(group.submit(1, timeout=30))
+    await assert_eventually(lambda: writer.batches == [[1]])
+    hasty = asyncio.ensure_future(group.submit(2, timeout=0.05))
+    with pytest.raises(Unavailable):
+        await asyncio.wait_for(hasty, 10)  # a hang guard: expired after 0.05 s, not 30
+    assert not patient.done()
+    writer.gate.set()
+    assert await patient == 10
+    assert writer.batches == [[1]]
+
+
+async def test_group_commit__a_caller_answered_in_time_keeps_its_outcome() -> None:
+    writer = Recorder()
+    group = GroupCommit(writer.write, name="t")
+    assert await group.submit(1, timeout=30) == 10
 
 
 async def test_group_commit__any_batch_error_is_isolated_and_the_committer_keeps_going() -> None:
