@@ -45,8 +45,8 @@ Ripple: publish events to topics, fan them out to queues, webhooks and durable w
 All `/v1` routes take `Authorization: Bearer <token>` (tokens from `RIPPLE_API_TOKENS`).
 Errors are RFC 9457 `application/problem+json`. Bodies are JSON (415 otherwise), limited to
 `RIPPLE_MAX_BODY_BYTES` (413 above it) and JSON nesting to `RIPPLE_MAX_JSON_DEPTH` (422); NaN,
-Infinity and repeated object keys are 422, bodies that are not UTF-8 or hold integers of more
-than 4,300 digits 400 (`bad-request`). A database that does not answer within
+Infinity, lone UTF-16 surrogate escapes and repeated object keys are 422, bodies that are not
+UTF-8 or hold integers of more than 4,300 digits 400 (`bad-request`). A database that does not answer within
 `RIPPLE_DB_TIMEOUT` gives 503 with `Retry-After`. Lists take `limit` and `cursor`.
 """
 
@@ -156,7 +156,8 @@ def _problem_everywhere(schema: dict[str, Any]) -> None:
         "413": "Request body too large",
         "414": f"Request URI longer than {MAX_URI_BYTES // 1024} KiB (send large values in a body)",
         "415": "Request body is not JSON (Content-Type)",
-        "422": "Invalid input (also NaN/Infinity or a repeated key in a JSON object)",
+        "422": "Invalid input (also NaN/Infinity, a lone UTF-16 surrogate escape or a repeated "
+        "key in a JSON object)",
         "503": "Database unavailable; retry",
     }
     for path, item in schema.get("paths", {}).items():
