@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Response
 from pydantic import ConfigDict, Field
 
 from ripple.platform.api.deps import ClientDep
-from ripple.platform.api.models import ApiModel, OutModel, ScheduleOut, schedule_out
+from ripple.platform.api.models import JSON_NUMBER, ApiModel, OutModel, ScheduleOut, schedule_out
 from ripple.platform.api.problems import ProblemError, problem_responses
 from ripple.platform.api.topics import TOPIC_PATTERN
 from ripple.platform.events.topics import MAX_NAME_LENGTH
@@ -64,10 +64,8 @@ class ScheduleIn(ApiModel):
     cron: str | None = Field(
         default=None, description="A 5-field cron expression.", examples=["0 3 * * *"]
     )
-    every: float | None = Field(
+    every: Annotated[float, Field(gt=0, le=MAX_EVERY_SECONDS), JSON_NUMBER] | None = Field(
         default=None,
-        gt=0,
-        le=MAX_EVERY_SECONDS,
         description="Seconds between ticks (at most ten years).",
         examples=[30],
     )

@@ -122,6 +122,16 @@ async def test_schedules__a_topic_schedule_delivers_to_a_queue(client: Client) -
     assert messages[0].headers["topic"] == "clock.tick"
 
 
+async def test_schedules__a_topic_schedule_without_a_payload_publishes_an_empty_object(
+    client: Client,
+) -> None:
+    await client.subscribe("clock.bare", QueueTarget("bare-ticks"))
+    await client.schedules.create("bare", topic="clock.bare", every=timedelta(days=1))
+    assert await client.schedules.trigger("bare") is None
+    (message,) = await client.queues.receive("bare-ticks", max_messages=1)
+    assert message.body == {}
+
+
 async def test_schedules__pause_resume_trigger_delete(client: Client) -> None:
     info = await client.schedules.create(
         "nightly",
