@@ -12,6 +12,7 @@ from ripple.platform.api.models import JSON_NUMBER, ApiModel, OutModel, Schedule
 from ripple.platform.api.problems import ProblemError, problem_responses
 from ripple.platform.api.topics import TOPIC_PATTERN
 from ripple.platform.events.topics import MAX_NAME_LENGTH
+from ripple.platform.ops.cadence import MIN_EVERY_SECONDS
 from ripple.platform.ops.schedules import SCHEDULE_NAME
 from ripple.workflows.authoring.definition import NAME_RE
 
@@ -64,9 +65,11 @@ class ScheduleIn(ApiModel):
     cron: str | None = Field(
         default=None, description="A 5-field cron expression.", examples=["0 3 * * *"]
     )
-    every: Annotated[float, Field(gt=0, le=MAX_EVERY_SECONDS), JSON_NUMBER] | None = Field(
+    every: (
+        Annotated[float, Field(ge=MIN_EVERY_SECONDS, le=MAX_EVERY_SECONDS), JSON_NUMBER] | None
+    ) = Field(
         default=None,
-        description="Seconds between ticks (at most ten years).",
+        description="Seconds between ticks (at least a millisecond, at most ten years).",
         examples=[30],
     )
     timezone: str = Field(

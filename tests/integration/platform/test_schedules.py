@@ -243,3 +243,11 @@ async def test_schedules__a_new_schedule_wakes_a_sleeping_scheduler(
             return len((await client.list_runs(workflow="report")).items) >= 1
 
         await assert_eventually(fired, timeout=10)
+
+
+async def test_schedules__an_interval_too_short_to_count_ticks_is_refused(client: Client) -> None:
+    with pytest.raises(InvalidInput, match="every"):
+        Schedule(every=5e-324)
+    with pytest.raises(InvalidInput, match="every"):
+        await client.schedules.create("tiny", workflow="report", every=5e-324)
+    assert await client.schedules.list() == []
