@@ -7,7 +7,7 @@ Targets only describe; each kind's `validate()` (in its module) decides what is 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -19,7 +19,7 @@ from pydantic import (
     field_validator,
 )
 
-from ripple.subscribers.webhooks.signing import decode_secret, generate_secret
+from ripple.subscribers.webhooks.signing import SECRET_PATTERN, decode_secret, generate_secret
 from ripple.workflows.authoring.retry import RetryPolicy
 
 __all__ = ["QueueTarget", "Target", "WebhookTarget", "WorkflowTarget", "new_webhook_secret"]
@@ -30,10 +30,41 @@ def new_webhook_secret() -> str:
     return generate_secret()
 
 
+#: The JSON form of a retry policy: its fields' JSON types and the bounds `RetryPolicy` checks.
+_RETRY_FIELDS: Final[dict[str, dict[str, Any]]] = {
+    "maxAttempts": {"type": "integer", "minimum": 0},
+    "initialInterval": {"type": "number", "minimum": 0},
+    "backoffCoefficient": {"type": "number", "minimum": 1},
+    "maxInterval": {"type": "number", "minimum": 0},
+    "jitter": {"type": "number", "minimum": 0, "maximum": 1},
+    "nonRetryable": {"type": "array", "items": {"type": "string"}},
+}
+
+
+def _json_type_problem(data: dict[str, Any]) -> str | None:
+    """The first field of a retry policy's JSON form whose JSON type is wrong, described."""
+    for name, spec in _RETRY_FIELDS.items():
+        if name not in data:
+            continue
+        value = data[name]
+        if spec["type"] == "array":
+            ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        else:
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            integral = spec["type"] == "number" or (number and float(value).is_integer())
+            ok = number and integral
+        if not ok:
+            return f"{name} must be a JSON {spec['type']}, got {value!r}"
+    return None
+
+
 def _to_policy(value: Any) -> RetryPolicy | None:
     if value is None or isinstance(value, RetryPolicy):
         return value
     if isinstance(value, dict):
+        problem = _json_type_problem(value)
+        if problem is not None:
+            raise ValueError(f"invalid retry policy: {problem}")
         try:
             return RetryPolicy.from_json(value)
         except (TypeError, ValueError) as exc:
@@ -49,14 +80,7 @@ _Retry = Annotated[
         {
             "type": "object",
             "nullable": True,
-            "properties": {
-                "maxAttempts": {"type": "integer"},
-                "initialInterval": {"type": "number"},
-                "backoffCoefficient": {"type": "number"},
-                "maxInterval": {"type": "number"},
-                "jitter": {"type": "number"},
-                "nonRetryable": {"type": "array", "items": {"type": "string"}},
-            },
+            "properties": _RETRY_FIELDS,
         }
     ),
 ]
@@ -104,7 +128,11 @@ class WebhookTarget(_Target):
 
     type: Literal["webhook"] = "webhook"
     url: str = Field(min_length=1)
-    secret: str = Field(default_factory=new_webhook_secret)
+    secret: str = Field(
+        default_factory=new_webhook_secret,
+        # Documents the validator's rule; the validator's error says what is wrong.
+        json_schema_extra={"pattern": SECRET_PATTERN},
+    )
     retry: _Retry = None
     timeout: float | None = Field(default=None, gt=0, le=300)
 

@@ -6,6 +6,7 @@ Given `Settings`, the app owns a `Client` (connected at startup, closed at shutd
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 from collections.abc import AsyncIterator, Collection
@@ -14,6 +15,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
+from starlette.types import Receive, Scope, Send
 
 from ripple.platform.api.deps import require_token
 from ripple.platform.api.hot_routes import HotRoute, HotRoutes
@@ -45,10 +47,29 @@ Ripple: publish events to topics, fan them out to queues, webhooks and durable w
 All `/v1` routes take `Authorization: Bearer <token>` (tokens from `RIPPLE_API_TOKENS`).
 Errors are RFC 9457 `application/problem+json`. Bodies are JSON (415 otherwise), limited to
 `RIPPLE_MAX_BODY_BYTES` (413 above it) and JSON nesting to `RIPPLE_MAX_JSON_DEPTH` (422); NaN,
-Infinity and repeated object keys are 422, bodies that are not UTF-8 or hold integers of more
-than 4,300 digits 400 (`bad-request`). A database that does not answer within
-`RIPPLE_DB_TIMEOUT` gives 503 with `Retry-After`. Lists take `limit` and `cursor`.
+Infinity, lone UTF-16 surrogate escapes and repeated object keys are 422, bodies that are not
+UTF-8 or hold integers of more than 4,300 digits 400 (`bad-request`). A database that does not
+answer within `RIPPLE_DB_TIMEOUT` gives 503 with `Retry-After`. Lists take `limit` and `cursor`.
 """
+
+
+class _Api(FastAPI):
+    """FastAPI that keeps an unexpected exception of a request inside the app.
+
+    Starlette's `ServerErrorMiddleware` logs it through the app's `Exception` handler, answers
+    the 500 (unless the response had started) and then re-raises it for the server, and uvicorn
+    answers a re-raised exception by closing the connection, after a complete response without
+    `Connection: close`: the client's next request on that keep-alive connection fails. Kept
+    here, the connection stays usable; a response cut short is still closed by uvicorn, which
+    sees it incomplete.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        with contextlib.suppress(Exception):  # logged and answered by ServerErrorMiddleware
+            await super().__call__(scope, receive, send)
 
 
 def create_app(
@@ -78,7 +99,7 @@ def create_app(
             if owned:
                 await client.close()
 
-    app = FastAPI(
+    app = _Api(
         title="Ripple",
         version="1",
         description=_DESCRIPTION,
@@ -155,7 +176,8 @@ def _problem_everywhere(schema: dict[str, Any]) -> None:
         "413": "Request body too large",
         "414": f"Request URI longer than {MAX_URI_BYTES // 1024} KiB (send large values in a body)",
         "415": "Request body is not JSON (Content-Type)",
-        "422": "Invalid input (also NaN/Infinity or a repeated key in a JSON object)",
+        "422": "Invalid input (also NaN/Infinity, a lone UTF-16 surrogate escape or a repeated "
+        "key in a JSON object)",
         "503": "Database unavailable; retry",
     }
     for path, item in schema.get("paths", {}).items():

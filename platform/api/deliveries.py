@@ -47,7 +47,14 @@ async def list_deliveries(
         str | None,
         Query(alias="subscriptionId", pattern=UUID_PATTERN, json_schema_extra={"format": "uuid"}),
     ] = None,
-    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    cursor: Annotated[
+        str | None,
+        Query(
+            pattern=UUID_PATTERN,
+            description="The `nextCursor` of the previous page (a delivery id).",
+            json_schema_extra={"format": "uuid"},
+        ),
+    ] = None,
 ) -> DeliveryPage:
     """Webhook deliveries, newest first, with their last outcome."""
     page = await client.deliveries.list(

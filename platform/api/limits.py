@@ -5,14 +5,17 @@ The body is counted as it streams in (and refused early when `Content-Length` al
 much), so an oversized request never reaches a JSON parser; then the nesting depth of a JSON body
 is measured on the bytes, so a deeply nested document cannot exhaust the parser's recursion.
 A body that is not JSON by its `Content-Type` is a 415. A JSON body is then read once strictly:
-not UTF-8 or an integer over 4,300 digits is a 400 `bad-request`; a duplicate object key, NaN or
-±Infinity is a 422 (JSON has no NaN; with duplicates the value a reader sees depends on the
-reader). Syntax errors are left to the route's parser (400 `malformed-json`).
+not UTF-8 or an integer over 4,300 digits is a 400 `bad-request`; a duplicate object key, NaN,
+±Infinity or a lone UTF-16 surrogate escape (`"\\ud800"`) is a 422 (JSON has no NaN; with
+duplicates the value a reader sees depends on the reader; a lone surrogate is no Unicode
+character, so no UTF-8 text or Postgres value can hold it). Syntax errors are left to the
+route's parser (400 `malformed-json`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Final
 
 from fastapi.responses import JSONResponse
@@ -33,6 +36,9 @@ _OPEN: Final = frozenset(b"[{")
 _CLOSE: Final = frozenset(b"]}")
 _QUOTE: Final = ord('"')
 _BACKSLASH: Final = ord("\\")
+#: The escape of a UTF-16 surrogate (`\ud800` to `\udfff`): only a body holding one can
+#: decode to a lone surrogate (UTF-8 bytes of one are refused by the decoder).
+_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def uri_too_long(size: int, instance: str, *, complete: bool = True) -> JSONResponse:
@@ -104,7 +110,7 @@ def strict_json_problem(body: bytes) -> tuple[int, str] | None:
     except UnicodeDecodeError as exc:
         return 400, f"request body is not UTF-8 ({exc.reason} at byte {exc.start})"
     try:
-        json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_refuse_constant)
+        value = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_refuse_constant)
     except _NotStrict as exc:
         return 422, str(exc)
     except json.JSONDecodeError:
@@ -113,6 +119,15 @@ def strict_json_problem(body: bytes) -> tuple[int, str] | None:
         return 400, "request body has an integer of more than 4300 digits; send it as a string"
     except RecursionError:
         return None  # bounded by the depth check before; the route's parser reports it
+    if _SURROGATE_ESCAPE.search(body) is not None:
+        try:
+            json.dumps(value, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            return 422, (
+                "request body has a lone UTF-16 surrogate escape (\\ud800 to \\udfff without "
+                "its pair) in a JSON string, which is not Unicode text; send the whole pair or "
+                "the character itself"
+            )
     return None
 
 

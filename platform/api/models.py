@@ -12,13 +12,18 @@ import re
 from datetime import date, datetime, timedelta
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 __all__ = [
+    "JSON_NUMBER",
+    "NO_NUL_PATTERN",
     "UUID_PATTERN",
     "ApiModel",
     "DateTimeIn",
+    "JsonBool",
+    "JsonFloat",
+    "JsonInt",
     "JsonNotNull",
     "OutModel",
     "Published",
@@ -76,6 +81,26 @@ def _rfc3339(value: Any) -> Any:
 
 #: A date-time input: RFC 3339 text with an offset (no numbers, no naive times).
 DateTimeIn = Annotated[datetime, BeforeValidator(_rfc3339)]
+
+#: A string without U+0000 (Postgres text cannot hold it), for free-text fields.
+NO_NUL_PATTERN: Final = r"^[^\x00]*$"
+
+
+def _json_number(value: Any) -> Any:
+    # pydantic's lax mode takes `true` for 1 and "5" for 5; the schema says number, so only
+    # JSON numbers pass (an integral float such as 2.0 is still a JSON Schema integer).
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("expected a JSON number")
+    return value
+
+
+#: Refuses what is not a JSON number; put bounds before it (`Annotated[int, Field(ge=1),
+#: JSON_NUMBER]`), as after it pydantic leaves them out of the JSON Schema of an optional field.
+JSON_NUMBER: Final = BeforeValidator(_json_number)
+#: JSON-typed request fields: a number is not a boolean or a string, nor a boolean a number.
+JsonInt = Annotated[int, JSON_NUMBER]
+JsonFloat = Annotated[float, JSON_NUMBER]
+JsonBool = Annotated[bool, Strict()]
 
 #: Any JSON value except `null` (payloads, message bodies: `{}` stands for "no data").
 JsonNotNull = Annotated[

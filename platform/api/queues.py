@@ -8,7 +8,15 @@ from fastapi import APIRouter, Path, Response
 from pydantic import Field
 
 from ripple.platform.api.deps import ClientDep, Limit
-from ripple.platform.api.models import ApiModel, JsonNotNull, jsonable
+from ripple.platform.api.models import (
+    JSON_NUMBER,
+    NO_NUL_PATTERN,
+    ApiModel,
+    JsonFloat,
+    JsonInt,
+    JsonNotNull,
+    jsonable,
+)
 from ripple.platform.api.problems import problem_responses
 from ripple.platform.api.results import (
     DeadLetterOut,
@@ -45,28 +53,36 @@ Receipt = Annotated[
 
 class SendIn(ApiModel):
     body: JsonNotNull = Field(examples=[{"x": 1}])
-    headers: dict[str, str] | None = Field(default=None, examples=[{"source": "billing"}])
+    headers: dict[str, Annotated[str, Field(pattern=NO_NUL_PATTERN)]] | None = Field(
+        default=None, examples=[{"source": "billing"}]
+    )
     group_id: str | None = Field(
-        default=None, min_length=1, max_length=255, description="FIFO group (single-flight)."
+        default=None,
+        min_length=1,
+        max_length=255,
+        pattern=NO_NUL_PATTERN,
+        description="FIFO group (single-flight).",
     )
-    delay: float | None = Field(
-        default=None, ge=0, le=14 * 86400, description="Seconds (≤ 14 days)."
+    delay: Annotated[float, Field(ge=0, le=14 * 86400), JSON_NUMBER] | None = Field(
+        default=None, description="Seconds (≤ 14 days)."
     )
-    deduplication_id: str | None = Field(default=None, min_length=1, max_length=255)
+    deduplication_id: str | None = Field(
+        default=None, min_length=1, max_length=255, pattern=NO_NUL_PATTERN
+    )
 
 
 class ReceiveIn(ApiModel):
-    max_messages: int = Field(default=10, ge=1, le=1000)
-    visibility_timeout: float = Field(default=30.0, gt=0, le=12 * 3600, description="Seconds.")
-    wait: float = Field(default=0.0, ge=0, le=20, description="Long-poll seconds (≤ 20).")
+    max_messages: JsonInt = Field(default=10, ge=1, le=1000)
+    visibility_timeout: JsonFloat = Field(default=30.0, gt=0, le=12 * 3600, description="Seconds.")
+    wait: JsonFloat = Field(default=0.0, ge=0, le=20, description="Long-poll seconds (≤ 20).")
 
 
 class NackIn(ApiModel):
-    delay: float = Field(default=0.0, ge=0, le=12 * 3600, description="Seconds until visible.")
+    delay: JsonFloat = Field(default=0.0, ge=0, le=12 * 3600, description="Seconds until visible.")
 
 
 class RedriveIn(ApiModel):
-    limit: int | None = Field(default=None, ge=1, le=100_000)
+    limit: Annotated[int, Field(ge=1, le=100_000), JSON_NUMBER] | None = None
 
 
 @router.post(

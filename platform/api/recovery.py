@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path
 from pydantic import Field
 
 from ripple.platform.api.deps import ClientDep, UuidPath
-from ripple.platform.api.models import ApiModel, DateTimeIn
+from ripple.platform.api.models import NO_NUL_PATTERN, ApiModel, DateTimeIn, JsonBool
 from ripple.platform.api.problems import problem_responses
 from ripple.platform.api.results import BulkOut, ReplayOut, RunAction, run_action
 from ripple.workflows.authoring.definition import NAME_RE
@@ -20,12 +20,15 @@ router = APIRouter(tags=["operations"])
 
 RunIdPath = Annotated[str, Path(min_length=1, max_length=64, examples=["0193c2a4-..."])]
 SubscriptionId = UuidPath
-_STATUS = "^(pending|running|sleeping|waiting|completed|failed|canceled)$"
+#: The statuses each bulk action acts on (what `cancel_many` / `retry_many` accept).
+_ACTIVE_STATUS = "^(pending|running|sleeping|waiting)$"
+_RETRYABLE_STATUS = "^(failed|canceled)$"
 
 
 class ForkIn(ApiModel):
     from_step: str = Field(
         min_length=1,
+        pattern=NO_NUL_PATTERN,
         max_length=255,
         description="Step key to run again: the journal is copied up to, not including, it.",
         examples=["charge"],
@@ -38,11 +41,26 @@ class RunFilterIn(ApiModel):
     started are never touched."""
 
     workflow: str | None = Field(default=None, pattern=NAME_RE.pattern)
-    status: str | None = Field(default=None, pattern=_STATUS)
     since: DateTimeIn | None = Field(default=None, description="Created at or after.")
     until: DateTimeIn | None = Field(default=None, description="Created before.")
     created_before: DateTimeIn | None = Field(default=None, description="Created before.")
-    dry_run: bool = Field(default=False, description="Only count the matching runs.")
+    dry_run: JsonBool = Field(default=False, description="Only count the matching runs.")
+
+
+class CancelFilterIn(RunFilterIn):
+    """Which active runs to cancel (the list filters)."""
+
+    status: str | None = Field(
+        default=None, pattern=_ACTIVE_STATUS, description="An active status (default: all)."
+    )
+
+
+class RetryFilterIn(RunFilterIn):
+    """Which failed or canceled runs to retry (the list filters)."""
+
+    status: str | None = Field(
+        default=None, pattern=_RETRYABLE_STATUS, description="failed or canceled (default: both)."
+    )
 
 
 class ReplayIn(ApiModel):
@@ -50,7 +68,7 @@ class ReplayIn(ApiModel):
     until: DateTimeIn | None = Field(default=None, description="...and before this (default now).")
 
 
-def _filter(body: RunFilterIn) -> dict[str, Any]:
+def _filter(body: CancelFilterIn | RetryFilterIn) -> dict[str, Any]:
     """The bulk routes' body as the keyword arguments of `cancel_many` / `retry_many`."""
     return {
         "workflow": body.workflow,
@@ -67,7 +85,7 @@ def _filter(body: RunFilterIn) -> dict[str, Any]:
     response_model=BulkOut,
     responses=problem_responses(422),
 )
-async def cancel_many(body: RunFilterIn, client: ClientDep) -> BulkOut:
+async def cancel_many(body: CancelFilterIn, client: ClientDep) -> BulkOut:
     """Cancel every active run matching the filter, in batches; returns how many."""
     count = await client.cancel_many(**_filter(body))
     return BulkOut(count=count, dry_run=body.dry_run)
@@ -78,7 +96,7 @@ async def cancel_many(body: RunFilterIn, client: ClientDep) -> BulkOut:
     response_model=BulkOut,
     responses=problem_responses(422),
 )
-async def retry_many(body: RunFilterIn, client: ClientDep) -> BulkOut:
+async def retry_many(body: RetryFilterIn, client: ClientDep) -> BulkOut:
     """Retry every failed or canceled run matching the filter, in batches; returns how many."""
     count = await client.retry_many(**_filter(body))
     return BulkOut(count=count, dry_run=body.dry_run)

@@ -8,11 +8,12 @@ from fastapi import APIRouter, Path, Response
 from pydantic import ConfigDict, Field
 
 from ripple.platform.api.deps import ClientDep
-from ripple.platform.api.models import ApiModel, ScheduleOut, schedule_out
+from ripple.platform.api.models import JSON_NUMBER, ApiModel, ScheduleOut, schedule_out
 from ripple.platform.api.problems import ProblemError, problem_responses
 from ripple.platform.api.results import Triggered
 from ripple.platform.api.topics import TOPIC_PATTERN
 from ripple.platform.events.topics import MAX_NAME_LENGTH
+from ripple.platform.ops.cadence import MIN_EVERY_SECONDS
 from ripple.platform.ops.schedules import SCHEDULE_NAME
 from ripple.workflows.authoring.definition import NAME_RE
 
@@ -65,11 +66,11 @@ class ScheduleIn(ApiModel):
     cron: str | None = Field(
         default=None, description="A 5-field cron expression.", examples=["0 3 * * *"]
     )
-    every: float | None = Field(
+    every: (
+        Annotated[float, Field(ge=MIN_EVERY_SECONDS, le=MAX_EVERY_SECONDS), JSON_NUMBER] | None
+    ) = Field(
         default=None,
-        gt=0,
-        le=MAX_EVERY_SECONDS,
-        description="Seconds between ticks (at most ten years).",
+        description="Seconds between ticks (at least a millisecond, at most ten years).",
         examples=[30],
     )
     timezone: str = Field(

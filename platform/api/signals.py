@@ -6,9 +6,10 @@ from typing import Any
 
 from fastapi import APIRouter
 from pydantic import Field
+from pydantic.json_schema import SkipJsonSchema
 
 from ripple.platform.api.deps import ClientDep
-from ripple.platform.api.models import ApiModel
+from ripple.platform.api.models import NO_NUL_PATTERN, ApiModel
 from ripple.platform.api.problems import problem_responses
 from ripple.platform.api.results import Resumed
 from ripple.platform.api.runs import KeyHeader, idempotency_key
@@ -19,15 +20,14 @@ router = APIRouter(tags=["signals"])
 
 
 class SignalMatching(ApiModel):
-    event: str = Field(min_length=1, max_length=255, examples=["user.verified"])
+    event: str = Field(
+        min_length=1, max_length=255, pattern=NO_NUL_PATTERN, examples=["user.verified"]
+    )
     payload: Any = Field(default=None, examples=[{"userId": 42}])
-    idempotency_key: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=255,
-        description="A repeat with the same key (per event) returns the first `resumed` and "
-        "resumes nothing (or send the `Idempotency-Key` header).",
-        examples=["verified-42"],
+    #: The key as a body field, as the Python API's contract names it; the OpenAPI document
+    #: gives one way, the `Idempotency-Key` header, so that two keys cannot disagree.
+    idempotency_key: SkipJsonSchema[str | None] = Field(
+        default=None, min_length=1, max_length=255, pattern=NO_NUL_PATTERN
     )
 
 
@@ -35,7 +35,11 @@ class SignalMatching(ApiModel):
 async def signal_matching(
     body: SignalMatching, client: ClientDep, key_header: KeyHeader = None
 ) -> Resumed:
-    """Resume every run waiting on `event` whose `match` the payload contains."""
+    """Resume every run waiting on `event` whose `match` the payload contains.
+
+    With an `Idempotency-Key` header, a repeat (per event) returns the first `resumed` and
+    resumes nothing.
+    """
     key = idempotency_key(key_header, body.idempotency_key)
     resumed = await client.signal_matching(body.event, body.payload, idempotency_key=key)
     return Resumed(resumed=resumed)

@@ -11,7 +11,12 @@ from pydantic import Field
 
 from ripple.platform.api.deps import ClientDep
 from ripple.platform.api.hot_routes import HotRoute
-from ripple.platform.api.models import ApiModel, JsonNotNull, Published
+from ripple.platform.api.models import (
+    NO_NUL_PATTERN,
+    ApiModel,
+    JsonNotNull,
+    Published,
+)
 from ripple.platform.api.problems import ProblemError, problem_responses
 from ripple.platform.api.results import ExplanationOut, explanation_out, published
 from ripple.platform.client import Client
@@ -41,7 +46,7 @@ Topic = Annotated[
 class PublishIn(ApiModel):
     payload: JsonNotNull = Field(examples=[{"userId": 42, "email": "ann@example.com"}])
     idempotency_key: str | None = Field(
-        default=None, min_length=1, max_length=255, examples=["signup-42"]
+        default=None, min_length=1, max_length=255, pattern=NO_NUL_PATTERN, examples=["signup-42"]
     )
 
 

@@ -157,8 +157,9 @@ class ApiOperator:
         return await self._call("POST", path, json=payload, headers=headers)
 
     async def signal_matching(self, event: str, payload: Json, idempotency_key: str | None) -> Json:
-        body = {"event": event, "payload": payload, "idempotencyKey": idempotency_key}
-        return await self._call("POST", "/v1/signals", json=body)
+        headers = {} if idempotency_key is None else {"Idempotency-Key": idempotency_key}
+        body = {"event": event, "payload": payload}
+        return await self._call("POST", "/v1/signals", json=body, headers=headers)
 
     async def queue_send(
         self, queue: str, body: Json, group_id: str | None, delay: float | None

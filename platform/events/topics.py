@@ -27,6 +27,7 @@ __all__ = [
     "encode_json_items",
     "first_mismatch",
     "nul_error",
+    "surrogate_error",
     "validate_pattern",
     "validate_topic",
 ]
@@ -145,8 +146,9 @@ def compile_pattern(pattern: str) -> Pattern:
 def check_json(value: Any, *, field: str, max_depth: int, max_bytes: int | None = None) -> int:
     """Check that `value` is JSON within the depth (and size) limits; return its encoded size.
 
-    Raises `InvalidInput` naming the limit (or NaN/±Infinity, or a NUL character, which
-    Postgres cannot store), so callers can reject before writing anything.
+    Raises `InvalidInput` naming the limit (or NaN/±Infinity, or a NUL character or a lone
+    UTF-16 surrogate, which Postgres cannot store), so callers can reject before writing
+    anything.
     """
     _check_depth(value, field, max_depth, 1)
     if max_bytes is None:
@@ -182,7 +184,10 @@ def encode_json(value: Any, *, field: str, max_depth: int, max_bytes: int) -> st
         _check_depth(value, field, max_depth, 1)
     elif isinstance(value, dict | list):
         _check_keys(value, field)
-    size = _utf8_size(text)
+    try:
+        size = _utf8_size(text)
+    except UnicodeEncodeError:
+        raise surrogate_error(field) from None
     if size > max_bytes:
         raise InvalidInput(
             f"{field} is {size} bytes of JSON; the limit is {max_bytes} bytes", field=field
@@ -191,7 +196,10 @@ def encode_json(value: Any, *, field: str, max_depth: int, max_bytes: int) -> st
 
 
 def _utf8_size(text: str) -> int:
-    """Bytes of `text` in UTF-8 (no encoding for ASCII text, the common case)."""
+    """Bytes of `text` in UTF-8 (no encoding for ASCII text, the common case).
+
+    Raises `UnicodeEncodeError` for a lone surrogate, which UTF-8 cannot encode.
+    """
     return len(text) if text.isascii() else len(text.encode())
 
 
@@ -213,8 +221,13 @@ def encode_json_items(values: Sequence[Any], *, max_depth: int, max_bytes: int) 
         text = _COMPACT.encode(items)
     except (TypeError, ValueError):
         return None
-    # The whole array within the size limit bounds every item; U+0000 needs the precise walk.
-    if _utf8_size(text) > max_bytes or NUL_ESCAPE in text:
+    # The whole array within the size limit bounds every item; U+0000 and lone surrogates
+    # need the precise walk.
+    try:
+        size = _utf8_size(text)
+    except UnicodeEncodeError:
+        return None
+    if size > max_bytes or NUL_ESCAPE in text:
         return None
     # Depth: with strings removed, each pass drops the containers that hold no container, so
     # the array (one level above its items) is gone after at most max_depth + 1 passes.
@@ -243,6 +256,25 @@ def nul_error(field: str) -> InvalidInput:
         "or encode the data (for example as base64)",
         field=field,
     )
+
+
+#: A UTF-16 surrogate code point: JSON may spell one alone (`"\ud800"`), but it is no Unicode
+#: character, so neither UTF-8 nor Postgres can hold it.
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def surrogate_error(field: str) -> InvalidInput:
+    """The error for a lone UTF-16 surrogate in a value (`"\\ud800"` without its pair)."""
+    return InvalidInput(
+        f"{field} contains a lone UTF-16 surrogate (U+D800 to U+DFFF without its pair), which "
+        "is not Unicode text; send the whole surrogate pair, the character itself, or encode "
+        "the data (for example as base64)",
+        field=field,
+    )
+
+
+def _has_surrogate(text: str) -> bool:
+    return not text.isascii() and _SURROGATE.search(text) is not None
 
 
 _CONTAINERS: Final = (dict, list)
@@ -274,6 +306,8 @@ def _check_depth(value: Any, field: str, max_depth: int, depth: int) -> None:
                 raise InvalidInput(f"{field} has a non-string object key {key!r}", field=field)
             if "\x00" in key:
                 raise nul_error(field)
+            if _has_surrogate(key):
+                raise surrogate_error(field)
             _check_depth(item, field, max_depth, depth + 1)
     elif isinstance(value, list | tuple):
         if depth > max_depth:
@@ -290,6 +324,8 @@ def _check_scalar(value: Any, field: str) -> None:
     if isinstance(value, str):
         if "\x00" in value:
             raise nul_error(field)
+        if _has_surrogate(value):
+            raise surrogate_error(field)
     elif value is None or isinstance(value, bool | int):
         return
     elif isinstance(value, float):

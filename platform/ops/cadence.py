@@ -17,9 +17,12 @@ from cronsim import CronSim, CronSimError
 
 from ripple.platform.errors import InvalidInput
 
-__all__ = ["Schedule", "check_timezone", "latest_tick", "next_tick"]
+__all__ = ["MIN_EVERY_SECONDS", "Schedule", "check_timezone", "latest_tick", "next_tick"]
 
 Overlap = Literal["skip", "allow"]
+#: Shortest `every`: ticks are counted from the Unix epoch in microsecond timestamps, and a
+#: far shorter interval overflows that count.
+MIN_EVERY_SECONDS = 0.001
 #: Upper bound on cron ticks walked to find the latest missed one (a minutely cron after ~70 days).
 _MAX_WALK = 100_000
 
@@ -73,9 +76,11 @@ class Schedule:
                 ) from None
         if self.every is not None:
             secs = self.every_seconds
-            if secs is None or not secs > 0 or math.isinf(secs):
+            if secs is None or not secs >= MIN_EVERY_SECONDS or math.isinf(secs):
                 raise InvalidInput(
-                    f"every must be a positive duration, got {self.every!r}", field="every"
+                    f"every must be a duration of at least {MIN_EVERY_SECONDS} s, got "
+                    f"{self.every!r}",
+                    field="every",
                 )
         check_timezone(self.timezone)
         if self.overlap not in ("skip", "allow"):

@@ -209,7 +209,9 @@ class Schedules:
         if info.workflow is not None:
             return await self._firing.start_run(conn, info.workflow, info.input, key)
         assert info.topic is not None
-        await self._firing.publish(conn, info.topic, info.input, key)
+        # A topic schedule created without a payload publishes `{}`, the payload of no data.
+        payload = {} if info.input is None else info.input
+        await self._firing.publish(conn, info.topic, payload, key)
         return None
 
     async def fire_due(self) -> int:

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 __all__ = [
     "MIN_SECRET_BYTES",
+    "SECRET_PATTERN",
     "SECRET_PREFIX",
     "decode_secret",
     "generate_secret",
@@ -27,6 +28,11 @@ __all__ = [
 SECRET_PREFIX = "whsec_"
 #: Shortest HMAC key accepted (Standard Webhooks suggests 24 to 64 random bytes).
 MIN_SECRET_BYTES = 12
+#: What `decode_secret` accepts, as a regular expression for the OpenAPI document: the optional
+#: prefix, then base64 (padding optional) of at least MIN_SECRET_BYTES bytes (four quads).
+SECRET_PATTERN = (
+    r"^(?:whsec_)?(?:[A-Za-z0-9+/]{4}){4,}(?:[A-Za-z0-9+/]{2}(?:==?)?|[A-Za-z0-9+/]{3}=?)?$"
+)
 
 
 def decode_secret(secret: str) -> bytes:

@@ -41,18 +41,14 @@ SEMANTIC_FIELDS: dict[tuple[str, str], set[str]] = {
     # the input is checked against the workflow's own input type
     ("POST", "/v1/workflows/{name}/runs"): {"input"},
     ("POST", "/v1/runs/{run_id}/fork"): {"input", "from_step", "fromStep"},
-    # the `Idempotency-Key` header and the `idempotencyKey` field must agree
-    ("POST", "/v1/workflows/{name}/runs/{run_id}/signals/{signal}"): {"idempotencyKey"},
-    ("POST", "/v1/runs/{run_id}/signals/{signal}"): {"idempotencyKey"},
-    ("POST", "/v1/signals"): {"idempotencyKey"},
     # webhook URLs must resolve outside the blocked networks; a backfill or replay must start
     # within the event retention (relative to now)
     ("POST", "/v1/subscriptions"): {"url", "target", "backfill_since"},
     ("POST", "/v1/subscriptions/{subscription_id}/replay"): {"since"},
 }
-#: On every operation: opaque page cursors (only ones the API returned are valid), and U+0000
-#: in a JSON string (Postgres text cannot hold it; recognised by the 422's detail).
-ANY_OPERATION_FIELDS = {"cursor", "<nul>"}
+#: On every operation: U+0000 in a JSON payload's string (Postgres text cannot hold it;
+#: recognised by the 422's detail). Names, keys and cursors declare their patterns instead.
+ANY_OPERATION_FIELDS = {"<nul>"}
 
 
 def _semantic_fields(response: Any) -> set[str]:

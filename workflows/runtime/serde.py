@@ -5,8 +5,8 @@ annotation the stored JSON itself is returned. Errors become structured JSON
 ({type, message, traceback}). NaN and ±Infinity are refused (`InvalidInput`, the rule of
 `ripple.platform.events.topics.check_json`), never turned into `null` silently: JSON cannot hold
 them.
-So is a NUL character (U+0000) in any string or key: Postgres cannot store it, and a value
-failing at commit would fail again on every recovery.
+So is a NUL character (U+0000) or a lone UTF-16 surrogate in any string or key: Postgres cannot
+store either, and a value failing at commit would fail again on every recovery.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from functools import lru_cache
 from typing import Any
 
 from pydantic import ConfigDict, PydanticUserError, TypeAdapter
-from pydantic_core import to_json
+from pydantic_core import PydanticSerializationError, to_json
 
-from ripple.platform.events.topics import NUL_ESCAPE, check_json
+from ripple.platform.events.topics import NUL_ESCAPE, check_json, surrogate_error
 
 __all__ = [
     "NO_TYPE",
@@ -74,11 +74,23 @@ def _checked(value: Any, field: str, max_depth: int) -> Any:
     # escape `\u0000`, and nesting needs brackets. Only a value that may break a rule (a string
     # holding "NaN" is a false alarm) is walked by check_json, which decides and names the
     # problem; the walk costs several times the conversion itself.
-    text = to_json(value, inf_nan_mode="constants")
+    try:
+        text = to_json(value, inf_nan_mode="constants")
+    except PydanticSerializationError:
+        # A lone surrogate cannot be encoded as UTF-8: the walk names it as InvalidInput.
+        check_json(value, field=field, max_depth=max_depth)
+        raise
     deep = len(text) > max_depth and text.count(b"[") + text.count(b"{") > max_depth
     if deep or b"NaN" in text or b"Infinity" in text or _NUL_ESCAPE in text:
         check_json(value, field=field, max_depth=max_depth)
     return value
+
+
+def _json_form(adapter: TypeAdapter[Any], value: Any, field: str) -> Any:
+    try:
+        return adapter.dump_python(value, mode="json")
+    except UnicodeEncodeError:  # JSON mode encodes object keys as UTF-8: a lone surrogate fails
+        raise surrogate_error(field) from None
 
 
 def dump(
@@ -87,17 +99,19 @@ def dump(
     """JSON-compatible form of `value` (validated against `annotation` when given).
 
     Raises InvalidInput (naming `field`) for NaN or ±Infinity anywhere in it, for a NUL
-    character (U+0000, which Postgres cannot store) in any string or key, or for nesting deeper
-    than `max_depth`.
+    character (U+0000) or a lone UTF-16 surrogate (neither of which Postgres can store) in any
+    string or key, or for nesting deeper than `max_depth`.
     """
     if isinstance(value, _PLAIN):
-        checked = isinstance(value, float) or (isinstance(value, str) and "\x00" in value)
+        checked = isinstance(value, float) or (
+            isinstance(value, str) and ("\x00" in value or not value.isascii())
+        )
         return _checked(value, field, max_depth) if checked else value
     adapter = _adapter_for(annotation)
     if adapter is None:
         adapter = _adapter_for(type(value))
     assert adapter is not None
-    return _checked(adapter.dump_python(value, mode="json"), field, max_depth)
+    return _checked(_json_form(adapter, value, field), field, max_depth)
 
 
 def load(data: Any, annotation: Any = NO_TYPE) -> Any:
@@ -119,7 +133,7 @@ def validate(
     if adapter is None:
         return dump(value, field=field, max_depth=max_depth)
     validated = adapter.validate_python(value)
-    return _checked(adapter.dump_python(validated, mode="json"), field, max_depth)
+    return _checked(_json_form(adapter, validated, field), field, max_depth)
 
 
 @lru_cache(maxsize=4096)

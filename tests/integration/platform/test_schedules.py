@@ -122,6 +122,16 @@ async def test_schedules__a_topic_schedule_delivers_to_a_queue(client: Client) -
     assert messages[0].headers["topic"] == "clock.tick"
 
 
+async def test_schedules__a_topic_schedule_without_a_payload_publishes_an_empty_object(
+    client: Client,
+) -> None:
+    await client.subscribe("clock.bare", QueueTarget("bare-ticks"))
+    await client.schedules.create("bare", topic="clock.bare", every=timedelta(days=1))
+    assert await client.schedules.trigger("bare") is None
+    (message,) = await client.queues.receive("bare-ticks", max_messages=1)
+    assert message.body == {}
+
+
 async def test_schedules__pause_resume_trigger_delete(client: Client) -> None:
     info = await client.schedules.create(
         "nightly",
@@ -233,3 +243,11 @@ async def test_schedules__a_new_schedule_wakes_a_sleeping_scheduler(
             return len((await client.list_runs(workflow="report")).items) >= 1
 
         await assert_eventually(fired, timeout=10)
+
+
+async def test_schedules__an_interval_too_short_to_count_ticks_is_refused(client: Client) -> None:
+    with pytest.raises(InvalidInput, match="every"):
+        Schedule(every=5e-324)
+    with pytest.raises(InvalidInput, match="every"):
+        await client.schedules.create("tiny", workflow="report", every=5e-324)
+    assert await client.schedules.list() == []

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from ripple.platform.api.app import create_app
 from ripple.platform.api.models import jsonable
@@ -89,3 +91,70 @@ def test_api_models__jsonable_camel_cases_fields_but_not_user_data() -> None:
         "createdAt": "2026-01-02T00:00:00+00:00",
         "input": {"user_id": 1, "nested": {"snake_key": [1]}},
     }
+
+
+SIGNAL_PATHS = [
+    "/v1/signals",
+    "/v1/runs/{run_id}/signals/{signal}",
+    "/v1/workflows/{name}/runs/{run_id}/signals/{signal}",
+]
+
+
+@pytest.mark.parametrize("path", SIGNAL_PATHS)
+def test_api_openapi__a_signal_documents_one_idempotency_key_the_header(
+    openapi: dict[str, Any], path: str
+) -> None:
+    operation = openapi["paths"][path]["post"]
+    keys = [
+        (p["in"], p["name"]) for p in operation.get("parameters", []) if "dempotency" in p["name"]
+    ]
+    assert keys == [("header", "Idempotency-Key")]
+    assert "idempotencyKey" not in str(operation.get("requestBody", {}))
+    assert "idempotencyKey" not in str(openapi["components"]["schemas"]["SignalMatching"])
+
+
+def _keywords(value: Any) -> set[str]:
+    if isinstance(value, dict):
+        return set(value) | {k for v in value.values() for k in _keywords(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in _keywords(v)}
+    return set()
+
+
+def test_api_openapi__bounds_are_json_schema_keywords(openapi: dict[str, Any]) -> None:
+    """pydantic writes its own `ge`/`le` names for bounds it cannot place (an optional field
+    whose type carries a validator); JSON Schema ignores them, so nothing would be declared."""
+    assert not _keywords(openapi) & {"ge", "le", "gt", "lt"}
+    redrive = openapi["components"]["schemas"]["RedriveIn"]["properties"]["limit"]
+    assert {"type": "integer", "minimum": 1, "maximum": 100_000} in redrive["anyOf"]
+
+
+@pytest.mark.parametrize(
+    ("model", "body"),
+    [
+        ("ripple.platform.api.queues:SendIn", {"body": 1, "delay": False}),
+        ("ripple.platform.api.queues:SendIn", {"body": 1, "delay": "5"}),
+        ("ripple.platform.api.queues:ReceiveIn", {"wait": False}),
+        ("ripple.platform.api.queues:NackIn", {"delay": True}),
+        ("ripple.platform.api.recovery:CancelFilterIn", {"dryRun": 0}),
+        ("ripple.platform.api.recovery:RetryFilterIn", {"dryRun": "true"}),
+        ("ripple.platform.api.recovery:RetryFilterIn", {"status": "waiting"}),
+        ("ripple.platform.api.runs:StartRun", {"priority": False}),
+        ("ripple.platform.api.runs:StartRun", {"version": True}),
+        ("ripple.platform.api.runs:StartRun", {"deadline": True}),
+        ("ripple.platform.api.schedules:ScheduleIn", {"name": "n", "every": 5e-324}),
+    ],
+)
+def test_api_models__json_types_are_strict(model: str, body: dict[str, Any]) -> None:
+    module, _, name = model.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    with pytest.raises(ValidationError):
+        cls.model_validate(body)
+
+
+def test_api_models__numbers_still_take_integral_floats_and_ints() -> None:
+    from ripple.platform.api.queues import ReceiveIn
+    from ripple.platform.api.runs import StartRun
+
+    assert StartRun.model_validate({"priority": 2.0, "version": 1}).priority == 2
+    assert ReceiveIn.model_validate({"wait": 1, "maxMessages": 3.0}).wait == 1.0

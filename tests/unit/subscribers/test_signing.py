@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import re
+import string
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from ripple.subscribers.targets import WebhookTarget
 from ripple.subscribers.webhooks.dispatcher import message_body, signing_secrets
 from ripple.subscribers.webhooks.signing import (
+    SECRET_PATTERN,
     decode_secret,
     generate_secret,
     sign,
@@ -125,3 +131,21 @@ def test_message_body__splices_stored_payload_text_unchanged() -> None:
         ).encode()
     )
     assert json.loads(body)["data"] == {"n": 1, "name": "Zoë"}
+
+
+_SECRET_TEXT = st.one_of(
+    st.text(alphabet=string.ascii_letters + string.digits + "+/=_", max_size=30),
+    st.binary(max_size=30).map(lambda b: base64.b64encode(b).decode()),
+)
+
+
+@settings(max_examples=500, derandomize=True, database=None)
+@given(prefix=st.sampled_from(["", "whsec_", "whsec_whsec_"]), raw=_SECRET_TEXT)
+def test_secret_pattern__accepts_exactly_what_decode_secret_accepts(prefix: str, raw: str) -> None:
+    secret = prefix + raw
+    try:
+        decode_secret(secret)
+        accepted = True
+    except ValueError:
+        accepted = False
+    assert (re.fullmatch(SECRET_PATTERN.strip("^$"), secret) is not None) is accepted, secret
