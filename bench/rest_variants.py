@@ -4,7 +4,7 @@ python -m bench.rest_variants [ROUNDS]: for uvicorn's h11/httptools x asyncio/uv
 product's setup (`ripple`: its bounded httptools protocol on uvloop), requests/s with
 bench/rest.py's load and the API process's CPU per request, interleaved over ROUNDS rounds
 (one calibration for all). Not a `make bench` suite: it informs the choice in
-ripple.platform.api.server.
+ripple.platform.processes.server.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from typing import Any
 
 import uvicorn
 
-from ripple.platform.api import server
+from ripple.platform.processes import server
 
 
 def main() -> None:

@@ -23,12 +23,12 @@ from ripple.platform.events.fanout import TargetKind
 from ripple.platform.events.publish import Explanation, Publisher, PublishResult
 from ripple.platform.events.subscriptions import Subscription, Subscriptions
 from ripple.platform.ops.observability import GaugeCollector
-from ripple.platform.ops.schedules import Scheduler, Schedules
 from ripple.platform.ops.services import BackgroundService
 from ripple.platform.ops.sweeper import Sweeper
-from ripple.platform.queues.queues import Queues
+from ripple.platform.schedules.schedules import Scheduler, Schedules
 from ripple.subscribers import QueueTarget, Target, WebhookTarget, WorkflowTarget
-from ripple.subscribers.queue import QueueKind
+from ripple.subscribers.queues.queue import QueueKind
+from ripple.subscribers.queues.queues import Queues
 from ripple.subscribers.webhooks.webhook import Deliveries, WebhookKind
 from ripple.subscribers.workflow import WorkflowKind
 from ripple.workflows.authoring.definition import WorkflowDefinition

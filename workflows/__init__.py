@@ -1,11 +1,11 @@
 """Ripple workflows: durable async workflows journaled in Postgres."""
 
-from ripple.platform.ops.cadence import Schedule
 from ripple.workflows.authoring.composition import Break, Continue
 from ripple.workflows.authoring.context import Steps, WorkflowContext
 from ripple.workflows.authoring.definition import WorkflowDefinition, workflow
 from ripple.workflows.authoring.flow import Concurrency, Debounce, Throttle
 from ripple.workflows.authoring.retry import RetryPolicy
+from ripple.workflows.authoring.schedule import Schedule
 from ripple.workflows.errors import (
     JoinError,
     NonDeterminismError,

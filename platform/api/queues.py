@@ -32,7 +32,7 @@ __all__ = ["router"]
 
 router = APIRouter(tags=["queues"])
 
-#: What `validate_queue_name` and the receipt parser in `ripple.platform.queues.queues` accept,
+#: What `validate_queue_name` and the receipt parser in `ripple.subscribers.queues.queues` accept,
 #: declared so the OpenAPI says it (tests/unit/platform/test_api_patterns.py keeps them equal).
 QUEUE_NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 RECEIPT_PATTERN: Final = r"^[0-9]{1,18}\.[0-9]{1,9}$"

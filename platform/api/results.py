@@ -26,7 +26,7 @@ from ripple.platform.errors import InvalidInput, NotFound
 if TYPE_CHECKING:
     from ripple.platform.client import Client
     from ripple.platform.events.publish import Explanation, PublishResult
-    from ripple.platform.queues.queues import QueueStats
+    from ripple.subscribers.queues.queues import QueueStats
     from ripple.workflows.runs.operations import WaitOutcome
     from ripple.workflows.runs.records import Page, Run
 

@@ -13,9 +13,9 @@ from ripple.platform.api.problems import ProblemError, problem_responses
 from ripple.platform.api.results import Triggered
 from ripple.platform.api.topics import TOPIC_PATTERN
 from ripple.platform.events.topics import MAX_NAME_LENGTH
-from ripple.platform.ops.cadence import MIN_EVERY_SECONDS
-from ripple.platform.ops.schedules import SCHEDULE_NAME
+from ripple.platform.schedules.schedules import SCHEDULE_NAME
 from ripple.workflows.authoring.definition import NAME_RE
+from ripple.workflows.authoring.schedule import MIN_EVERY_SECONDS
 
 __all__ = ["router"]
 

@@ -1,7 +1,7 @@
 """Process commands: `ripple dev`, `serve`, `worker` and `migrate`.
 
 Thin on purpose: each parses its options, checks the bind address, and hands over to
-`ripple.platform.api.dev` / `ripple.platform.api.server` (or the migrator).
+`ripple.platform.processes.dev` / `ripple.platform.processes.server` (or the migrator).
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ def dev(
     concurrency: Annotated[int, typer.Option(min=1)] = 100,
 ) -> None:
     """All in one process: API + worker (+ embedded Postgres/Redis when no RIPPLE_DATABASE_URL)."""
-    from ripple.platform.api.dev import run_dev
     from ripple.platform.errors import RippleError
+    from ripple.platform.processes.dev import run_dev
 
     _check_bind(host, load())
     try:
@@ -80,9 +80,9 @@ def serve(
     _check_bind(host, settings)
     configure_logging(console=settings.log_console, level=settings.log_level)
 
-    from ripple.platform.api.server import Services, load_app, run_services
     from ripple.platform.client import Client
     from ripple.platform.ops.runner import run_process
+    from ripple.platform.processes.server import Services, load_app, run_services
 
     if not settings.api_tokens:
         err().print("[yellow]auth is off[/yellow]: no RIPPLE_API_TOKENS; serving on loopback only")
@@ -115,11 +115,11 @@ def worker(
     metrics_host: Annotated[str, typer.Option(help="Interface of --metrics-port.")] = "127.0.0.1",
 ) -> None:
     """Run workflows of an app module (plus webhook dispatcher and sweeper) until SIGTERM."""
-    from ripple.platform.api.server import Services, load_app, run_services
     from ripple.platform.client import Client
     from ripple.platform.core.logs import configure_logging
     from ripple.platform.errors import RippleError
     from ripple.platform.ops.runner import run_process
+    from ripple.platform.processes.server import Services, load_app, run_services
 
     settings = load()
     configure_logging(console=settings.log_console, level=settings.log_level)

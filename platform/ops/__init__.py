@@ -1,1 +1,1 @@
-"""Beside the work: metrics, tracing, gauges, retention, schedules."""
+"""Beside the work: metrics, tracing, gauges, retention, background services."""

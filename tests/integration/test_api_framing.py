@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import pytest
 from fastapi import FastAPI
 
-from ripple.platform.api.server import _api_server, _listen
 from ripple.platform.client import Client
+from ripple.platform.processes.server import _api_server, _listen
 from tests.helpers import assert_eventually
 
 FAULT_PATH = "/v1/test-fault"

@@ -13,9 +13,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from ripple.platform.errors import InvalidInput
-from ripple.platform.ops.cadence import Schedule
 from ripple.workflows.authoring.flow import Concurrency, Debounce, Throttle, flow_control_row
 from ripple.workflows.authoring.retry import RetryPolicy, seconds
+from ripple.workflows.authoring.schedule import Schedule
 from ripple.workflows.runtime.serde import NO_TYPE
 
 if TYPE_CHECKING:

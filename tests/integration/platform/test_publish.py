@@ -19,9 +19,9 @@ from ripple.platform.events.fanout import FanOutItem, PublishedEvent, Subscripti
 from ripple.platform.events.publish import Publisher
 from ripple.platform.events.publish_writer import MIN_SPILL
 from ripple.platform.events.subscriptions import Subscriptions
-from ripple.platform.queues.queues import Queues
 from ripple.subscribers import QueueTarget, WorkflowTarget
-from ripple.subscribers.queue import QueueKind
+from ripple.subscribers.queues.queue import QueueKind
+from ripple.subscribers.queues.queues import Queues
 from tests.helpers import assert_eventually
 
 

@@ -11,7 +11,7 @@ import pytest
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Pool
 from ripple.platform.core.wake import NullWaker
-from ripple.platform.queues.queues import Queues
+from ripple.subscribers.queues.queues import Queues
 
 TOTAL = 10_000
 QUEUE = "jepsen"

@@ -12,7 +12,7 @@ import pytest
 from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
 from ripple.platform.ops import observability_store
-from ripple.platform.queues import queue_store
+from ripple.subscribers.queues import queue_store
 
 BACKLOG = 60_000
 CAP = 50

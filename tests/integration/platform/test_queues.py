@@ -15,8 +15,8 @@ from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Pool
 from ripple.platform.core.wake import AnyHint, NullWaker, RedisWaker
 from ripple.platform.errors import InvalidInput
-from ripple.platform.queues import queue_store
-from ripple.platform.queues.queues import MessageGone, OutgoingMessage, Queues, StaleReceipt
+from ripple.subscribers.queues import queue_store
+from ripple.subscribers.queues.queues import MessageGone, OutgoingMessage, Queues, StaleReceipt
 from tests.helpers import assert_eventually
 
 

@@ -14,9 +14,9 @@ from ripple.platform.api.topics import SUBSCRIPTION_PATTERN, TOPIC_PATTERN
 from ripple.platform.core.migrate import parse_migration_name
 from ripple.platform.errors import InvalidInput
 from ripple.platform.events.topics import validate_pattern, validate_topic
-from ripple.platform.ops.schedules import SCHEDULE_NAME, check_schedule_name
-from ripple.platform.queues.queues import _parse_receipt, validate_queue_name
+from ripple.platform.schedules.schedules import SCHEDULE_NAME, check_schedule_name
 from ripple.subscribers import QueueTarget, WorkflowTarget
+from ripple.subscribers.queues.queues import _parse_receipt, validate_queue_name
 from ripple.workflows.authoring.definition import NAME_RE, check_workflow_name
 
 SAMPLES = [

@@ -1,4 +1,4 @@
-"""The API process's listening socket (ripple.platform.api.server), exercised on loopback."""
+"""The API process's listening socket (ripple.platform.processes.server), exercised on loopback."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from ripple.platform.api.server import _listen
 from ripple.platform.ops.runner import run_process
+from ripple.platform.processes.server import _listen
 
 
 async def test_listen__accepted_connections_have_nagle_off() -> None:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ripple.platform.errors import InvalidInput
-from ripple.platform.ops.cadence import Schedule, latest_tick, next_tick
+from ripple.workflows.authoring.schedule import Schedule, latest_tick, next_tick
 
 
 def _ticks(cron: str, tz: str, start: datetime, n: int) -> list[datetime]:

@@ -23,8 +23,8 @@ from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import NullWaker, QueueReady, queue_channel
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
 from ripple.platform.events.topics import encode_json, encode_json_items
-from ripple.platform.queues import queue_store
-from ripple.platform.queues.queue_store import DeadLetter, QueueStats
+from ripple.subscribers.queues import queue_store
+from ripple.subscribers.queues.queue_store import DeadLetter, QueueStats
 
 __all__ = [
     "DEFAULT_MAX_RECEIVES",

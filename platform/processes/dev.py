@@ -13,12 +13,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ripple.platform.api.server import AppModule, Services, load_app, run_services
 from ripple.platform.client import Client
 from ripple.platform.core.config import load_settings
 from ripple.platform.core.embedded import EmbeddedServices, start_embedded
 from ripple.platform.core.logs import configure_logging
 from ripple.platform.ops.runner import run_process
+from ripple.platform.processes.server import AppModule, Services, load_app, run_services
 
 __all__ = ["banner", "run_dev"]
 

@@ -23,9 +23,9 @@ from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import CH_SCHEDULES, Listener, NullWaker, SchedulesChanged
 from ripple.platform.errors import InvalidInput, NotFound, RippleError
 from ripple.platform.events.topics import validate_topic
-from ripple.platform.ops import schedule_store as q
-from ripple.platform.ops.cadence import Schedule, latest_tick, next_tick
-from ripple.platform.ops.schedule_store import ScheduleInfo
+from ripple.platform.schedules import schedule_store as q
+from ripple.platform.schedules.schedule_store import ScheduleInfo
+from ripple.workflows.authoring.schedule import Schedule, latest_tick, next_tick
 
 __all__ = ["Firing", "ScheduleInfo", "Scheduler", "Schedules"]
 

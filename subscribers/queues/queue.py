@@ -13,8 +13,8 @@ from ripple.platform.core.db import Connection
 from ripple.platform.core.wake import NullWaker, QueueReady
 from ripple.platform.errors import InvalidInput
 from ripple.platform.events.fanout import FanOutItem, PublishedEvent, SubscriptionRow
-from ripple.platform.queues import queue_store
-from ripple.platform.queues.queues import validate_queue_name
+from ripple.subscribers.queues import queue_store
+from ripple.subscribers.queues.queues import validate_queue_name
 from ripple.subscribers.targets import QueueTarget
 
 __all__ = ["QueueKind"]

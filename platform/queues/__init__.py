@@ -1,1 +1,0 @@
-"""Durable named queues and their SQL."""

@@ -1,0 +1,1 @@
+"""Schedules: the ticks that start workflow runs or publish events, kept in Postgres."""

@@ -1,0 +1,1 @@
+"""The queue subscriber: its target kind, durable named queues and their SQL."""
