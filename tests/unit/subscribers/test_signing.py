@@ -10,7 +10,7 @@ import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from ripple.subscribers.targets import WebhookTarget
-from ripple.subscribers.webhooks.dispatcher import message_body, signing_secrets
+from ripple.subscribers.webhooks.sending import message_body, signing_secrets
 from ripple.subscribers.webhooks.signing import (
     decode_secret,
     generate_secret,
