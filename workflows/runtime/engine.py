@@ -54,6 +54,8 @@ INFINITY = datetime.max.replace(tzinfo=UTC)
 class RunExecution(StepExecution, WaitExecution):
     """One resume of one run: replay, execute, record, then complete, fail or suspend."""
 
+    # -- composition (`authoring/composition.py`) --------------------------------------------
+
     async def race(self, name: str, branches: Mapping[str, Callable[[], Awaitable[Any]]]) -> Any:
         return await composition.race(self, name, branches)
 

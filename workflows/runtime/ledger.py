@@ -254,6 +254,14 @@ class RunLedger:
         if self.is_stopping():
             await self._block("release", "", None)
 
+    def _stop(self, reason: str) -> None:
+        if self._stop_reason is None and self._task is not None:
+            self._stop_reason = reason
+            self._stalled = self._stall.blocks
+            self._task.cancel()
+
+    # -- replayed failures and journaled values ----------------------------------------------
+
     def _recorded_failure(self, key: str, error: dict[str, Any]) -> Exception:
         """The exception a replayed failed step raises: its recorded class when importable (so
         `except ValueError` in workflow code behaves as in the first pass), else
@@ -275,9 +283,3 @@ class RunLedger:
         now = self.clock()
         self._record(Entry.recorded(key, seq, kind, value, now))
         return value
-
-    def _stop(self, reason: str) -> None:
-        if self._stop_reason is None and self._task is not None:
-            self._stop_reason = reason
-            self._stalled = self._stall.blocks
-            self._task.cancel()
