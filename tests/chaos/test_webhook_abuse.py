@@ -31,7 +31,7 @@ TIMEOUT, EVENTS, ATTEMPTS = (5.0, 12, 3) if FULL else (2.0, 4, 2)
 ABUSE = ("/endless", "/trickle", "/trickle-body", "/big")
 #: Scheduling slack on a shared 2-core machine: an attempt ends at its timeout plus this.
 SLACK_MS = 1500.0
-#: Stored response excerpt cap (dispatcher.RESPONSE_HEAD) and the memory growth allowed.
+#: Stored response excerpt cap (sending.RESPONSE_HEAD) and the memory growth allowed.
 EXCERPT = 2048
 RSS_BOUND = 100 * 1024 * 1024
 LOOPBACK = "127.0.0.0/8"

@@ -23,8 +23,9 @@ from ripple.workflows.authoring.definition import WorkflowDefinition
 from ripple.workflows.errors import LeaseLost
 from ripple.workflows.runs.records import ACTIVE, RunStatus
 from ripple.workflows.runtime import serde
-from ripple.workflows.runtime.engine import INFINITY, ChildSpec, Outcome, RunExecution, WaitSpec
+from ripple.workflows.runtime.engine import INFINITY, RunExecution
 from ripple.workflows.runtime.journal import Entry, StepStatus
+from ripple.workflows.runtime.ports import ChildSpec, Outcome, WaitSpec
 
 __all__ = ["MemoryClaim", "MemoryRun", "MemoryRunWriter", "MemoryRuns"]
 

@@ -48,9 +48,10 @@ from ripple.workflows.errors import LeaseLost
 from ripple.workflows.runs.client import WorkflowClient
 from ripple.workflows.runtime.bodies import sync_bodies_running
 from ripple.workflows.runtime.cancels import CancelListener
-from ripple.workflows.runtime.engine import Outcome, RunExecution
+from ripple.workflows.runtime.engine import RunExecution
 from ripple.workflows.runtime.heartbeat import LeaseHeartbeat
 from ripple.workflows.runtime.journal import Entry
+from ripple.workflows.runtime.ports import Outcome
 from ripple.workflows.runtime.writer import PgRunWriter, StepCommitter
 
 __all__ = ["Worker", "WorkerClient"]

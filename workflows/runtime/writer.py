@@ -21,8 +21,8 @@ from ripple.platform.core.wake import NullWaker, RunCanceled, RunFinished, RunRe
 from ripple.platform.ops import metrics
 from ripple.workflows import store
 from ripple.workflows.errors import LeaseLost
-from ripple.workflows.runtime.engine import ChildSpec, WaitSpec
 from ripple.workflows.runtime.journal import Entry, StepStatus
+from ripple.workflows.runtime.ports import ChildSpec, WaitSpec
 
 __all__ = [
     "PgRunWriter",

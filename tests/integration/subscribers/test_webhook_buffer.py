@@ -17,8 +17,8 @@ from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool
 from ripple.platform.core.wake import NullWaker
 from ripple.platform.events.fanout import SubscriptionRow
+from ripple.subscribers.webhooks import claims
 from ripple.subscribers.webhooks import delivery_store as store
-from ripple.subscribers.webhooks import dispatcher as dispatcher_module
 from ripple.subscribers.webhooks.dispatcher import WebhookDispatcher
 from tests.helpers import assert_eventually
 from tests.integration.subscribers.conftest import Hooks
@@ -121,7 +121,7 @@ async def test_webhook_buffer__stop_releases_buffered_deliveries_unsent(
 async def test_webhook_buffer__stale_buffered_deliveries_are_released_not_sent_late(
     pool: Pool, hook_settings: Settings, hooks: Hooks, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(dispatcher_module, "BUFFER_MAX_AGE", 0.2)
+    monkeypatch.setattr(claims, "BUFFER_MAX_AGE", 0.2)
     settings = _slots(hook_settings, overall=2, endpoint=2)
     async with _hung_endpoint(pool, settings, hooks) as (slow, sub):
 

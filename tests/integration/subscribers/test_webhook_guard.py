@@ -582,16 +582,17 @@ async def test_webhook_dispatcher__outcome_handed_over_as_the_writer_returns_is_
     dispatcher = WebhookDispatcher(pool, NullWaker(), hook_settings)
     returned = asyncio.ensure_future(asyncio.sleep(0))
     await returned  # done, its done-callbacks (the set's discard) not run yet
-    dispatcher._recorders.add(returned)
-    await dispatcher._record(claimed, Decision("delivered"), datetime.now(UTC), 1.0, 204, None, "")
+    recorder = dispatcher._recorder
+    recorder.writers.add(returned)
+    await recorder.record(claimed, Decision("delivered"), datetime.now(UTC), 1.0, 204, None, "")
 
     async def delivered() -> bool:
         (row,) = await hooks.deliveries(sub)
         return bool(row["status"] == "delivered")
 
     await assert_eventually(delivered, timeout=10)
-    dispatcher._recorders.discard(returned)
-    await dispatcher._recorded()
+    recorder.writers.discard(returned)
+    await recorder.recorded()
 
 
 async def test_webhook_finish__a_healthy_endpoint_does_not_serialize_concurrent_writes(

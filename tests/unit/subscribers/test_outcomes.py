@@ -8,7 +8,6 @@ from email.utils import format_datetime
 
 import pytest
 
-from ripple.subscribers.webhooks.dispatcher import DELIVERED
 from ripple.subscribers.webhooks.outcomes import (
     DEFAULT_SCHEDULE,
     RETRY_AFTER_CAP,
@@ -17,6 +16,7 @@ from ripple.subscribers.webhooks.outcomes import (
     parse_retry_after,
     schedule_for,
 )
+from ripple.subscribers.webhooks.sending import DELIVERED
 from ripple.workflows.authoring.retry import RetryPolicy
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from ripple.subscribers.targets import WebhookTarget
-from ripple.subscribers.webhooks.dispatcher import message_body, signing_secrets
+from ripple.subscribers.webhooks.sending import message_body, signing_secrets
 from ripple.subscribers.webhooks.signing import (
     SECRET_PATTERN,
     decode_secret,
