@@ -1,13 +1,4 @@
 """`ripple.workflows.journal` under the name the replay engine still imports it by (the shared
 module left runtime/ so that runs/ and authoring/ need nothing from here)."""
 
-from ripple.workflows.journal import (
-    SCOPING_KINDS,
-    Entry,
-    Journal,
-    StepStatus,
-    current_scope,
-    indexed_key,
-)
-
-__all__ = ["SCOPING_KINDS", "Entry", "Journal", "StepStatus", "current_scope", "indexed_key"]
+from ripple.workflows.journal import *  # noqa: F403
