@@ -98,7 +98,9 @@ def _key_path(debounce: Debounce) -> list[str] | None:
 class Starts:
     """Create runs of the definitions in `registry` (and of workflows it does not know)."""
 
-    def __init__(self, pool: Pool, waker: NullWaker, settings: Settings, registry: Registry):
+    def __init__(
+        self, pool: Pool, waker: NullWaker, settings: Settings, registry: Registry
+    ) -> None:
         self.pool = pool
         self.waker = waker
         self.settings = settings
