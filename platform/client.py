@@ -32,15 +32,10 @@ from ripple.subscribers.queues.queues import Queues
 from ripple.subscribers.webhooks.webhook import Deliveries, WebhookKind
 from ripple.subscribers.workflow import WorkflowKind
 from ripple.workflows.authoring.definition import WorkflowDefinition
-from ripple.workflows.runs.client import (
-    Page,
-    Run,
-    RunHandle,
-    SignalResult,
-    StepRecord,
-    WorkflowClient,
-)
+from ripple.workflows.runs.client import WorkflowClient
+from ripple.workflows.runs.handle import RunHandle
 from ripple.workflows.runs.operations import RunFilter, RunOperations, WaitOutcome
+from ripple.workflows.runs.records import Page, Run, SignalResult, StepRecord
 
 __all__ = ["Client"]
 

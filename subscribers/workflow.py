@@ -17,7 +17,8 @@ from ripple.platform.events.fanout import FanOutItem, PublishedEvent, Subscripti
 from ripple.platform.ops import metrics
 from ripple.subscribers.targets import WorkflowTarget
 from ripple.workflows.authoring.definition import check_workflow_name
-from ripple.workflows.runs.client import RunRequest, WorkflowClient
+from ripple.workflows.runs.client import WorkflowClient
+from ripple.workflows.runs.starts import RunRequest
 
 __all__ = ["WorkflowKind"]
 
@@ -28,7 +29,7 @@ class WorkflowKind:
     kind = "workflow"
 
     def __init__(self, workflow_client: WorkflowClient) -> None:
-        self._client = workflow_client
+        self._starts = workflow_client.starts
 
     async def validate(self, target: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -55,7 +56,7 @@ class WorkflowKind:
             for event, subscriptions in items
             for sub in subscriptions
         ]
-        created = await self._client.create_runs(conn, requests)
+        created = await self._starts.create_runs(conn, requests)
         if len(items) == 1:
             return [created]
         # Events in a group are new, so every run is new; a repeat (not possible through
@@ -74,4 +75,4 @@ class WorkflowKind:
             metrics.RUNS_STARTED.labels(workflow).inc(n)
 
     def after_commit(self, event: PublishedEvent, subscriptions: Sequence[SubscriptionRow]) -> None:
-        self._client.notify_runs_ready()
+        self._starts.notify_runs_ready()

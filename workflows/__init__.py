@@ -18,7 +18,7 @@ from ripple.workflows.errors import (
     WorkflowError,
     WorkflowFailed,
 )
-from ripple.workflows.runs.client import RunHandle, RunRequest, WorkflowClient
+from ripple.workflows.runs.handle import RunHandle
 from ripple.workflows.runs.records import Page, Run, RunStatus, SignalResult, StepRecord, StepStatus
 from ripple.workflows.runtime.worker import Worker
 
@@ -36,7 +36,6 @@ __all__ = [
     "RollbackError",
     "Run",
     "RunHandle",
-    "RunRequest",
     "RunStatus",
     "Schedule",
     "SignalResult",
@@ -48,7 +47,6 @@ __all__ = [
     "Throttle",
     "Worker",
     "WorkflowCanceled",
-    "WorkflowClient",
     "WorkflowContext",
     "WorkflowDefinition",
     "WorkflowError",

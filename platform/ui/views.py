@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from ripple.workflows.runs.client import Run, StepRecord
+from ripple.workflows.runs.records import Run, StepRecord
 
 __all__ = ["Bar", "Timeline", "ago", "duration", "pretty", "sparkline", "timeline", "ts", "until"]
 

@@ -17,9 +17,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ripple.platform.errors import InvalidInput
+from ripple.workflows import serde
 from ripple.workflows.errors import JoinError, NonDeterminismError, WorkflowFailed
-from ripple.workflows.runtime import serde
-from ripple.workflows.runtime.journal import Entry, Journal, StepStatus, current_scope
+from ripple.workflows.journal import Entry, Journal, StepStatus, current_scope
 
 if TYPE_CHECKING:
     from ripple.workflows.authoring.context import WorkflowContext

@@ -16,7 +16,7 @@ from ripple.platform.errors import InvalidInput
 from ripple.workflows.authoring.flow import Concurrency, Debounce, Throttle, flow_control_row
 from ripple.workflows.authoring.retry import RetryPolicy, seconds
 from ripple.workflows.authoring.schedule import Schedule
-from ripple.workflows.runtime.serde import NO_TYPE
+from ripple.workflows.serde import NO_TYPE
 
 if TYPE_CHECKING:
     from ripple.workflows.authoring.context import WorkflowContext

@@ -1,650 +1,73 @@
-"""`WorkflowClient`: start runs, read them, cancel and signal them (the workflow part of
-`Client`). Each call is one transaction; wake hints go out after commit.
+"""`WorkflowClient`: the workflow part of `Client`, one of each part built once over one pool
+and waker — `registry` (definitions), `starts`, `reads`, `signals` and `cancels`. Each call is
+one transaction; wake hints go out after commit.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any, Generic, TypeVar
-
-from pydantic import ValidationError
-
-from ripple.platform.core.commit_watch import CommitWatch
 from ripple.platform.core.config import Settings
-from ripple.platform.core.db import Connection, Pool, dumps, map_errors, transaction
-from ripple.platform.core.deadlines import Deadline, bounded
-from ripple.platform.core.group_commit import GroupCommit
-from ripple.platform.core.ids import check_idempotency_key, check_text, new_id, new_ids
-from ripple.platform.core.wake import (
-    NullWaker,
-    RunReady,
-    hint_around_caller_commit,
-    run_channel,
-)
-from ripple.platform.errors import Conflict, InvalidInput, NotFound
-from ripple.platform.ops import metrics, tracing
+from ripple.platform.core.db import Pool
+from ripple.platform.core.wake import NullWaker
 from ripple.workflows import store
-from ripple.workflows.authoring.definition import WorkflowDefinition, check_workflow_name
-from ripple.workflows.authoring.flow import Debounce, check_priority
-from ripple.workflows.authoring.retry import seconds
-from ripple.workflows.errors import WorkflowCanceled, WorkflowFailed
-from ripple.workflows.runs.records import (
-    TERMINAL,
-    Page,
-    Run,
-    RunStatus,
-    SignalResult,
-    StepRecord,
-)
-from ripple.workflows.runtime import serde
-from ripple.workflows.runtime.writer import notify_canceled, settle_canceled
+from ripple.workflows.runs.cancels import Cancels
+from ripple.workflows.runs.reads import Reads
+from ripple.workflows.runs.registry import Registry
+from ripple.workflows.runs.signals import Signals
+from ripple.workflows.runs.starts import Starts
 
-__all__ = [
-    "Page",
-    "Run",
-    "RunHandle",
-    "RunRequest",
-    "SignalResult",
-    "StepRecord",
-    "WorkflowClient",
-]
-
-OutT = TypeVar("OutT")
-_UNSET: Any = object()
-
-
-@dataclass(frozen=True, slots=True)
-class RunRequest:
-    """A run to create inside a publisher's transaction (topic fan-out)."""
-
-    workflow: str
-    input: Any
-    idempotency_key: str
-    trace: dict[str, str] | None = None
-    #: `input` already encoded as JSON text by a caller that validated it (a publish encodes
-    #: each payload once): written as is, not encoded again.
-    input_json: str | None = None
-
-
-class RunHandle(Generic[OutT]):
-    """A started run: `run_id`, and `await result()` for its output."""
-
-    __slots__ = ("_client", "_output_type", "run_id")
-
-    def __init__(self, client: WorkflowClient, run_id: str, output_type: Any = serde.NO_TYPE):
-        self._client = client
-        self.run_id = run_id
-        self._output_type = output_type
-
-    def __repr__(self) -> str:
-        return f"<RunHandle {self.run_id}>"
-
-    async def result(self, timeout: timedelta | float | None = None) -> OutT:
-        """The run's output once it completes.
-
-        Raises WorkflowFailed (with the stored error), WorkflowCanceled, or TimeoutError
-        when `timeout` passes first (the run keeps going).
-        """
-        limit = None if timeout is None else seconds(timeout)
-        end = None if limit is None else time.monotonic() + limit
-        waker = self._client.waker
-        async with waker.listen(run_channel(self.run_id)) as listener:
-            while True:
-                with map_errors():
-                    run = await store.read_run_outcome(self._client.pool, run_id=self.run_id)
-                if run is None:
-                    raise NotFound(f"no run {self.run_id}")
-                status = run.status
-                if status == RunStatus.COMPLETED:
-                    try:
-                        value: OutT = serde.load(run.output, self._output_type)
-                    except ValidationError:
-                        value = run.output
-                    return value
-                if status == RunStatus.FAILED:
-                    raise WorkflowFailed(self.run_id, run.error)
-                if status == RunStatus.CANCELED:
-                    raise WorkflowCanceled(self.run_id)
-                remaining = None if end is None else end - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise TimeoutError(f"run {self.run_id} did not finish within {limit}s")
-                await listener.wait(remaining)
-
-
-@dataclass(frozen=True, slots=True)
-class _NewRun:
-    """The columns of a top-level run a start creates."""
-
-    run_id: str
-    workflow: str
-    version: int | None
-    input: Any
-    idempotency_key: str | None
-    deadline: datetime | None
-    retention_seconds: float | None
-    trace: dict[str, str] | None
-    priority: int
-
-    def columns(self) -> dict[str, Any]:
-        """The keyword arguments of `store.insert_run` / `store.debounce_run`."""
-        return {
-            "run_id": self.run_id,
-            "workflow": self.workflow,
-            "version": self.version,
-            "input": self.input,
-            "idempotency_key": self.idempotency_key,
-            "deadline": self.deadline,
-            "retention_seconds": self.retention_seconds,
-            "trace": self.trace,
-            "priority": self.priority,
-        }
-
-    def start_row(self) -> dict[str, Any]:
-        """The run as one element of `store.start_runs`' JSON array."""
-        row = self.columns()
-        row["deadline"] = None if self.deadline is None else self.deadline.isoformat()
-        return row
-
-
-def _deadline_at(deadline: datetime | timedelta | float | None) -> datetime | None:
-    if deadline is None:
-        return None
-    if isinstance(deadline, datetime):
-        return deadline.replace(tzinfo=UTC) if deadline.tzinfo is None else deadline
-    return datetime.now(UTC) + timedelta(seconds=seconds(deadline))
-
-
-def _key_path(debounce: Debounce) -> list[str] | None:
-    return None if debounce.key is None else debounce.key.split(".")
+__all__ = ["WorkflowClient"]
 
 
 class WorkflowClient:
-    """Start, inspect, cancel and signal workflow runs."""
+    """Start, inspect, cancel and signal workflow runs.
+
+    The parts' methods are bound here once, so a call through the client is the part's own
+    call (no extra frame on the start path); code needing one responsibility takes the part.
+    """
 
     def __init__(
         self, pool: Pool, waker: NullWaker, settings: Settings, *, read_pool: Pool | None = None
     ) -> None:
         self.pool = pool
-        #: Where run listings read (a replica's pool with RIPPLE_DATABASE_READ_URL).
-        self.read_pool = read_pool or pool
         self.waker = waker
         self.settings = settings
-        #: Definitions seen by this process (start by name validates when known).
-        self.definitions: dict[str, WorkflowDefinition[Any, Any]] = {}
-        #: Definitions whose flow-control options are not yet stored (`sync_definitions`).
-        self._unsynced: dict[str, WorkflowDefinition[Any, Any]] = {}
+        self.registry = Registry(pool)
+        self.starts = Starts(pool, waker, settings, self.registry)
+        self.reads = Reads(pool, settings, read_pool=read_pool)
+        self.signals = Signals(pool, waker, settings)
+        self.cancels = Cancels(pool, waker, settings)
+        #: Where run listings read (a replica's pool with RIPPLE_DATABASE_READ_URL).
+        self.read_pool = self.reads.read_pool
         #: The workflow store's side of the retention and statistics ports (the sweeper,
         #: the gauges and the API reach the workflow tables through it).
         self.upkeep = store.RunUpkeep()
         #: Counts what starts in a caller's transaction create once that transaction commits.
-        self.commit_watch = CommitWatch(pool)
-        #: Concurrent starts of this process, written together (see `start`).
-        self._starts: GroupCommit[dict[str, Any], str | None] = GroupCommit(
-            self._write_starts, name="ripple-start-commit"
-        )
+        self.commit_watch = self.starts.commit_watch
 
-    def register(self, *definitions: WorkflowDefinition[Any, Any]) -> None:
-        """Make definitions known, so starts by name validate their input (their flow-control
-        options are stored before this process's next start, or by `sync_definitions`)."""
-        for definition in definitions:
-            current = self.definitions.get(definition.name)
-            if current is None or current.version <= definition.version:
-                if current is not definition:
-                    self._unsynced[definition.name] = definition
-                self.definitions[definition.name] = definition
+        self.definitions = self.registry.definitions
+        self.register = self.registry.register
+        self.sync_definitions = self.registry.sync_definitions
+        self.resolve = self.registry.resolve
 
-    async def sync_definitions(self) -> None:
-        """Store the flow-control options of the definitions registered since the last call,
-        so every process creating their runs applies them (a worker does this at start)."""
-        if not self._unsynced:
-            return
-        pending = dict(self._unsynced)
-        rows = [(name, d.flow_control) for name, d in pending.items()]
-        with map_errors():
-            async with transaction(self.pool) as conn:
-                await store.sync_flow_controls(conn, rows=rows)
-        for name, definition in pending.items():
-            if self._unsynced.get(name) is definition:
-                del self._unsynced[name]
+        self.start = self.starts.start
+        self.create_runs = self.starts.create_runs
+        self.prepare_input = self.starts.prepare_input
+        self.notify_runs_ready = self.starts.notify_runs_ready
+        self.handle = self.starts.handle
 
-    def resolve(self, name: str) -> WorkflowDefinition[Any, Any] | None:
-        return self.definitions.get(name)
+        self.get_run = self.reads.get_run
+        self.is_active = self.reads.is_active
+        self.list_steps = self.reads.list_steps
+        self.list_runs = self.reads.list_runs
 
-    # -- start -------------------------------------------------------------------------------
+        self.cancel = self.cancels.cancel
 
-    def _prepare_input(
-        self, definition: WorkflowDefinition[Any, Any] | None, name: str, input: Any
-    ) -> Any:
-        depth = self.settings.max_json_depth
-        if definition is None:
-            try:
-                return serde.dump(input, field="input", max_depth=depth)
-            except InvalidInput:
-                raise
-            except Exception as exc:
-                raise InvalidInput(f"input of {name} is not JSON: {exc}", field="input") from exc
-        if not definition.takes_input:
-            if input is not None:
-                raise InvalidInput(f"workflow {name} takes no input", field="input")
-            return None
-        try:
-            return serde.validate(input, definition.input_type, field="input", max_depth=depth)
-        except ValidationError as exc:
-            raise InvalidInput(
-                f"invalid input for workflow {name}: {exc.errors(include_url=False)}",
-                field="input",
-            ) from exc
-
-    def prepare_input(
-        self, definition: WorkflowDefinition[Any, Any] | None, name: str, input: Any
-    ) -> Any:
-        """`input` as stored for a run of `name`: validated when the definition is known."""
-        return self._prepare_input(definition, name, input)
-
-    async def start(
-        self,
-        workflow: WorkflowDefinition[Any, OutT] | str,
-        input: Any = None,
-        *,
-        idempotency_key: str | None = None,
-        deadline: datetime | timedelta | float | None = None,
-        version: int | None = None,
-        priority: int = 0,
-        conn: Connection | None = None,
-    ) -> RunHandle[OutT]:
-        """Start a run (idempotent per (workflow, idempotency_key)); returns its handle.
-
-        `priority` (0-1000): among pending runs of the workflow, higher is claimed first.
-        """
-        if isinstance(workflow, WorkflowDefinition):
-            definition: WorkflowDefinition[Any, Any] | None = workflow
-            self.register(workflow)
-            name = workflow.name
-        else:
-            name = check_workflow_name(workflow)
-            definition = self.definitions.get(name)
-        check_idempotency_key(idempotency_key)
-        if version is not None and (not isinstance(version, int) or version < 1):
-            raise InvalidInput("version must be an integer >= 1", field="version")
-        check_priority(priority)
-        value = self._prepare_input(definition, name, input)
-        # Work on the pool answers within RIPPLE_DB_TIMEOUT; a caller's transaction is its own.
-        answer_by = Deadline(self.settings.db_timeout)
-        own = None if conn is not None else answer_by
-        if self._unsynced:
-            await bounded(self.sync_definitions(), answer_by)
-        if version is None and definition is not None:
-            version = definition.version
-        deadline_at = _deadline_at(deadline)
-        if deadline_at is None and definition is not None and definition.deadline is not None:
-            deadline_at = datetime.now(UTC) + definition.deadline
-        retention_s = self._retention_seconds(definition)
-        run = _NewRun(
-            run_id=new_id(),
-            workflow=name,
-            version=version,
-            input=value,
-            idempotency_key=idempotency_key,
-            deadline=deadline_at,
-            retention_seconds=retention_s,
-            trace=tracing.current_context(),
-            priority=priority,
-        )
-        run_id = run.run_id
-        debounce = definition.debounce if definition is not None else None
-        with map_errors():
-            # One statement: without a caller's transaction it commits on its own, together
-            # with the other starts of this process in flight at that moment (group commit).
-            target = conn if conn is not None else self.pool
-            if debounce is not None:
-                created, run_id = await bounded(self._debounce(target, debounce, run), own)
-            elif conn is None:
-                created = await self._starts.submit(run.start_row(), timeout=answer_by.left())
-            else:
-                created = run_id if await store.insert_run(conn, **run.columns()) else None
-            if created is None and debounce is None:
-                run_id = await bounded(self._existing(target, name, idempotency_key), own)
-        if created is not None:
-            hint = RunReady(workflow=name)
-            if conn is None:
-                # the run's insert committed (the group commit's, or its own statement)
-                metrics.RUNS_STARTED.labels(name).inc()
-                self.waker.notify(hint)
-                # Let the wake layer's publisher send the hint before the caller goes on (it
-                # usually awaits result() next, whose first read would delay the hint).
-                await asyncio.sleep(0)
-            else:  # the caller commits later: hint now and again shortly; count on commit
-                hint_around_caller_commit(lambda: self.waker.notify(hint))
-                await self.commit_watch.after_caller_commit(
-                    conn, lambda: metrics.RUNS_STARTED.labels(name).inc()
-                )
-        output_type = definition.output_type if definition is not None else serde.NO_TYPE
-        return RunHandle(self, run_id, output_type)
+        self.signal = self.signals.signal
+        self.signal_matching = self.signals.signal_matching
+        self.resolve_event_waits = self.signals.resolve_event_waits
+        self.matching_wait_runs = self.signals.matching_wait_runs
 
     @property
     def start_batches(self) -> int:
         """Transactions this client's group-committed starts have used so far."""
-        return self._starts.batches
-
-    async def _write_starts(self, batch: list[dict[str, Any]]) -> list[str | None]:
-        """One statement for many starts: each one's run id if it created the run, else None
-        (its idempotency key names an existing run)."""
-        with map_errors():
-            created = await store.start_runs(self.pool, starts=batch)
-        return [start["run_id"] if start["run_id"] in created else None for start in batch]
-
-    async def _existing(
-        self, target: Connection | Pool, workflow: str, idempotency_key: str | None
-    ) -> str:
-        """The run a start's idempotency key created before (its insert created none)."""
-        assert idempotency_key is not None  # only a key makes an insert create nothing
-        run_id = await store.find_run_by_key(
-            target, workflow=workflow, idempotency_key=idempotency_key
-        )
-        if run_id is None:
-            raise Conflict(
-                f"the run of {workflow} with idempotency key {idempotency_key!r} was deleted "
-                "(retention) while this start ran; start it again"
-            )
-        return run_id
-
-    async def _debounce(
-        self, target: Connection | Pool, debounce: Debounce, run: _NewRun
-    ) -> tuple[str | None, str]:
-        """Collapse this start into the key's pending debounced run, or create one. Returns
-        (the id if created, else None; the run's id)."""
-        if run.idempotency_key is not None:
-            existing = await store.find_run_by_key(
-                target, workflow=run.workflow, idempotency_key=run.idempotency_key
-            )
-            if existing is not None:
-                return None, existing
-        debounced = await store.debounce_run(
-            target,
-            **run.columns(),
-            period=debounce.period_seconds,
-            max_wait=debounce.max_wait_seconds,
-            key_path=_key_path(debounce),
-        )
-        return (debounced.run_id if debounced.created else None), debounced.run_id
-
-    async def create_runs(self, conn: Connection, requests: Sequence[RunRequest]) -> int:
-        """Insert pending runs inside the caller's transaction; idempotent per
-        (workflow, idempotency_key). Returns how many were created. Call
-        `notify_runs_ready()` after the commit."""
-        if not requests:
-            return 0
-        if self._unsynced:
-            await self.sync_definitions()
-        #: run ids, workflows, inputs (JSON text), idempotency keys, traces (JSON text),
-        #: retention seconds: the parallel arrays `store.insert_runs` takes
-        columns: tuple[list[Any], ...] = ([], [], [], [], [], [])
-        debounced: list[dict[str, Any]] = []
-        retentions: dict[str, Any] = {}
-        checked: set[str] = set()
-        for req in requests:
-            if req.workflow not in checked:
-                check_workflow_name(req.workflow)
-                checked.add(req.workflow)
-            known = self.definitions.get(req.workflow)
-            if known is not None and known.debounce is not None:
-                debounced.append(
-                    {
-                        "run_id": new_id(),
-                        "workflow": req.workflow,
-                        "input": self._prepare_input(None, req.workflow, req.input),
-                        "idempotency_key": req.idempotency_key,
-                        "trace": req.trace,
-                        "retention_seconds": self._retention_seconds(known),
-                        "period": known.debounce.period_seconds,
-                        "path": _key_path(known.debounce),
-                    }
-                )
-                continue
-            # Not validated against the input type here: one subscriber's bad type must not
-            # fail the publish. The run fails at execution with a clear InvalidInput error.
-            retention = retentions.get(req.workflow, _UNSET)
-            if retention is _UNSET:
-                # known here when this process registered the workflow; else the default
-                retention = retentions[req.workflow] = self._retention_seconds(known)
-            columns[1].append(req.workflow)
-            if req.input_json is not None:
-                text: str | None = None if req.input_json == "null" else req.input_json
-            else:
-                value = self._prepare_input(None, req.workflow, req.input)
-                text = None if value is None else dumps(value)
-            columns[2].append(text)
-            columns[3].append(req.idempotency_key)
-            columns[4].append(None if req.trace is None else dumps(req.trace))
-            columns[5].append(retention)
-        columns[0].extend(new_ids(len(columns[1])))  # the run ids, made in one go
-        created = 0
-        with map_errors():
-            if columns[0]:
-                created = await store.insert_runs(
-                    conn,
-                    run_ids=columns[0],
-                    workflows=columns[1],
-                    inputs=columns[2],
-                    idempotency_keys=columns[3],
-                    traces=columns[4],
-                    retention_seconds=columns[5],
-                )
-            # every start counts as delivered, also the ones collapsed into a pending run
-            # (a publish's events are new: a repeat, skipped, returns no row)
-            if debounced and await store.debounce_runs(conn, runs=debounced):
-                created += len(debounced)
-        return created
-
-    def _retention_seconds(self, definition: WorkflowDefinition[Any, Any] | None) -> float | None:
-        """The retention snapshot of a new run: the workflow's, capped by the server maximum."""
-        if definition is None or definition.retention is None:
-            return None  # the sweeper applies settings.default_run_retention_days
-        cap = self.settings.max_run_retention_days * 86400
-        return min(definition.retention.total_seconds(), cap)
-
-    def notify_runs_ready(self) -> None:
-        """Tell workers that runs are available (after the creating transaction committed)."""
-        self.waker.notify(RunReady())
-
-    def handle(self, run_id: str) -> RunHandle[Any]:
-        """A handle to an existing run."""
-        return RunHandle(self, run_id)
-
-    # -- read --------------------------------------------------------------------------------
-
-    async def get_run(self, run_id: str) -> Run | None:
-        """The run, or None."""
-        with map_errors():
-            return await store.read_run(self.pool, run_id=run_id)
-
-    async def is_active(self, run_id: str, conn: Connection | None = None) -> bool:
-        """Whether the run exists and is pending, running, sleeping or waiting."""
-        with map_errors():
-            row = await store.read_run_outcome(conn or self.pool, run_id=run_id)
-        return row is not None and row.status not in TERMINAL
-
-    async def list_steps(self, run_id: str) -> list[StepRecord]:
-        """The run's journal in call order."""
-        with map_errors():
-            return await store.list_steps(self.pool, run_id=run_id)
-
-    async def list_runs(
-        self,
-        workflow: str | None = None,
-        status: str | None = None,
-        *,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        parent_run_id: str | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
-    ) -> Page[Run]:
-        """Runs newest first, filtered; `next_cursor` continues the listing."""
-        if workflow is not None:
-            check_workflow_name(workflow)
-        if status is not None:
-            try:
-                status = RunStatus(status).value
-            except ValueError:
-                allowed = ", ".join(s.value for s in RunStatus)
-                raise InvalidInput(f"unknown status {status!r}: use one of {allowed}") from None
-        if not 1 <= limit <= self.settings.max_page_size:
-            raise InvalidInput(f"limit must be 1-{self.settings.max_page_size}", field="limit")
-        with map_errors():
-            runs = await store.list_runs(
-                self.read_pool,
-                workflow=workflow,
-                status=status,
-                since=since,
-                until=until,
-                parent_run_id=parent_run_id,
-                cursor=cursor,
-                limit=limit + 1,
-            )
-        items = runs[:limit]
-        next_cursor = items[-1].run_id if len(runs) > limit else None
-        return Page(items, next_cursor)
-
-    # -- cancel ------------------------------------------------------------------------------
-
-    async def cancel(self, run_id: str) -> bool:
-        """Cancel a run and its active descendants; True if the run was still active."""
-        return await bounded(self._cancel(run_id), Deadline(self.settings.db_timeout))
-
-    async def _cancel(self, run_id: str) -> bool:
-        async with transaction(self.pool) as conn:
-            # The root first: a transaction of the run holding its row (starting a child)
-            # commits before the tree is read.
-            if await store.lock_run(conn, run_id=run_id) is None:
-                raise NotFound(f"no run {run_id}")
-            rows = await store.cancel_trees(conn, run_ids=[run_id])
-            if not rows:
-                return False
-            await settle_canceled(conn, rows)
-        notify_canceled(self.waker, rows)
-        # An ended run may still have had active descendants: those are canceled, but the
-        # answer is about the run itself.
-        return any(row.run_id == run_id for row in rows)
-
-    # -- signals -----------------------------------------------------------------------------
-
-    def _payload(self, payload: Any) -> Any:
-        if payload is None:
-            return {}
-        return serde.dump(payload, field="payload", max_depth=self.settings.max_json_depth)
-
-    async def signal(
-        self,
-        run_id: str,
-        name: str,
-        payload: Any = None,
-        *,
-        idempotency_key: str | None = None,
-    ) -> SignalResult:
-        """Resolve the run's earliest wait `name` whose match `payload` contains, or keep the
-        signal in the run's inbox for the first later matching wait.
-
-        A repeat with the same `idempotency_key` (per run) returns the first call's result and
-        changes nothing, also after the run ended.
-        """
-        check_text(name, "signal name", field="name")
-        check_idempotency_key(idempotency_key)
-        payload = self._payload(payload)
-        with tracing.span("workflow.signal", run_id=run_id, signal=name):
-            return await bounded(
-                self._signal(run_id, name, payload, idempotency_key),
-                Deadline(self.settings.db_timeout),
-            )
-
-    async def _signal(
-        self, run_id: str, name: str, payload: Any, idempotency_key: str | None
-    ) -> SignalResult:
-        scope = f"run:{run_id}"
-        async with transaction(self.pool) as conn:
-            earlier = await _claim_key(conn, scope, idempotency_key)
-            if earlier is not None:
-                delivered = bool(earlier.get("delivered"))
-                return SignalResult(delivered=delivered, buffered=not delivered)
-            status = await store.lock_run(conn, run_id=run_id)
-            if status is None:
-                raise NotFound(f"no run {run_id}: check the run id")
-            if status in TERMINAL:
-                raise Conflict(f"run {run_id} is {status}; signals go to active runs only")
-            delivered = await store.signal_run(conn, run_id=run_id, name=name, payload=payload)
-            if idempotency_key is not None:
-                await store.record_signal_key(
-                    conn, scope=scope, key=idempotency_key, result={"delivered": delivered}
-                )
-        metrics.SIGNALS.labels("delivered" if delivered else "buffered").inc()
-        if delivered:
-            self.waker.notify(RunReady())
-        return SignalResult(delivered=delivered, buffered=not delivered)
-
-    async def resolve_event_waits(self, conn: Connection, topic: str, payload: Any) -> int:
-        """Resolve, in the caller's transaction, every wait on `topic` whose match `payload`
-        contains; returns how many (send RunReady after commit when not zero)."""
-        with map_errors():
-            locked = await store.lock_event_wait_runs(conn, event=topic, payload=payload)
-            if not locked:
-                return 0  # the common case: no run waits on this topic
-            return await store.resolve_event_waits(
-                conn, event=topic, payload=payload, run_ids=locked
-            )
-
-    async def matching_wait_runs(self, conn: Connection, topic: str, payload: Any) -> list[str]:
-        """Runs with a wait an event on `topic` with `payload` would resolve (read-only)."""
-        with map_errors():
-            return await store.matching_wait_runs(conn, event=topic, payload=payload)
-
-    async def signal_matching(
-        self, event: str, payload: Any, *, idempotency_key: str | None = None
-    ) -> int:
-        """Resume every run waiting on `event` whose match `payload` contains.
-
-        A repeat with the same `idempotency_key` (per event name) returns the first call's
-        count and resumes nothing.
-        """
-        check_text(event, "event", field="event")
-        check_idempotency_key(idempotency_key)
-        payload = self._payload(payload)
-        return await bounded(
-            self._signal_matching(event, payload, idempotency_key),
-            Deadline(self.settings.db_timeout),
-        )
-
-    async def _signal_matching(self, event: str, payload: Any, idempotency_key: str | None) -> int:
-        scope = f"event:{event}"
-        async with transaction(self.pool) as conn:
-            earlier = await _claim_key(conn, scope, idempotency_key)
-            if earlier is not None:
-                return int(earlier.get("resumed", 0))
-            count = await self.resolve_event_waits(conn, event, payload)
-            if idempotency_key is not None:
-                await store.record_signal_key(
-                    conn, scope=scope, key=idempotency_key, result={"resumed": count}
-                )
-        if count:
-            metrics.SIGNALS.labels("delivered").inc(count)
-            self.waker.notify(RunReady())
-        return count
-
-
-async def _claim_key(
-    conn: Connection, scope: str, idempotency_key: str | None
-) -> dict[str, Any] | None:
-    """None when the call goes ahead (no key, or its first use); else the first call's result.
-
-    The key row is inserted first in the signal's transaction, so a concurrent repeat waits
-    for the first call's commit and then reads its result (or, if it rolled back, goes ahead).
-    """
-    if idempotency_key is None:
-        return None
-    if await store.claim_signal_key(conn, scope=scope, key=idempotency_key):
-        return None
-    result = await store.read_signal_key_result(conn, scope=scope, key=idempotency_key)
-    return result if result is not None else {}
+        return self.starts.start_batches

@@ -18,13 +18,13 @@ from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import RunReady, run_channel
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
 from ripple.platform.ops import metrics
-from ripple.workflows import store
+from ripple.workflows import serde, store
 from ripple.workflows.authoring.definition import check_workflow_name
 from ripple.workflows.authoring.retry import seconds
-from ripple.workflows.runs.client import RunHandle, WorkflowClient
+from ripple.workflows.runs.client import WorkflowClient
+from ripple.workflows.runs.handle import RunHandle
 from ripple.workflows.runs.records import ACTIVE, TERMINAL, Run, RunStatus
-from ripple.workflows.runtime import serde
-from ripple.workflows.runtime.writer import notify_canceled, settle_canceled
+from ripple.workflows.runs.settle import notify_canceled, settle_canceled
 
 __all__ = ["BULK_BATCH", "RunFilter", "RunOperations", "WaitOutcome"]
 

@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ripple.platform.core.logs import get_logger
+from ripple.workflows import serde
 from ripple.workflows.authoring import composition
 from ripple.workflows.authoring.context import WorkflowContext
 from ripple.workflows.errors import (
@@ -36,9 +37,8 @@ from ripple.workflows.errors import (
     RollbackError,
     StepFailedError,
 )
+from ripple.workflows.journal import StepStatus
 from ripple.workflows.runs.records import RunStatus
-from ripple.workflows.runtime import serde
-from ripple.workflows.runtime.journal import StepStatus
 from ripple.workflows.runtime.ports import Outcome
 from ripple.workflows.runtime.stall import Block
 from ripple.workflows.runtime.steps import StepExecution

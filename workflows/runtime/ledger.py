@@ -17,6 +17,7 @@ from typing import Any
 
 from ripple.platform.core.logs import get_logger
 from ripple.platform.errors import InvalidInput, RippleError
+from ripple.workflows import serde
 from ripple.workflows.authoring.definition import WorkflowDefinition
 from ripple.workflows.errors import (
     LeaseLost,
@@ -24,8 +25,7 @@ from ripple.workflows.errors import (
     StepFailedError,
     WorkflowFailed,
 )
-from ripple.workflows.runtime import serde
-from ripple.workflows.runtime.journal import Entry, Journal, StepStatus, current_scope
+from ripple.workflows.journal import Entry, Journal, StepStatus, current_scope
 from ripple.workflows.runtime.ports import RunFacts, RunWriter
 from ripple.workflows.runtime.stall import Block, StallDetector
 

@@ -19,12 +19,12 @@ from typing import Any
 
 from ripple.platform.core.ids import new_id
 from ripple.platform.errors import Conflict, NotFound
+from ripple.workflows import serde
 from ripple.workflows.authoring.definition import WorkflowDefinition
 from ripple.workflows.errors import LeaseLost
+from ripple.workflows.journal import Entry, StepStatus
 from ripple.workflows.runs.records import ACTIVE, RunStatus
-from ripple.workflows.runtime import serde
 from ripple.workflows.runtime.engine import INFINITY, RunExecution
-from ripple.workflows.runtime.journal import Entry, StepStatus
 from ripple.workflows.runtime.ports import ChildSpec, Outcome, WaitSpec
 
 __all__ = ["MemoryClaim", "MemoryRun", "MemoryRunWriter", "MemoryRuns"]

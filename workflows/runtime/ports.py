@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from ripple.workflows.runtime.journal import Entry
+from ripple.workflows.journal import Entry
 
 __all__ = ["ChildSpec", "Outcome", "RunFacts", "RunWriter", "WaitSpec"]
 

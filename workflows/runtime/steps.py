@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from ripple.platform.core.logs import get_logger
 from ripple.platform.ops import metrics, tracing
+from ripple.workflows import serde
 from ripple.workflows.authoring.retry import RetryPolicy
 from ripple.workflows.errors import (
     LeaseLost,
@@ -26,9 +27,8 @@ from ripple.workflows.errors import (
     StepFailedError,
     WorkflowError,
 )
-from ripple.workflows.runtime import serde
+from ripple.workflows.journal import Entry, StepStatus
 from ripple.workflows.runtime.bodies import call_body, observe_step
-from ripple.workflows.runtime.journal import Entry, StepStatus
 from ripple.workflows.runtime.ledger import RunLedger
 
 __all__ = ["DEFAULT_STEP_RETRY", "StepExecution"]

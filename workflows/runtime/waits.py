@@ -13,14 +13,14 @@ from pydantic import ValidationError
 
 from ripple.platform.core.ids import new_id
 from ripple.platform.errors import InvalidInput
+from ripple.workflows import serde
 from ripple.workflows.authoring.definition import WorkflowDefinition, check_workflow_name
 from ripple.workflows.authoring.retry import seconds
 from ripple.workflows.errors import (
     StepTimeoutError,
     WorkflowFailed,
 )
-from ripple.workflows.runtime import serde
-from ripple.workflows.runtime.journal import Entry, StepStatus
+from ripple.workflows.journal import Entry, StepStatus
 from ripple.workflows.runtime.ledger import RunLedger
 from ripple.workflows.runtime.ports import ChildSpec, WaitSpec
 

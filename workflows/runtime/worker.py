@@ -45,12 +45,12 @@ from ripple.platform.ops.services import BackgroundService
 from ripple.workflows import store
 from ripple.workflows.authoring.definition import WorkflowDefinition
 from ripple.workflows.errors import LeaseLost
+from ripple.workflows.journal import Entry
 from ripple.workflows.runs.client import WorkflowClient
 from ripple.workflows.runtime.bodies import sync_bodies_running
 from ripple.workflows.runtime.cancels import CancelListener
 from ripple.workflows.runtime.engine import RunExecution
 from ripple.workflows.runtime.heartbeat import LeaseHeartbeat
-from ripple.workflows.runtime.journal import Entry
 from ripple.workflows.runtime.ports import Outcome
 from ripple.workflows.runtime.writer import PgRunWriter, StepCommitter
 
@@ -209,7 +209,7 @@ class Worker:
             running=lambda: list(self._inflight),
             on_canceled=self._canceled,
         )
-        client.workflows.register(*workflows)
+        client.workflows.registry.register(*workflows)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -605,7 +605,7 @@ class Worker:
             writer,
             max_steps=self.settings.max_steps_per_run,
             is_stopping=lambda: self._stopping,
-            resolve=self.client.workflows.resolve,
+            resolve=self.client.workflows.registry.resolve,
             lease=self.settings.lease_seconds,
             max_recoveries=self.settings.max_recoveries,
         )

@@ -12,7 +12,7 @@ from ripple.platform.client import Client
 from ripple.platform.core.db import transaction
 from ripple.platform.errors import InvalidInput
 from ripple.workflows import NonRetriableError, Worker, WorkflowContext, workflow
-from ripple.workflows.runs.client import RunRequest
+from ripple.workflows.runs.starts import RunRequest
 from tests.helpers import assert_eventually
 
 pytestmark = pytest.mark.timeout(180)  # 2,200 runs through one worker on a shared machine

@@ -12,7 +12,7 @@ import pytest
 from ripple.platform.errors import InvalidInput
 from ripple.workflows import WorkflowContext, workflow
 from ripple.workflows.errors import LeaseLost
-from ripple.workflows.runtime.journal import Entry
+from ripple.workflows.journal import Entry
 from ripple.workflows.runtime.writer import StepCommitter
 from tests.helpers import assert_eventually
 from tests.integration.workflows.conftest import App

@@ -117,6 +117,7 @@ async def test_signal__storm_of_1000_concurrent_signals_is_consumed_exactly_once
     n = 1000
     app.settings = app.settings.model_copy(update={"max_steps_per_run": 5000})
     handle = await app.workflows.start(counter, n)
+
     async def send(i: int) -> SignalResult:
         # A storm may outlast RIPPLE_DB_TIMEOUT for a caller waiting for a connection: as the
         # client contract says, such a call is retried with its idempotency key.

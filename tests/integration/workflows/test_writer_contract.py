@@ -12,8 +12,8 @@ import pytest
 from ripple.platform.core.ids import new_id
 from ripple.workflows import WorkflowContext, store, workflow
 from ripple.workflows.errors import LeaseLost
+from ripple.workflows.journal import Entry, StepStatus
 from ripple.workflows.runs.records import RunStatus
-from ripple.workflows.runtime.journal import Entry, StepStatus
 from ripple.workflows.runtime.memory import MemoryRuns, MemoryRunWriter
 from ripple.workflows.runtime.ports import ChildSpec, RunWriter, WaitSpec
 from ripple.workflows.runtime.writer import PgRunWriter, StepCommitter

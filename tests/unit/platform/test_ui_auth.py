@@ -16,8 +16,7 @@ from ripple.platform.ui.views import (
     timeline,
     until,
 )
-from ripple.workflows.runs.client import Run, StepRecord
-from ripple.workflows.runs.records import RunStatus, StepStatus
+from ripple.workflows.runs.records import Run, RunStatus, StepRecord, StepStatus
 
 
 def test_session__round_trip_and_csrf() -> None:

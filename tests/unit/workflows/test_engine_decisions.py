@@ -22,8 +22,8 @@ from ripple.workflows import (
     workflow,
 )
 from ripple.workflows.authoring.definition import WorkflowDefinition
+from ripple.workflows.journal import StepStatus
 from ripple.workflows.runs.records import RunStatus
-from ripple.workflows.runtime.journal import StepStatus
 from ripple.workflows.runtime.memory import MemoryRuns
 
 calls: Counter[str] = Counter()

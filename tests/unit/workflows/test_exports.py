@@ -38,7 +38,6 @@ def test_exports__all_is_pinned() -> None:
             "Page",
             "Run",
             "RunHandle",
-            "RunRequest",
             "RunStatus",
             "SignalResult",
             "StepFailedError",
@@ -46,7 +45,6 @@ def test_exports__all_is_pinned() -> None:
             "StepStatus",
             "StepTimeoutError",
             "Steps",
-            "WorkflowClient",
             "WorkflowDefinition",
             "WorkflowError",
         }

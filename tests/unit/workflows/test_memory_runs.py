@@ -12,8 +12,8 @@ import pytest
 
 from ripple.workflows import WorkflowContext, workflow
 from ripple.workflows.errors import LeaseLost
+from ripple.workflows.journal import Entry, StepStatus
 from ripple.workflows.runs.records import RunStatus
-from ripple.workflows.runtime.journal import Entry, StepStatus
 from ripple.workflows.runtime.memory import MemoryRuns, MemoryRunWriter
 from tests.helpers import assert_eventually
 

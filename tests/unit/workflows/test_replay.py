@@ -13,7 +13,7 @@ import pytest
 
 from ripple.workflows import WorkflowContext, workflow
 from ripple.workflows.authoring.definition import WorkflowDefinition
-from ripple.workflows.runtime.journal import Entry
+from ripple.workflows.journal import Entry
 from ripple.workflows.runtime.memory import MemoryRun, MemoryRuns
 
 JOURNALS = Path(__file__).parent / "journals"

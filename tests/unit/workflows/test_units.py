@@ -16,10 +16,10 @@ from ripple.workflows import (
     RetryPolicy,
     WorkflowContext,
     WorkflowFailed,
+    serde,
     workflow,
 )
-from ripple.workflows.runtime import serde
-from ripple.workflows.runtime.journal import Entry, Journal, indexed_key
+from ripple.workflows.journal import Entry, Journal, indexed_key
 
 
 def test_journal__duplicate_names_are_auto_indexed() -> None:
