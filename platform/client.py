@@ -7,14 +7,20 @@ logic of its own beyond wiring: each method delegates to the module that owns th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Self, TypeVar, overload
+from typing import Any, Self, TypeVar, cast, overload
 
 from ripple.platform.core import migrate
 from ripple.platform.core.config import Settings, load_settings
-from ripple.platform.core.db import Connection, Pool, create_pool, worker_db_timeout
+from ripple.platform.core.db import (
+    Connection,
+    Pool,
+    create_pool,
+    transaction,
+    worker_db_timeout,
+)
 from ripple.platform.core.embedded import discover_dev_urls
 from ripple.platform.core.wake import NullWaker, create_waker
 from ripple.platform.errors import NotFound, RippleError
@@ -51,7 +57,9 @@ class Client:
             other processes notice work within the poll interval.
         settings: full settings, for tests and embedding (overrides the two URLs' defaults).
 
-    Use as `async with Client() as client:`; connecting applies pending migrations.
+    Use as `async with Client() as client:`; connecting applies pending migrations. The parts
+    (`workflows`, `queues`, `schedules`, `deliveries`, ...) exist from construction and raise
+    "client is not connected" when used before `connect()`.
     """
 
     def __init__(
@@ -61,36 +69,57 @@ class Client:
         *,
         settings: Settings | None = None,
     ) -> None:
-        base = settings or load_settings()
-        updates: dict[str, Any] = {}
-        if database_url is not None:
-            updates["database_url"] = database_url
-        if redis_url is not None:
-            updates["redis_url"] = redis_url
-        if base.database_url is None and "database_url" not in updates:
-            found = discover_dev_urls()
-            if found is not None:
-                updates["database_url"] = found[0]
-                if base.redis_url is None and redis_url is None:
-                    updates["redis_url"] = found[1]
-        self.settings: Settings = base.model_copy(update=updates) if updates else base
+        self.settings: Settings = _resolve_settings(settings, database_url, redis_url)
         self._pool: Pool | None = None
         self._read_pool: Pool | None = None
         #: The background writers' pool (webhook dispatcher, sweeper): see `connect()`.
         self._background_pool: Pool | None = None
         self._waker: NullWaker | None = None
+        # The parts are built now and reach the pools and the waker through these accessors,
+        # so they exist before `connect()` and raise "client is not connected" until then.
+        pool = cast(Pool, _ConnectedPool(lambda: self.pool))
+        read_pool = cast(Pool, _ConnectedPool(lambda: self.read_pool))
+        waker = cast(NullWaker, _ConnectedWaker(self))
+        #: Runs: start, read, signal, cancel (the flat run methods below delegate to it).
+        self.workflows: WorkflowClient = WorkflowClient(
+            pool, waker, self.settings, read_pool=read_pool
+        )
+        self._kinds: dict[str, TargetKind] = {
+            "queue": QueueKind(waker),
+            "webhook": WebhookKind(self.settings, waker),
+            "workflow": WorkflowKind(self.workflows),
+        }
+        #: Subscriptions and their cached compiled set (use the flat `*_subscription` methods).
+        self.subscriptions: Subscriptions = Subscriptions(pool, waker, self.settings, self._kinds)
+        #: Publish and fan-out (use `publish` and `explain`).
+        self.publisher: Publisher = Publisher(
+            pool, waker, self.settings, self.subscriptions, self._kinds, self.workflows
+        )
+        #: Retry, fork, bulk actions and waits on runs (use the flat methods).
+        self.operations: RunOperations = RunOperations(self.workflows)
+        #: Backfills and replays of retained events (use `subscribe` and `replay_events`).
+        self.backfills: Backfills = Backfills(pool, self.settings, self._kinds)
+        #: Queues: `send`, `receive`, `ack`, `nack`, `stats`, `dead_letters`, `redrive`.
+        self.queues: Queues = Queues(pool, waker, self.settings)
+        #: Schedules managed at run time (`create`, `pause`, `resume`, `trigger`, `delete`).
+        self.schedules: Schedules = Schedules(pool, _Firing(self), waker)
+        #: Webhook deliveries: `list`, `get`, `attempts`, `redrive`, `redrive_failed`.
+        self.deliveries: Deliveries = Deliveries(pool, waker, self.settings, read_pool=read_pool)
+        #: Refreshes the gauges computed from Postgres (call before exposing `/metrics`).
+        self.gauges: GaugeCollector = GaugeCollector(
+            pool, self.settings, runs=self.workflows.upkeep
+        )
 
     @classmethod
     def for_command(cls, *, settings: Settings | None = None, writes: bool = True) -> Client:
         """A client for one short command, such as a `ripple` operator command: a pool of one
         connection and, when the command only reads (`writes=False`), no Redis connection
         (wake hints follow writes only). Connecting still applies pending migrations."""
-        client = cls(settings=settings)
         lean: dict[str, Any] = {"pool_min_size": 1}
         if not writes:
             lean["redis_url"] = None
-        client.settings = client.settings.model_copy(update=lean)
-        return client
+        # The parts take the settings at construction: resolve them first, then build once.
+        return cls(settings=_resolve_settings(settings).model_copy(update=lean))
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -125,24 +154,6 @@ class Client:
         await waker.start()
         self._pool, self._read_pool, self._waker = pool, read_pool, waker
         self._background_pool = background_pool
-        self.workflows = WorkflowClient(pool, waker, self.settings, read_pool=read_pool)
-        self._kinds: dict[str, TargetKind] = {
-            "queue": QueueKind(waker),
-            "webhook": WebhookKind(self.settings, waker),
-            "workflow": WorkflowKind(self.workflows),
-        }
-        self.subscriptions = Subscriptions(pool, waker, self.settings, self._kinds)
-        self.publisher = Publisher(
-            pool, waker, self.settings, self.subscriptions, self._kinds, self.workflows
-        )
-        self.operations = RunOperations(self.workflows)
-        self.backfills = Backfills(pool, self.settings, self._kinds)
-        self.queues = Queues(pool, waker, self.settings)
-        #: Schedules managed at run time (`create`, `pause`, `resume`, `trigger`, `delete`).
-        self.schedules = Schedules(pool, _Firing(self), waker)
-        self.deliveries = Deliveries(pool, waker, self.settings, read_pool=read_pool)
-        #: Refreshes the gauges computed from Postgres (call before exposing `/metrics`).
-        self.gauges = GaugeCollector(pool, self.settings, runs=self.workflows.upkeep)
         return self
 
     async def close(self) -> None:
@@ -221,9 +232,8 @@ class Client:
 
     async def hold(self, run_id: str, hold: bool = True) -> bool:
         """Exempt a run from retention (`hold=False` clears it); False if there is no such run."""
-        return await Sweeper(self.pool, self.settings, runs=self.workflows.upkeep).hold(
-            run_id, hold
-        )
+        async with transaction(self.pool) as conn:
+            return await self.workflows.upkeep.set_hold(conn, run_id=run_id, hold=hold)
 
     # -- workflows ---------------------------------------------------------------------------
 
@@ -465,6 +475,26 @@ class Client:
         return await self.subscriptions.resume(subscription_id)
 
 
+def _resolve_settings(
+    settings: Settings | None, database_url: str | None = None, redis_url: str | None = None
+) -> Settings:
+    """`settings` (default: the environment's) with the given URLs, else a running `ripple
+    dev`'s when no database URL is configured."""
+    base = settings or load_settings()
+    updates: dict[str, Any] = {}
+    if database_url is not None:
+        updates["database_url"] = database_url
+    if redis_url is not None:
+        updates["redis_url"] = redis_url
+    if base.database_url is None and "database_url" not in updates:
+        found = discover_dev_urls()
+        if found is not None:
+            updates["database_url"] = found[0]
+            if base.redis_url is None and redis_url is None:
+                updates["redis_url"] = found[1]
+    return base.model_copy(update=updates) if updates else base
+
+
 class _Firing:
     """What a schedule's tick does, for `Schedules` (which knows neither workflows nor topics)."""
 
@@ -474,7 +504,7 @@ class _Firing:
     async def start_run(
         self, conn: Connection, workflow: str, input: Any, idempotency_key: str
     ) -> str:
-        handle: RunHandle[Any] = await self._client.workflows.start(
+        handle = await self._client.start(
             workflow, input, idempotency_key=idempotency_key, conn=conn
         )
         return handle.run_id
@@ -482,7 +512,56 @@ class _Firing:
     async def publish(
         self, conn: Connection, topic: str, payload: Any, idempotency_key: str
     ) -> None:
-        await self._client.publisher.publish(topic, payload, idempotency_key, conn=conn)
+        await self._client.publish(topic, payload, idempotency_key, conn=conn)
 
     async def run_active(self, conn: Connection, run_id: str) -> bool:
         return await self._client.workflows.is_active(run_id, conn)
+
+
+class _ConnectedPool:
+    """Stands for one of the client's pools before and after `connect()`: each use resolves the
+    pool then (no await added), so a part used before `connect()` raises the client's clear
+    "client is not connected" error instead of failing on a pool captured as None."""
+
+    __slots__ = ("_resolve",)
+
+    def __init__(self, resolve: Callable[[], Pool]) -> None:
+        self._resolve = resolve
+
+    # The calls the parts make per operation are spelled out: they skip `__getattr__`.
+    def acquire(self, *, timeout: float | None = None) -> Any:
+        return self._resolve().acquire(timeout=timeout)
+
+    def fetch(self, query: str, *args: Any, **kwargs: Any) -> Any:
+        return self._resolve().fetch(query, *args, **kwargs)
+
+    def fetchrow(self, query: str, *args: Any, **kwargs: Any) -> Any:
+        return self._resolve().fetchrow(query, *args, **kwargs)
+
+    def fetchval(self, query: str, *args: Any, **kwargs: Any) -> Any:
+        return self._resolve().fetchval(query, *args, **kwargs)
+
+    def execute(self, query: str, *args: Any, **kwargs: Any) -> Any:
+        return self._resolve().execute(query, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._resolve(), name)
+
+
+class _ConnectedWaker:
+    """Stands for the client's waker before and after `connect()` (a new waker is started on
+    each connect): each hint or listen goes to the current one, without an await."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def notify(self, *hints: Any) -> None:
+        self._client.waker.notify(*hints)
+
+    def listen(self, channel: str) -> Any:
+        return self._client.waker.listen(channel)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client.waker, name)

@@ -58,7 +58,7 @@ class SubscribeIn(ApiModel):
 
 
 async def _get(client: ClientDep, subscription_id: str) -> Any:
-    sub = await client.subscriptions.get(subscription_id)
+    sub = await client.get_subscription(subscription_id)
     if sub is None:
         raise ProblemError(404, f"no subscription {subscription_id}")
     return sub
@@ -101,7 +101,7 @@ async def get_subscription(subscription_id: SubscriptionId, client: ClientDep) -
 )
 async def pause(subscription_id: SubscriptionId, client: ClientDep) -> SubscriptionOut:
     """Stop delivering to this subscription until it is resumed."""
-    return subscription_out(await client.subscriptions.pause(subscription_id))
+    return subscription_out(await client.pause_subscription(subscription_id))
 
 
 @router.post(
@@ -111,7 +111,7 @@ async def pause(subscription_id: SubscriptionId, client: ClientDep) -> Subscript
 )
 async def resume(subscription_id: SubscriptionId, client: ClientDep) -> SubscriptionOut:
     """Deliver to a paused or disabled subscription again."""
-    return subscription_out(await client.subscriptions.resume(subscription_id))
+    return subscription_out(await client.resume_subscription(subscription_id))
 
 
 @router.delete(
