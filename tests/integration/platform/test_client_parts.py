@@ -16,9 +16,9 @@ from ripple.platform.events.backfill import Backfills
 from ripple.platform.events.publish import Publisher
 from ripple.platform.events.subscriptions import Subscriptions
 from ripple.platform.ops.observability import GaugeCollector
-from ripple.platform.ops.schedules import Schedules
-from ripple.platform.queues.queues import Queues
+from ripple.platform.schedules.schedules import Schedules
 from ripple.subscribers import QueueTarget
+from ripple.subscribers.queues.queues import Queues
 from ripple.subscribers.webhooks.webhook import Deliveries
 from ripple.workflows.runs.client import WorkflowClient
 from ripple.workflows.runs.operations import RunOperations
