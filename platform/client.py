@@ -558,7 +558,11 @@ class _ConnectedWaker:
         self._client = client
 
     def notify(self, *hints: Any) -> None:
-        self._client.waker.notify(*hints)
+        # Hints only wake (Postgres holds every fact): one sent by a timer after `close()`,
+        # such as the hint that follows a caller's commit, is dropped, as a closed waker would.
+        waker = self._client._waker
+        if waker is not None:
+            waker.notify(*hints)
 
     def listen(self, channel: str) -> Any:
         return self._client.waker.listen(channel)

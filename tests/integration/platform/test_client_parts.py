@@ -11,6 +11,7 @@ import pytest
 
 from ripple.platform.client import Client
 from ripple.platform.core.config import Settings
+from ripple.platform.core.wake import RunReady
 from ripple.platform.errors import RippleError
 from ripple.platform.events.backfill import Backfills
 from ripple.platform.events.publish import Publisher
@@ -91,3 +92,14 @@ async def test_parts_work_while_connected_and_again_after_a_reconnect(settings: 
         assert client.queues is queues
         assert (await client.publish("order.created", {"id": 2})).deliveries == 1
         assert [m.body for m in await client.queues.receive("audit")] == [{"id": 2}]
+
+
+async def test_a_wake_hint_sent_after_close_is_dropped(settings: Settings) -> None:
+    """A hint scheduled around a caller's commit may fire after the client closed: hints only
+    wake, so it is dropped, never raised from a timer callback."""
+    client = Client(settings=settings)
+    async with client:
+        starts = client.workflows.starts
+    starts.waker.notify(RunReady(workflow="any"))  # no error
+    with pytest.raises(RippleError, match=NOT_CONNECTED):
+        client.waker.notify(RunReady(workflow="any"))
