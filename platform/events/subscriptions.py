@@ -324,20 +324,24 @@ class Subscriptions:
             fresh = time.monotonic() - self._checked_at < self._settings.poll_interval
             if self._set is not None and (self._set is not current or fresh):
                 return self._set
+            # Kept in a local: a hint taken by a caller outside the lock clears `self._set`
+            # at any await below, and this caller must still answer with a set.
+            loaded = self._set
             with db.map_errors():
                 async with self._pool.acquire() as conn:
                     version = await subscription_store.read_version(conn)
-                    if self._set is None or version != self._version:
+                    if loaded is None or version != self._version:
                         # The version and the records from one snapshot: the set is exactly
                         # that version (events record it; see backfill).
                         async with conn.transaction(isolation="repeatable_read", readonly=True):
                             version = await subscription_store.read_version(conn)
                             records = await subscription_store.list_subscriptions(conn)
-                        self._set = _CompiledSet(records, version)
+                        loaded = _CompiledSet(records, version)
+                        self._set = loaded
                         self._version = version
                         log.debug("subscriptions_loaded", count=len(records), version=version)
             self._checked_at = time.monotonic()
-            return self._set
+            return loaded
 
 
 def _take_hint(listener: Listener) -> bool:
