@@ -73,7 +73,12 @@ class SendIn(ApiModel):
 
 class ReceiveIn(ApiModel):
     max_messages: JsonInt = Field(default=10, ge=1, le=1000)
-    visibility_timeout: JsonFloat = Field(default=30.0, gt=0, le=12 * 3600, description="Seconds.")
+    visibility_timeout: JsonFloat = Field(
+        default=30.0,
+        ge=0,
+        le=12 * 3600,
+        description="Seconds (0: visible again at once, as in SQS).",
+    )
     wait: JsonFloat = Field(default=0.0, ge=0, le=20, description="Long-poll seconds (≤ 20).")
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+import httpx
 import pytest
 from pydantic import BaseModel
 
+from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
 from ripple.platform.core.config import Settings
 from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
@@ -228,3 +230,16 @@ async def test_contract__client_and_worker_as_documented(settings: Settings) -> 
                 assert hasattr(msgs[0], field), field
             await client.queues.ack("audit", msgs[0].receipt)
             await client.queues.nack("audit", msgs[1].receipt, delay=5)
+
+
+async def test_queue_receive__visibility_timeout_zero_is_one_rule_in_python_and_rest(
+    client: Client,
+) -> None:
+    """0 means "visible again at once" (as in SQS) in the Python API and over REST alike."""
+    transport = httpx.ASGITransport(app=create_app(client))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        await client.queues.send("zero", {"n": 1})
+        assert len(await client.queues.receive("zero", visibility_timeout=0)) == 1
+        answer = await http.post("/v1/queues/zero/messages/receive", json={"visibilityTimeout": 0})
+        assert answer.status_code == 200, answer.text
+        assert [m["body"] for m in answer.json()["messages"]] == [{"n": 1}]
