@@ -17,7 +17,7 @@ import asyncpg
 import asyncpg.pool
 
 from ripple.platform.core.config import Settings
-from ripple.platform.core.deadlines import DB_TIMEOUT_MESSAGE, GRACE, detach
+from ripple.platform.core.deadlines import GRACE, detach, timed_out
 from ripple.platform.core.logs import Repeats, get_logger
 from ripple.platform.errors import (
     Conflict,
@@ -368,7 +368,7 @@ def map_errors() -> Iterator[None]:
     except RippleError:
         raise
     except TimeoutError as exc:  # a connect or statement past RIPPLE_DB_TIMEOUT
-        raise Unavailable(DB_TIMEOUT_MESSAGE) from exc
+        raise timed_out() from exc
     except asyncpg.UniqueViolationError as exc:
         raise Conflict(
             f"already exists ({exc.constraint_name})", constraint=exc.constraint_name

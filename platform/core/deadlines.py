@@ -24,7 +24,7 @@ from typing import Any, Final, TypeVar
 
 from ripple.platform.errors import Unavailable
 
-__all__ = ["DB_TIMEOUT_MESSAGE", "GRACE", "Deadline", "bounded", "detach", "timed_out"]
+__all__ = ["GRACE", "Deadline", "bounded", "detach", "timed_out"]
 
 T = TypeVar("T")
 
