@@ -141,7 +141,7 @@ class QueueCounts:
     in_flight: int
     delayed: int
     dead_letters: int
-    #: Seconds the next visible message has waited since it was sent (0 when none).
+    #: Seconds since the oldest visible message was sent (0 when none), as `QueueStats` has it.
     oldest_age: float
     lower_bounds: frozenset[str] = frozenset()
 
