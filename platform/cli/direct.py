@@ -133,7 +133,7 @@ class ClientOperator:
         return [_json(step_out(step)) for step in await self._client.list_steps(run_id)]
 
     async def cancel(self, run_id: str) -> bool:
-        await results.existing_run(self._client, run_id)
+        # `Client.cancel` raises the route's `NotFound` for a missing run: no read first.
         return await self._client.cancel(run_id)
 
     async def signal(
