@@ -3,8 +3,9 @@ answers the route's JSON shape (built by `ripple.platform.api.results` and `.mod
 import no FastAPI), so `--json` prints the same with or without `--api`.
 
 `ClientOperator` has the methods of `ApiOperator` (ripple.platform.cli.remote, the same actions
-over HTTP). Errors are the `Client`'s own (`RippleError`, `WorkflowError`); a target or schedule
-the request models would refuse raises `OperatorError` with pydantic's reasons.
+over HTTP). Errors are the `Client`'s own (`RippleError`, `WorkflowError`, a schedule's
+included); a target the request model would refuse raises `OperatorError` with pydantic's
+reasons.
 """
 
 from __future__ import annotations
