@@ -31,9 +31,6 @@ __all__ = ["ClientOperator"]
 
 Json = Any
 
-#: Dead letters a queue redrive moves at most, as the REST route's default.
-REDRIVE_LIMIT = 1000
-
 
 def _json(model: BaseModel) -> Json:
     """The JSON value the route answers with `model` (camelCase, ISO-8601 times)."""
@@ -172,7 +169,8 @@ class ClientOperator:
         return [_json(results.DeadLetterOut.model_validate(jsonable(m))) for m in found]
 
     async def queue_redrive(self, queue: str) -> Json:
-        redriven = await self._client.queues.redrive(queue, limit=REDRIVE_LIMIT)
+        # `Queues.redrive`'s default limit is the REST route's (and the dashboard's).
+        redriven = await self._client.queues.redrive(queue)
         return _json(results.Redriven(redriven=redriven))
 
     # -- webhook deliveries -----------------------------------------------------------------
