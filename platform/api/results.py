@@ -150,7 +150,7 @@ def ended(outcome: WaitOutcome) -> Started:
 
 
 def waited_run(run: Run, timed_out: bool = False) -> WaitedRun:
-    return WaitedRun.model_validate({**run_out(run).model_dump(), "timed_out": timed_out})
+    return WaitedRun.model_validate({**jsonable(run), "timedOut": timed_out})
 
 
 def run_page(page: Page[Run]) -> RunPage:

@@ -87,10 +87,6 @@ class WorkflowSummary(OutModel):
     runs: dict[str, int] = Field(description="Run counts by status.")
 
 
-async def _run_of(client: ClientDep, name: str | None, run_id: str) -> Any:
-    return await existing_run(client, run_id, name)
-
-
 #: Longest long-poll a request may ask for, in seconds.
 MAX_WAIT_SECONDS = 60
 WaitQuery = Annotated[
@@ -106,8 +102,8 @@ WaitQuery = Annotated[
 
 async def _waited(client: ClientDep, name: str | None, run_id: str, wait: float | None) -> Any:
     if wait is None:
-        return waited_run(await _run_of(client, name, run_id))
-    await _run_of(client, name, run_id)
+        return waited_run(await existing_run(client, run_id, name))
+    await existing_run(client, run_id, name)
     outcome = await client.wait_run(run_id, wait)
     return waited_run(outcome.run, outcome.timed_out)
 
@@ -164,18 +160,18 @@ async def _signal(
     key_query: str | None,
 ) -> SignalOut:
     key = idempotency_key(key_header, key_query)
-    await _run_of(client, name, run_id)
+    await existing_run(client, run_id, name)
     result = await client.signal(run_id, signal, payload, idempotency_key=key)
     return SignalOut(delivered=result.delivered, buffered=result.buffered)
 
 
 async def _steps(client: ClientDep, name: str | None, run_id: str) -> list[StepOut]:
-    await _run_of(client, name, run_id)
+    await existing_run(client, run_id, name)
     return [step_out(step) for step in await client.list_steps(run_id)]
 
 
 async def _cancel(client: ClientDep, name: str | None, run_id: str) -> Canceled:
-    await _run_of(client, name, run_id)
+    await existing_run(client, run_id, name)
     return Canceled(run_id=run_id, canceled=await client.cancel(run_id))
 
 

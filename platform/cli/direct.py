@@ -3,8 +3,9 @@ answers the route's JSON shape (built by `ripple.platform.api.results` and `.mod
 import no FastAPI), so `--json` prints the same with or without `--api`.
 
 `ClientOperator` has the methods of `ApiOperator` (ripple.platform.cli.remote, the same actions
-over HTTP). Errors are the `Client`'s own (`RippleError`, `WorkflowError`); a target or schedule
-the request models would refuse raises `OperatorError` with pydantic's reasons.
+over HTTP). Errors are the `Client`'s own (`RippleError`, `WorkflowError`, a schedule's
+included); a target the request model would refuse raises `OperatorError` with pydantic's
+reasons.
 """
 
 from __future__ import annotations
@@ -29,9 +30,6 @@ if TYPE_CHECKING:
 __all__ = ["ClientOperator"]
 
 Json = Any
-
-#: Dead letters a queue redrive moves at most, as the REST route's default.
-REDRIVE_LIMIT = 1000
 
 
 def _json(model: BaseModel) -> Json:
@@ -133,7 +131,7 @@ class ClientOperator:
         return [_json(step_out(step)) for step in await self._client.list_steps(run_id)]
 
     async def cancel(self, run_id: str) -> bool:
-        await results.existing_run(self._client, run_id)
+        # `Client.cancel` raises the route's `NotFound` for a missing run: no read first.
         return await self._client.cancel(run_id)
 
     async def signal(
@@ -171,7 +169,8 @@ class ClientOperator:
         return [_json(results.DeadLetterOut.model_validate(jsonable(m))) for m in found]
 
     async def queue_redrive(self, queue: str) -> Json:
-        redriven = await self._client.queues.redrive(queue, limit=REDRIVE_LIMIT)
+        # `Queues.redrive`'s default limit is the REST route's (and the dashboard's).
+        redriven = await self._client.queues.redrive(queue)
         return _json(results.Redriven(redriven=redriven))
 
     # -- webhook deliveries -----------------------------------------------------------------

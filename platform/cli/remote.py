@@ -57,6 +57,16 @@ class ApiOperator:
             return None
         return response.json()
 
+    async def _delete(self, path: str) -> bool:
+        """DELETE `path`: False if there was nothing to delete (404), as the `Client` answers."""
+        try:
+            await self._call("DELETE", path)
+        except OperatorError as exc:
+            if str(exc).startswith("404"):
+                return False
+            raise
+        return True
+
     async def publish(self, topic: str, payload: Json, idempotency_key: str | None) -> Json:
         body = {"payload": payload, "idempotencyKey": idempotency_key}
         return await self._call("POST", f"/v1/topics/{topic}/events", json=body)
@@ -80,13 +90,7 @@ class ApiOperator:
         return await self._call("POST", f"/v1/subscriptions/{subscription_id}/{verb}")
 
     async def unsubscribe(self, subscription_id: str) -> bool:
-        try:
-            await self._call("DELETE", f"/v1/subscriptions/{subscription_id}")
-        except OperatorError as exc:
-            if str(exc).startswith("404"):
-                return False
-            raise
-        return True
+        return await self._delete(f"/v1/subscriptions/{subscription_id}")
 
     async def subscriptions(self) -> Json:
         return await self._call("GET", "/v1/subscriptions")
@@ -207,10 +211,4 @@ class ApiOperator:
         return await self._call("POST", f"/v1/schedules/{name}/{action}")
 
     async def schedule_delete(self, name: str) -> bool:
-        try:
-            await self._call("DELETE", f"/v1/schedules/{name}")
-        except OperatorError as exc:
-            if str(exc).startswith("404"):
-                return False
-            raise
-        return True
+        return await self._delete(f"/v1/schedules/{name}")

@@ -186,6 +186,25 @@ async def test_cli__operator_commands_through_the_api(
     assert "401" in denied.stderr
 
 
+async def test_cli__deletes_through_the_api_tell_a_missing_one_apart(
+    ripple_cli: CliRunner, api_server: ApiServer
+) -> None:
+    api = ["--api", api_server.url, "--token", api_server.token]
+    sub = parsed(
+        (await ripple_cli("subscribe", "gone.#", "--queue", "gone-q", *api, "--json")).stdout
+    )
+    await ripple_cli("schedules", "create", "api-tick", "--topic", "api.tick", "--every", "3600")
+    assert "deleted" in (await ripple_cli("unsubscribe", sub["id"], *api)).stdout
+    assert "deleted" in (await ripple_cli("schedules", "delete", "api-tick", *api)).stdout
+    sub_gone, schedule_gone = await asyncio.gather(
+        ripple_cli("unsubscribe", sub["id"], *api, check=False),
+        ripple_cli("schedules", "delete", "api-tick", *api, check=False),
+    )
+    assert sub_gone.returncode == schedule_gone.returncode == 1
+    assert "no subscription" in sub_gone.stderr
+    assert "no schedule api-tick" in schedule_gone.stderr
+
+
 async def test_cli__schedules(ripple_cli: CliRunner) -> None:
     bad = await ripple_cli(
         "schedules", "create", "cli-bad", "--workflow", "report", "--cron", "nope", check=False

@@ -97,6 +97,17 @@ async def test_cli_direct__a_missing_run_fails_with_the_routes_message(
     assert response.json()["detail"] == str(raised.value) == f"no run {missing}"
 
 
+async def test_cli_direct__canceling_a_missing_run_fails_with_the_routes_message(
+    client: Client, http: httpx.AsyncClient
+) -> None:
+    missing = "01a201d4-ac99-7df3-a000-000000000001"
+    with pytest.raises(NotFound) as raised:
+        await ClientOperator(client).cancel(missing)
+    response = await http.delete(f"/v1/runs/{missing}")
+    assert response.status_code == 404
+    assert response.json()["detail"] == str(raised.value) == f"no run {missing}"
+
+
 async def test_cli_direct__a_bad_workflow_filter_fails_as_through_the_route(
     client: Client, http: httpx.AsyncClient
 ) -> None:
