@@ -17,12 +17,12 @@ from typing import Any
 from ripple.platform.core.db import Connection, Pool, map_errors, transaction
 from ripple.platform.core.group_commit import GroupCommit
 from ripple.platform.core.logs import get_logger
-from ripple.platform.core.wake import NullWaker, RunCanceled, RunFinished, RunReady
+from ripple.platform.core.wake import NullWaker, RunFinished, RunReady
 from ripple.platform.ops import metrics
 from ripple.workflows import store
 from ripple.workflows.errors import LeaseLost
 from ripple.workflows.journal import Entry
-from ripple.workflows.runs.settle import complete_parent_step
+from ripple.workflows.runs.settle import complete_parent_step, notify_canceled
 from ripple.workflows.runtime.ports import ChildSpec, WaitSpec
 
 __all__ = ["PgRunWriter", "StepCommitter"]
@@ -230,9 +230,8 @@ class PgRunWriter:
             if ids:
                 await store.delete_waits_of(conn, run_ids=ids)
         if ids:
-            for row in canceled:
-                metrics.RUNS_COMPLETED.labels(row.workflow, "canceled").inc()
-            self.waker.notify(RunCanceled(run_ids=ids), *(RunFinished(run_id=i) for i in ids))
+            # The losers' parent is this run, which got no step result from them.
+            notify_canceled(self.waker, canceled, parents=False)
         return ids
 
     async def register_wait(
