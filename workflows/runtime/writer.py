@@ -10,7 +10,7 @@ together. Wake hints go out after commit.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +23,12 @@ from ripple.workflows import store
 from ripple.workflows.errors import LeaseLost
 from ripple.workflows.journal import Entry
 from ripple.workflows.runs.settle import complete_parent_step, notify_canceled
-from ripple.workflows.runtime.ports import ChildSpec, WaitSpec
+from ripple.workflows.runtime.ports import (
+    ChildSpec,
+    WaitSpec,
+    child_timeout_error,
+    existing_child_entry,
+)
 
 __all__ = ["PgRunWriter", "StepCommitter"]
 
@@ -299,12 +304,7 @@ class PgRunWriter:
             conn, workflow=child.workflow, idempotency_key=child.key
         )
         assert row is not None  # the insert conflicted on this key, and runs are not deleted
-        existing = {"runId": row.run_id}
-        entry = replace(child.entry, attempts=1, output=existing, error=None)
-        if row.status == "completed":
-            entry = entry.completed(row.output, None)
-        elif row.status in ("failed", "canceled"):
-            entry = entry.failed(row.error, None, output=existing)
+        entry = existing_child_entry(child.entry, row.run_id, row.status, row.output, row.error)
         await store.upsert_steps(conn, run_id=self.run_id, entries=[entry.to_json()])
         return entry
 
@@ -319,11 +319,7 @@ class PgRunWriter:
                     final = entry.completed(None, None)
                     await store.upsert_steps(conn, run_id=self.run_id, entries=[final.to_json()])
             else:
-                error = {
-                    "type": "StepTimeout",
-                    "message": f"step {entry.key!r} of run {self.run_id} timed out waiting for "
-                    "its child run (the child keeps running)",
-                }
+                error = child_timeout_error(self.run_id, entry.key)
                 if await store.time_out_step(conn, run_id=self.run_id, key=entry.key, error=error):
                     final = entry.failed(error, None, output=entry.output)
             if final is None:
