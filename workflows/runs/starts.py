@@ -105,9 +105,8 @@ class Starts:
         self.waker = waker
         self.settings = settings
         self._registry = registry
-        # The registry's own dicts, read on every start without a hop through it.
+        # The registry's own dict, read on every start without a hop through it.
         self._definitions = registry.definitions
-        self._unsynced = registry.unsynced
         #: Counts what starts in a caller's transaction create once that transaction commits.
         self.commit_watch = CommitWatch(pool)
         #: Concurrent starts of this process, written together (see `start`).
@@ -174,7 +173,7 @@ class Starts:
         # Work on the pool answers within RIPPLE_DB_TIMEOUT; a caller's transaction is its own.
         answer_by = Deadline(self.settings.db_timeout)
         own = None if conn is not None else answer_by
-        if self._unsynced:
+        if self._registry.needs_sync:
             await bounded(self._registry.sync_definitions(), answer_by)
         if version is None and definition is not None:
             version = definition.version
@@ -277,7 +276,7 @@ class Starts:
         `notify_runs_ready()` after the commit."""
         if not requests:
             return 0
-        if self._unsynced:
+        if self._registry.needs_sync:
             await self._registry.sync_definitions()
         #: run ids, workflows, inputs (JSON text), idempotency keys, traces (JSON text),
         #: retention seconds: the parallel arrays `store.insert_runs` takes
