@@ -598,8 +598,7 @@ class Worker:
             parent_run_id=claim.parent_run_id,
             committer=self.committer,
             keyed=claim.keyed,
-            suspect=claim.suspect,
-            on_cleared=lambda: self._cleared(slot),
+            on_cleared=(lambda: self._cleared(slot)) if claim.suspect else None,
         )
         engine = RunExecution(
             claim,

@@ -158,7 +158,6 @@ class PgRunWriter:
         committer: StepCommitter,
         parent_run_id: str | None = None,
         keyed: bool = False,
-        suspect: bool = False,
         on_cleared: Callable[[], None] | None = None,
     ) -> None:
         self.pool = pool
@@ -174,9 +173,9 @@ class PgRunWriter:
         #: The run holds a concurrency slot: leaving `running` frees it (migration 0011's
         #: trigger makes the key's next parked run available), so workers are told at once.
         self.keyed = keyed
-        #: Claimed in isolation after a lost worker: cleared (and `on_cleared` called) once a
-        #: step of it is recorded, after which its worker may claim other runs beside it.
-        self.suspect = suspect
+        #: Set for a suspect (claimed in isolation after a lost worker): it is cleared, and
+        #: called once, when a step of the run is recorded; its worker may then claim other
+        #: runs beside it.
         self._on_cleared = on_cleared
 
     async def _fence(self, conn: Connection | Pool, entries: list[Entry], step_count: int) -> None:
@@ -203,18 +202,17 @@ class PgRunWriter:
         renew: bool = False,
     ) -> None:
         await self.committer.flush(self.run_id, self.epoch, step_count, entries, trim, renew=renew)
-        if self.suspect and any(entry.finished for entry in entries):
-            await self._clear_suspect()
+        if self._on_cleared is not None and any(entry.finished for entry in entries):
+            await self._clear_suspect(self._on_cleared)
 
-    async def _clear_suspect(self) -> None:
+    async def _clear_suspect(self, on_cleared: Callable[[], None]) -> None:
         """Committed apart from the step it follows: a worker lost in between still had this
         run alone, so charging it that recovery is right."""
         with map_errors():
             if not await store.clear_suspect(self.pool, run_id=self.run_id, epoch=self.epoch):
                 raise LeaseLost(self.run_id)
-        self.suspect = False
-        if self._on_cleared is not None:
-            self._on_cleared()
+        self._on_cleared = None
+        on_cleared()
 
     async def settle_race(
         self, entries: list[Entry], step_count: int, losers: Sequence[str]
