@@ -68,11 +68,14 @@ async def settle_canceled(conn: Connection, rows: Sequence[store.CanceledRun]) -
     return ids
 
 
-def notify_canceled(waker: NullWaker, rows: Sequence[store.CanceledRun]) -> None:
-    """After the commit of a cancel: metrics, and wake whoever waits on those runs (and the
-    parents that got a result)."""
+def notify_canceled(
+    waker: NullWaker, rows: Sequence[store.CanceledRun], *, parents: bool = True
+) -> None:
+    """After the commit of a cancel: metrics, and wake whoever waits on those runs (and, with
+    `parents`, the parents that got a result from `settle_canceled`)."""
     ids = [row.run_id for row in rows]
     for row in rows:
         metrics.RUNS_COMPLETED.labels(row.workflow, "canceled").inc()
     waker.notify(RunCanceled(run_ids=ids), *(RunFinished(run_id=i) for i in ids))
-    waker.notify(RunReady())
+    if parents:
+        waker.notify(RunReady())

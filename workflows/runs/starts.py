@@ -105,9 +105,8 @@ class Starts:
         self.waker = waker
         self.settings = settings
         self._registry = registry
-        # The registry's own dicts, read on every start without a hop through it.
+        # The registry's own dict, read on every start without a hop through it.
         self._definitions = registry.definitions
-        self._unsynced = registry.unsynced
         #: Counts what starts in a caller's transaction create once that transaction commits.
         self.commit_watch = CommitWatch(pool)
         #: Concurrent starts of this process, written together (see `start`).
@@ -115,9 +114,10 @@ class Starts:
             self._write_starts, name="ripple-start-commit"
         )
 
-    def _prepare_input(
+    def prepare_input(
         self, definition: WorkflowDefinition[Any, Any] | None, name: str, input: Any
     ) -> Any:
+        """`input` as stored for a run of `name`: validated when the definition is known."""
         depth = self.settings.max_json_depth
         if definition is None:
             try:
@@ -137,12 +137,6 @@ class Starts:
                 f"invalid input for workflow {name}: {exc.errors(include_url=False)}",
                 field="input",
             ) from exc
-
-    def prepare_input(
-        self, definition: WorkflowDefinition[Any, Any] | None, name: str, input: Any
-    ) -> Any:
-        """`input` as stored for a run of `name`: validated when the definition is known."""
-        return self._prepare_input(definition, name, input)
 
     async def start(
         self,
@@ -170,11 +164,11 @@ class Starts:
         if version is not None and (not isinstance(version, int) or version < 1):
             raise InvalidInput("version must be an integer >= 1", field="version")
         check_priority(priority)
-        value = self._prepare_input(definition, name, input)
+        value = self.prepare_input(definition, name, input)
         # Work on the pool answers within RIPPLE_DB_TIMEOUT; a caller's transaction is its own.
         answer_by = Deadline(self.settings.db_timeout)
         own = None if conn is not None else answer_by
-        if self._unsynced:
+        if self._registry.needs_sync:
             await bounded(self._registry.sync_definitions(), answer_by)
         if version is None and definition is not None:
             version = definition.version
@@ -277,7 +271,7 @@ class Starts:
         `notify_runs_ready()` after the commit."""
         if not requests:
             return 0
-        if self._unsynced:
+        if self._registry.needs_sync:
             await self._registry.sync_definitions()
         #: run ids, workflows, inputs (JSON text), idempotency keys, traces (JSON text),
         #: retention seconds: the parallel arrays `store.insert_runs` takes
@@ -295,7 +289,7 @@ class Starts:
                     {
                         "run_id": new_id(),
                         "workflow": req.workflow,
-                        "input": self._prepare_input(None, req.workflow, req.input),
+                        "input": self.prepare_input(None, req.workflow, req.input),
                         "idempotency_key": req.idempotency_key,
                         "trace": req.trace,
                         "retention_seconds": self._retention_seconds(known),
@@ -314,7 +308,7 @@ class Starts:
             if req.input_json is not None:
                 text: str | None = None if req.input_json == "null" else req.input_json
             else:
-                value = self._prepare_input(None, req.workflow, req.input)
+                value = self.prepare_input(None, req.workflow, req.input)
                 text = None if value is None else dumps(value)
             columns[2].append(text)
             columns[3].append(req.idempotency_key)

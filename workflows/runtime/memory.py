@@ -25,7 +25,13 @@ from ripple.workflows.errors import LeaseLost
 from ripple.workflows.journal import Entry, StepStatus
 from ripple.workflows.runs.records import ACTIVE, RunStatus
 from ripple.workflows.runtime.engine import INFINITY, RunExecution
-from ripple.workflows.runtime.ports import ChildSpec, Outcome, WaitSpec
+from ripple.workflows.runtime.ports import (
+    ChildSpec,
+    Outcome,
+    WaitSpec,
+    child_timeout_error,
+    existing_child_entry,
+)
 
 __all__ = ["MemoryClaim", "MemoryRun", "MemoryRunWriter", "MemoryRuns"]
 
@@ -183,14 +189,9 @@ class MemoryRunWriter:
                 )
             )
             return entry
-        # The child exists (its entry was lost with an earlier attempt): point at it, with its
-        # result if it ended, since nothing else would ever report it.
-        found = {"runId": existing.run_id}
-        entry = replace(entry, attempts=1, output=found, error=None)
-        if existing.status == RunStatus.COMPLETED:
-            entry = entry.completed(existing.output, None)
-        elif existing.status in (RunStatus.FAILED, RunStatus.CANCELED):
-            entry = entry.failed(existing.error, None, output=found)
+        entry = existing_child_entry(
+            entry, existing.run_id, existing.status, existing.output, existing.error
+        )
         self.runs.upsert(run, [entry])
         return run.journal[entry.key]
 
@@ -206,11 +207,7 @@ class MemoryRunWriter:
                 return recorded or entry
             final = entry.completed(None, self.runs.now)
         else:
-            error = {
-                "type": "StepTimeout",
-                "message": f"step {entry.key!r} of run {self.run_id} timed out waiting for "
-                "its child run (the child keeps running)",
-            }
+            error = child_timeout_error(self.run_id, entry.key)
             final = entry.failed(error, self.runs.now, output=entry.output)
         run.journal[entry.key] = final
         return final

@@ -1,19 +1,28 @@
 """The engine's ports: what it knows of the claim it executes (`RunFacts`), the durable writes
 it asks for (`RunWriter`, with the `WaitSpec`/`ChildSpec` it hands over) and how an execution
-ended (`Outcome`). Declarations only: the Postgres writer (`writer.py`) and the in-memory one
-(`memory.py`) implement them, and nothing here does I/O.
+ended (`Outcome`). Declarations, and the step results both writers compute alike: the Postgres
+writer (`writer.py`) and the in-memory one (`memory.py`) implement them, and nothing here does
+I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
 from ripple.workflows.journal import Entry
 
-__all__ = ["ChildSpec", "Outcome", "RunFacts", "RunWriter", "WaitSpec"]
+__all__ = [
+    "ChildSpec",
+    "Outcome",
+    "RunFacts",
+    "RunWriter",
+    "WaitSpec",
+    "child_timeout_error",
+    "existing_child_entry",
+]
 
 
 class RunFacts(Protocol):
@@ -67,6 +76,30 @@ class ChildSpec:
     version: int | None
     input: Any
     key: str
+
+
+def existing_child_entry(
+    entry: Entry, run_id: str, status: str, output: Any, error: dict[str, Any] | None
+) -> Entry:
+    """The child step `entry` pointing at the child run that already existed under its key (its
+    entry was lost with an earlier attempt), with its result if it ended, since nothing else
+    would ever report it."""
+    found = {"runId": run_id}
+    entry = replace(entry, attempts=1, output=found, error=None)
+    if status == "completed":
+        return entry.completed(output, None)
+    if status in ("failed", "canceled"):
+        return entry.failed(error, None, output=found)
+    return entry
+
+
+def child_timeout_error(run_id: str, key: str) -> dict[str, Any]:
+    """The error of child step `key` of run `run_id` whose `timeout` passed first."""
+    return {
+        "type": "StepTimeout",
+        "message": f"step {key!r} of run {run_id} timed out waiting for its child run "
+        "(the child keeps running)",
+    }
 
 
 @dataclass(frozen=True, slots=True)

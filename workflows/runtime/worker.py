@@ -522,8 +522,11 @@ class Worker:
             slot = _InFlight(claim.run_id, claim.epoch, suspect=claim.suspect)
             stale = self._inflight.get(claim.run_id)
             if stale is not None:
-                # This worker lost the lease of that run and claimed it again: the older
-                # execution is fenced out; stop it (its cleanup leaves the new slot alone).
+                # The run left `running` (it suspended due at once, retried without delay, or
+                # another worker took over its lost lease) before the older execution's task
+                # ended: that execution is fenced out; stop it (its cleanup leaves the new
+                # slot alone). Not a run lost by this worker itself: that is a suspect, and
+                # suspects are claimed only with nothing in flight.
                 self._abort([stale], "reclaimed")
             self._inflight[claim.run_id] = slot
             slot.task = asyncio.create_task(self._execute(slot, claim, rows))
@@ -595,8 +598,7 @@ class Worker:
             parent_run_id=claim.parent_run_id,
             committer=self.committer,
             keyed=claim.keyed,
-            suspect=claim.suspect,
-            on_cleared=lambda: self._cleared(slot),
+            on_cleared=(lambda: self._cleared(slot)) if claim.suspect else None,
         )
         engine = RunExecution(
             claim,

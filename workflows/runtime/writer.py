@@ -10,20 +10,25 @@ together. Wake hints go out after commit.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from ripple.platform.core.db import Connection, Pool, map_errors, transaction
 from ripple.platform.core.group_commit import GroupCommit
 from ripple.platform.core.logs import get_logger
-from ripple.platform.core.wake import NullWaker, RunCanceled, RunFinished, RunReady
+from ripple.platform.core.wake import NullWaker, RunFinished, RunReady
 from ripple.platform.ops import metrics
 from ripple.workflows import store
 from ripple.workflows.errors import LeaseLost
 from ripple.workflows.journal import Entry
-from ripple.workflows.runs.settle import complete_parent_step
-from ripple.workflows.runtime.ports import ChildSpec, WaitSpec
+from ripple.workflows.runs.settle import complete_parent_step, notify_canceled
+from ripple.workflows.runtime.ports import (
+    ChildSpec,
+    WaitSpec,
+    child_timeout_error,
+    existing_child_entry,
+)
 
 __all__ = ["PgRunWriter", "StepCommitter"]
 
@@ -153,7 +158,6 @@ class PgRunWriter:
         committer: StepCommitter,
         parent_run_id: str | None = None,
         keyed: bool = False,
-        suspect: bool = False,
         on_cleared: Callable[[], None] | None = None,
     ) -> None:
         self.pool = pool
@@ -169,9 +173,9 @@ class PgRunWriter:
         #: The run holds a concurrency slot: leaving `running` frees it (migration 0011's
         #: trigger makes the key's next parked run available), so workers are told at once.
         self.keyed = keyed
-        #: Claimed in isolation after a lost worker: cleared (and `on_cleared` called) once a
-        #: step of it is recorded, after which its worker may claim other runs beside it.
-        self.suspect = suspect
+        #: Set for a suspect (claimed in isolation after a lost worker): it is cleared, and
+        #: called once, when a step of the run is recorded; its worker may then claim other
+        #: runs beside it.
         self._on_cleared = on_cleared
 
     async def _fence(self, conn: Connection | Pool, entries: list[Entry], step_count: int) -> None:
@@ -198,18 +202,17 @@ class PgRunWriter:
         renew: bool = False,
     ) -> None:
         await self.committer.flush(self.run_id, self.epoch, step_count, entries, trim, renew=renew)
-        if self.suspect and any(entry.finished for entry in entries):
-            await self._clear_suspect()
+        if self._on_cleared is not None and any(entry.finished for entry in entries):
+            await self._clear_suspect(self._on_cleared)
 
-    async def _clear_suspect(self) -> None:
+    async def _clear_suspect(self, on_cleared: Callable[[], None]) -> None:
         """Committed apart from the step it follows: a worker lost in between still had this
         run alone, so charging it that recovery is right."""
         with map_errors():
             if not await store.clear_suspect(self.pool, run_id=self.run_id, epoch=self.epoch):
                 raise LeaseLost(self.run_id)
-        self.suspect = False
-        if self._on_cleared is not None:
-            self._on_cleared()
+        self._on_cleared = None
+        on_cleared()
 
     async def settle_race(
         self, entries: list[Entry], step_count: int, losers: Sequence[str]
@@ -230,9 +233,8 @@ class PgRunWriter:
             if ids:
                 await store.delete_waits_of(conn, run_ids=ids)
         if ids:
-            for row in canceled:
-                metrics.RUNS_COMPLETED.labels(row.workflow, "canceled").inc()
-            self.waker.notify(RunCanceled(run_ids=ids), *(RunFinished(run_id=i) for i in ids))
+            # The losers' parent is this run, which got no step result from them.
+            notify_canceled(self.waker, canceled, parents=False)
         return ids
 
     async def register_wait(
@@ -300,12 +302,7 @@ class PgRunWriter:
             conn, workflow=child.workflow, idempotency_key=child.key
         )
         assert row is not None  # the insert conflicted on this key, and runs are not deleted
-        existing = {"runId": row.run_id}
-        entry = replace(child.entry, attempts=1, output=existing, error=None)
-        if row.status == "completed":
-            entry = entry.completed(row.output, None)
-        elif row.status in ("failed", "canceled"):
-            entry = entry.failed(row.error, None, output=existing)
+        entry = existing_child_entry(child.entry, row.run_id, row.status, row.output, row.error)
         await store.upsert_steps(conn, run_id=self.run_id, entries=[entry.to_json()])
         return entry
 
@@ -320,11 +317,7 @@ class PgRunWriter:
                     final = entry.completed(None, None)
                     await store.upsert_steps(conn, run_id=self.run_id, entries=[final.to_json()])
             else:
-                error = {
-                    "type": "StepTimeout",
-                    "message": f"step {entry.key!r} of run {self.run_id} timed out waiting for "
-                    "its child run (the child keeps running)",
-                }
+                error = child_timeout_error(self.run_id, entry.key)
                 if await store.time_out_step(conn, run_id=self.run_id, key=entry.key, error=error):
                     final = entry.failed(error, None, output=entry.output)
             if final is None:
