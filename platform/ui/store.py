@@ -19,6 +19,7 @@ from uuid import UUID
 
 from ripple.platform.core.db import Pool, map_errors
 from ripple.platform.ops.ports import StrandedGauge
+from ripple.subscribers.queues import queue_store
 from ripple.workflows import store as wf_store
 from ripple.workflows.runs.records import StepRecord
 from ripple.workflows.store import views
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 #: Most messages of one kind a queue count reads; a count that reaches it is shown as "≥".
-QUEUE_CAP: Final = 10_000
+QUEUE_CAP: Final = queue_store.STATS_CAP
 #: Active runs per workflow, and workflows, the overview's stranded-runs check reads at most.
 STRANDED_PER_WORKFLOW: Final = 100
 STRANDED_WORKFLOWS: Final = 50
@@ -93,46 +94,6 @@ SELECT queue FROM (
 ) AS q
 ORDER BY queue
 LIMIT $1
-"""
-
-# $1 queue, $2 cap: a queue's counts, each one bounded (at most $2 index entries read) and read
-# through the partial index of its kind of message; "oldest" is the age of the next ungrouped
-# message to be received, or of the oldest visible grouped one among the first $2.
-SELECT_QUEUE_COUNTS: Final = """
-WITH later AS (
-    SELECT receive_count FROM ripple_queue_messages
-    WHERE queue = $1 AND dead_at IS NULL AND group_id IS NULL AND visible_at > now()
-    LIMIT $2
-),
-grouped AS (
-    SELECT visible_at <= now() AS visible_now, receive_count, created_at
-    FROM ripple_queue_messages
-    WHERE queue = $1 AND dead_at IS NULL AND group_id IS NOT NULL
-    LIMIT $2
-)
-SELECT
-    (SELECT count(*) FROM (
-        SELECT 1 FROM ripple_queue_messages
-        WHERE queue = $1 AND dead_at IS NULL AND group_id IS NULL AND visible_at <= now()
-        LIMIT $2) AS v)::int AS ready,
-    (SELECT count(*) FROM later)::int AS later_sampled,
-    (SELECT count(*) FROM grouped)::int AS grouped_sampled,
-    (SELECT count(*) FROM later WHERE receive_count > 0)::int AS later_received,
-    (SELECT count(*) FROM later WHERE receive_count = 0)::int AS later_new,
-    (SELECT count(*) FROM grouped WHERE visible_now)::int AS grouped_visible,
-    (SELECT count(*) FROM grouped WHERE NOT visible_now AND receive_count > 0)::int
-        AS grouped_received,
-    (SELECT count(*) FROM grouped WHERE NOT visible_now AND receive_count = 0)::int
-        AS grouped_new,
-    (SELECT count(*) FROM (
-        SELECT 1 FROM ripple_queue_messages WHERE queue = $1 AND dead_at IS NOT NULL LIMIT $2
-    ) AS d)::int AS dead_letters,
-    extract(epoch FROM now() - least(
-        (SELECT created_at FROM ripple_queue_messages
-         WHERE queue = $1 AND dead_at IS NULL AND group_id IS NULL AND visible_at <= now()
-         ORDER BY visible_at LIMIT 1),
-        (SELECT min(created_at) FROM grouped WHERE visible_now)
-    ))::float8 AS oldest_age
 """
 
 # $1 queue, $2 deduplication id (fan-out writes "{event_id}:{subscription_id}")
@@ -179,7 +140,7 @@ class QueueCounts:
     in_flight: int
     delayed: int
     dead_letters: int
-    #: Seconds the next visible message has waited since it was sent (0 when none).
+    #: Seconds since the oldest visible message was sent (0 when none).
     oldest_age: float
     lower_bounds: frozenset[str] = frozenset()
 
@@ -300,25 +261,17 @@ async def queue_names(pool: Pool, limit: int) -> list[str]:
 
 
 async def queue_counts(pool: Pool, queue: str) -> QueueCounts:
-    """Bounded counts of one queue (each at most QUEUE_CAP)."""
+    """Bounded counts of one queue (each at most QUEUE_CAP), as `Queues.stats` reads them."""
     with map_errors():
-        row = await pool.fetchrow(SELECT_QUEUE_COUNTS, queue, QUEUE_CAP)
-    assert row is not None
-    cap = QUEUE_CAP
-    bounds = set()
-    if row["ready"] >= cap or row["grouped_sampled"] >= cap:
-        bounds.add("visible")
-    if row["later_sampled"] >= cap or row["grouped_sampled"] >= cap:
-        bounds.update(("in_flight", "delayed"))
-    if row["dead_letters"] >= cap:
-        bounds.add("dead_letters")
+        async with pool.acquire() as conn:
+            stats = await queue_store.stats(conn, queue, QUEUE_CAP)
     return QueueCounts(
-        visible=row["ready"] + row["grouped_visible"],
-        in_flight=row["later_received"] + row["grouped_received"],
-        delayed=row["later_new"] + row["grouped_new"],
-        dead_letters=row["dead_letters"],
-        oldest_age=max(row["oldest_age"] or 0.0, 0.0),
-        lower_bounds=frozenset(bounds),
+        visible=stats.visible,
+        in_flight=stats.in_flight,
+        delayed=stats.delayed,
+        dead_letters=stats.dead_letters,
+        oldest_age=stats.oldest_age,
+        lower_bounds=stats.lower_bounds - {"depth"},  # `shown` derives the depth's bound
     )
 
 
