@@ -64,12 +64,11 @@ class StepExecution(RunLedger):
         kind: str = "run",
     ) -> Any:
         key, seq, entry = self.allocate(name, kind)
-        annotation = serde.return_annotation(fn)
         self._enter()
         try:
             if entry is not None and entry.status == StepStatus.COMPLETED:
                 try:
-                    value = serde.load(entry.output, annotation)
+                    value = serde.load(entry.output, serde.return_annotation(fn))
                 except ValidationError:
                     value = entry.output
                 self._register_compensation(seq, key, compensate, value)
