@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 #: Most messages of one kind a queue count reads; a count that reaches it is shown as "≥".
-QUEUE_CAP: Final = 10_000
+QUEUE_CAP: Final = queue_store.STATS_CAP
 #: Active runs per workflow, and workflows, the overview's stranded-runs check reads at most.
 STRANDED_PER_WORKFLOW: Final = 100
 STRANDED_WORKFLOWS: Final = 50

@@ -87,10 +87,9 @@ class ClaimBuffer:
         """Deliveries a claim may take now: the `free` slots and the buffer's free room."""
         return free + self._size - len(self._buffer)
 
-    def deferring(self, free: int, sending: bool) -> bool:
-        """What a claim may take waits for a batch (see REFILL_SHARE) and the wait has not
-        run out; `sending`: whether attempts hold slots."""
-        wanted = self._wanted(free)
+    def _deferring(self, wanted: int, sending: bool) -> bool:
+        """What a claim may take (`wanted`) waits for a batch (see REFILL_SHARE) and the wait
+        has not run out; `sending`: whether attempts hold slots."""
         return (
             (sending or bool(self._buffer))
             and 0 < wanted < self._refill_at
@@ -100,7 +99,7 @@ class ClaimBuffer:
     def wait_timeout(self, default: float | None, free: int, sending: bool) -> float | None:
         """How long the dispatcher may wait: a deferred refill's wait, at most until the
         oldest buffered delivery goes stale (it is released then)."""
-        timeout = REFILL_WAIT if self.deferring(free, sending) else default
+        timeout = REFILL_WAIT if self._deferring(self._wanted(free), sending) else default
         if self._buffer:
             expiry = max(0.0, self._buffer[0][0] + BUFFER_MAX_AGE - time.monotonic())
             timeout = expiry if timeout is None else min(timeout, expiry)
@@ -115,7 +114,7 @@ class ClaimBuffer:
         `in_flight`: the slots taken per endpoint (they count toward its claim limit).
         """
         wanted = self._wanted(free)
-        if wanted <= 0 or self.deferring(free, sending):
+        if wanted <= 0 or self._deferring(wanted, sending):
             return None
         claimed_at = self._claimed_at = time.monotonic()
         # An endpoint's buffered deliveries count toward its claim limit (so one endpoint

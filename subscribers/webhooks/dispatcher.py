@@ -131,7 +131,7 @@ class WebhookDispatcher:
                     try:
                         await asyncio.wait(
                             {
-                                *sender.tasks,
+                                *sender.claims,
                                 *self._recorder.writers,
                                 *self._buffer.releasers,
                                 freed,
@@ -145,15 +145,15 @@ class WebhookDispatcher:
                     return sender.started - started
         finally:
             self._buffer.release_all()
-            if sender.tasks:
-                await asyncio.gather(*sender.tasks, return_exceptions=True)
+            if sender.claims:
+                await asyncio.gather(*sender.claims, return_exceptions=True)
             await self._buffer.released()
             await self._recorder.recorded()
             await self.aclose()
 
     def _busy(self) -> bool:
         return bool(
-            self._sender.tasks
+            self._sender.claims
             or self._recorder.writers
             or len(self._buffer)
             or self._buffer.releasers
@@ -189,9 +189,9 @@ class WebhookDispatcher:
         # Buffered deliveries are given back at once (none starts once stopping).
         self._buffer.release_all()
         sender = self._sender
-        if sender.tasks:
+        if sender.claims:
             _done, pending = await asyncio.wait(
-                set(sender.tasks), timeout=self._settings.shutdown_grace
+                set(sender.claims), timeout=self._settings.shutdown_grace
             )
             claims = [sender.claims[t] for t in pending if t in sender.claims]
             for task in pending:

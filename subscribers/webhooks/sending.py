@@ -123,8 +123,8 @@ class AttemptSender:
         self._resolver = resolver
         self._rng = rng
         self._http: aiohttp.ClientSession | None = None
-        self.tasks: set[asyncio.Task[None]] = set()
-        #: the claim each in-flight task holds, to release it if shutdown cancels the task
+        #: the attempts in flight and the claim each holds, to release it if shutdown cancels
+        #: the task
         self.claims: dict[asyncio.Task[None], store.ClaimedDelivery] = {}
         #: attempts started so far (what `run_until_idle` reports)
         self.started = 0
@@ -138,14 +138,12 @@ class AttemptSender:
     def start(self, delivery: store.ClaimedDelivery) -> None:
         """Start the attempt on a slot of its endpoint (the caller checked one is free)."""
         task = asyncio.create_task(self._attempt(delivery), name=f"webhook-{delivery.id}")
-        self.tasks.add(task)
         self._slots.take(task, delivery.subscription_id)
         self.claims[task] = delivery
         task.add_done_callback(self._finished)
         self.started += 1
 
     def _finished(self, task: asyncio.Task[None]) -> None:
-        self.tasks.discard(task)
         self.claims.pop(task, None)
         self._slots.give_back(task)
         if not task.cancelled() and task.exception() is not None:

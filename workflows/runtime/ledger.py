@@ -97,7 +97,8 @@ class RunLedger:
         """Now, on the database clock (local clock plus the offset measured at claim)."""
         return datetime.now(UTC) + self._offset
 
-    def _record(self, entry: Entry) -> None:
+    def record(self, entry: Entry) -> None:
+        """Journal `entry` with the run's next write."""
         self.journal.put(entry)
         self._pending[entry.key] = entry
 
@@ -127,14 +128,6 @@ class RunLedger:
 
     # -- what composition (race, join, loop, patches) uses -------------------------------------
 
-    def allocate(self, name: str, kind: str) -> tuple[str, int, Entry | None]:
-        """Key, position and recorded entry of the next call `name` in the current scope."""
-        return self._allocate(name, kind)
-
-    def record(self, entry: Entry) -> None:
-        """Journal `entry` with the run's next write."""
-        self._record(entry)
-
     def trim(self, prefix: str) -> None:
         """Delete the journal entries under `prefix` with the run's next write."""
         if any(key.startswith(prefix) for key in self.journal.by_key):
@@ -146,12 +139,6 @@ class RunLedger:
     def raise_if_fatal(self) -> None:
         if self._fatal is not None:
             raise self._fatal
-
-    def fail_fatal(self, exc: WorkflowFailed) -> WorkflowFailed:
-        return self._fail_fatal(exc)
-
-    def recorded_failure(self, key: str, error: dict[str, Any]) -> Exception:
-        return self._recorded_failure(key, error)
 
     async def settle_race(self, losers: list[str]) -> None:
         """Commit the race's outcome now, with its losing branches' waits and children gone."""
@@ -186,12 +173,13 @@ class RunLedger:
         """The lease was extended by a write sent at loop time `sent`."""
         self._lease_until = max(self._lease_until, sent + self.lease)
 
-    def _fail_fatal(self, exc: WorkflowFailed) -> WorkflowFailed:
+    def fail_fatal(self, exc: WorkflowFailed) -> WorkflowFailed:
         if self._fatal is None:
             self._fatal = exc
         return self._fatal
 
-    def _allocate(self, name: str, kind: str) -> tuple[str, int, Entry | None]:
+    def allocate(self, name: str, kind: str) -> tuple[str, int, Entry | None]:
+        """Key, position and recorded entry of the next call `name` in the current scope."""
         if self._fatal is not None:
             raise self._fatal
         if not isinstance(name, str) or not name or name.startswith("$") or "\x00" in name:
@@ -202,12 +190,12 @@ class RunLedger:
         try:
             return self.journal.allocate(name, kind, current_scope.get())
         except NonDeterminismError as exc:
-            raise self._fail_fatal(exc) from None
+            raise self.fail_fatal(exc) from None
 
     def _count_execution(self) -> None:
         self.step_count += 1
         if self.step_count > self.max_steps:
-            raise self._fail_fatal(
+            raise self.fail_fatal(
                 WorkflowFailed(
                     self.run_id,
                     {
@@ -219,7 +207,7 @@ class RunLedger:
             )
         deadline = self.facts.deadline
         if deadline is not None and self.clock() >= deadline:
-            raise self._fail_fatal(self._deadline_error())
+            raise self.fail_fatal(self._deadline_error())
 
     def _deadline_error(self) -> WorkflowFailed:
         return WorkflowFailed(
@@ -262,7 +250,7 @@ class RunLedger:
 
     # -- replayed failures and journaled values ----------------------------------------------
 
-    def _recorded_failure(self, key: str, error: dict[str, Any]) -> Exception:
+    def recorded_failure(self, key: str, error: dict[str, Any]) -> Exception:
         """The exception a replayed failed step raises: its recorded class when importable (so
         `except ValueError` in workflow code behaves as in the first pass), else
         StepFailedError."""
@@ -276,10 +264,10 @@ class RunLedger:
         try:
             key, seq, entry = self.journal.allocate("$" + kind, kind, current_scope.get())
         except NonDeterminismError as exc:
-            raise self._fail_fatal(exc) from None
+            raise self.fail_fatal(exc) from None
         if entry is not None and entry.status == StepStatus.COMPLETED:
             return entry.output
         value = make()
         now = self.clock()
-        self._record(Entry.recorded(key, seq, kind, value, now))
+        self.record(Entry.recorded(key, seq, kind, value, now))
         return value

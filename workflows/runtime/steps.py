@@ -63,19 +63,18 @@ class StepExecution(RunLedger):
         timeout: timedelta | float | None,
         kind: str = "run",
     ) -> Any:
-        key, seq, entry = self._allocate(name, kind)
-        annotation = serde.return_annotation(fn)
+        key, seq, entry = self.allocate(name, kind)
         self._enter()
         try:
             if entry is not None and entry.status == StepStatus.COMPLETED:
                 try:
-                    value = serde.load(entry.output, annotation)
+                    value = serde.load(entry.output, serde.return_annotation(fn))
                 except ValidationError:
                     value = entry.output
                 self._register_compensation(seq, key, compensate, value)
                 return value
             if entry is not None and entry.status == StepStatus.FAILED:
-                raise self._recorded_failure(key, entry.error or {})
+                raise self.recorded_failure(key, entry.error or {})
             value = await self._execute(key, seq, kind, entry, fn, args, kwargs, retry, timeout)
             self._register_compensation(seq, key, compensate, value)
             return value
@@ -111,13 +110,13 @@ class StepExecution(RunLedger):
                     "result (its worker died or lost its lease); attempt budget exhausted",
                 }
                 lost = Entry.attempt(key, seq, kind, attempts, started_at)
-                self._record(lost.failed(error, self.clock(), attempts=attempts))
+                self.record(lost.failed(error, self.clock(), attempts=attempts))
                 raise StepFailedError(key, error)
             await self._gate()
             self._count_execution()
             started_at = self.clock()
             running = Entry.attempt(key, seq, kind, attempt, started_at)
-            self._record(running)
+            self.record(running)
             if self.careful:
                 await self.flush()
             else:
@@ -142,11 +141,11 @@ class StepExecution(RunLedger):
                     and policy.allows(attempt + 1)
                 )
                 if not retryable:
-                    self._record(running.failed(error, self.clock(), attempts=attempt))
+                    self.record(running.failed(error, self.clock(), attempts=attempt))
                     raise
                 delay = exc.delay if isinstance(exc, RetryAfterError) else policy.delay(attempt)
                 due = self.clock() + timedelta(seconds=delay)
-                self._record(running.retrying(attempt, error, due))
+                self.record(running.retrying(attempt, error, due))
                 metrics.STEP_RETRIES.labels(self.facts.workflow).inc()
                 log.info("step_retry_scheduled", step=key, attempt=attempt, delay=delay)
                 await self._block("retry", key, due)
@@ -155,7 +154,7 @@ class StepExecution(RunLedger):
             finally:
                 structlog.contextvars.reset_contextvars(**tokens)
             observe_step(self.facts.workflow, key, asyncio.get_running_loop().time() - t0)
-            self._record(running.completed(output, self.clock(), attempts=attempt))
+            self.record(running.completed(output, self.clock(), attempts=attempt))
             return result
 
     def _register_compensation(

@@ -37,7 +37,7 @@ class WaitExecution(RunLedger):
     async def sleep(
         self, name: str, *, duration: timedelta | float | None = None, until: datetime | None = None
     ) -> None:
-        key, seq, entry = self._allocate(name, "sleep")
+        key, seq, entry = self.allocate(name, "sleep")
         self._enter()
         try:
             if entry is not None and entry.status == StepStatus.COMPLETED:
@@ -51,11 +51,11 @@ class WaitExecution(RunLedger):
                     else now + timedelta(seconds=seconds(duration or 0))
                 )
                 entry = Entry.begun(key, seq, "sleep", now, due_at=due)
-                self._record(entry)
+                self.record(entry)
             assert entry.due_at is not None
             if entry.due_at > self.clock():
                 await self._block("sleep", key, entry.due_at)
-            self._record(entry.completed(None, self.clock()))
+            self.record(entry.completed(None, self.clock()))
         finally:
             self._exit()
 
@@ -69,7 +69,7 @@ class WaitExecution(RunLedger):
     ) -> dict[str, Any] | None:
         if match is not None and not isinstance(match, dict):
             raise InvalidInput("wait_for_event match must be a dict (or None for any payload)")
-        key, seq, entry = self._allocate(name, "wait")
+        key, seq, entry = self.allocate(name, "wait")
         self._enter()
         try:
             if entry is not None and entry.finished:
@@ -114,7 +114,7 @@ class WaitExecution(RunLedger):
         wf_name = definition.name if definition else check_workflow_name(str(workflow))
         if definition is None:
             definition = self.resolve(wf_name)
-        key, seq, entry = self._allocate(name or wf_name, "child")
+        key, seq, entry = self.allocate(name or wf_name, "child")
         output_type = definition.output_type if definition is not None else serde.NO_TYPE
         self._enter()
         try:
