@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 from ripple.platform.core.db import Pool, create_pool
 from ripple.platform.core.embedded import EmbeddedServices, start_embedded
 from ripple.platform.core.migrate import apply_migrations
+from tests.pgproxy import PgProxy
 
 PG_URL = os.environ.get("RIPPLE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("RIPPLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -175,3 +176,14 @@ async def client(settings: Settings) -> AsyncIterator[Client]:
 
     async with Client(settings=settings) as connected:
         yield connected
+
+
+@pytest.fixture
+async def proxy(settings: Settings) -> AsyncIterator[PgProxy]:
+    """A TCP proxy to this test's database that the test may stall or cut."""
+    assert settings.database_url is not None
+    started = await PgProxy(settings.database_url).start()
+    try:
+        yield started
+    finally:
+        await started.close()

@@ -4,11 +4,9 @@ for the outage and one line when it ends, not a traceback per 503."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import pytest
 from structlog.testing import capture_logs
 
 from ripple.platform.api.app import create_app
@@ -16,16 +14,6 @@ from ripple.platform.client import Client
 from ripple.platform.core.config import Settings
 from tests.helpers import assert_eventually
 from tests.pgproxy import PgProxy
-
-
-@pytest.fixture
-async def proxy(settings: Settings) -> AsyncIterator[PgProxy]:
-    assert settings.database_url is not None
-    started = await PgProxy(settings.database_url).start()
-    try:
-        yield started
-    finally:
-        await started.close()
 
 
 async def test_database_outage__one_warning_and_one_recovery_line(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -36,16 +35,6 @@ GUARD = 30.0
 def _fresh_warning_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Driver warnings are throttled per process; each test starts with none logged yet."""
     monkeypatch.setattr(db, "_repeats", Repeats(db.log))
-
-
-@pytest.fixture
-async def proxy(settings: Settings) -> AsyncIterator[PgProxy]:
-    assert settings.database_url is not None
-    started = await PgProxy(settings.database_url).start()
-    try:
-        yield started
-    finally:
-        await started.close()
 
 
 def _http(client: Client) -> httpx.AsyncClient:
