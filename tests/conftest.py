@@ -28,6 +28,7 @@ from ripple.platform.core.db import Pool, create_pool
 from ripple.platform.core.embedded import EmbeddedServices, start_embedded
 from ripple.platform.core.migrate import apply_migrations
 from tests.pgproxy import PgProxy
+from tests.servers import PostgresCluster
 
 PG_URL = os.environ.get("RIPPLE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("RIPPLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -187,3 +188,14 @@ async def proxy(settings: Settings) -> AsyncIterator[PgProxy]:
         yield started
     finally:
         await started.close()
+
+
+@pytest.fixture
+def cluster() -> Iterator[PostgresCluster]:
+    """A throwaway Postgres cluster of this test's own, which it may stop or crash."""
+    pg = PostgresCluster()
+    pg.start()
+    try:
+        yield pg
+    finally:
+        pg.remove()
