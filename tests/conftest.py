@@ -28,7 +28,7 @@ from ripple.platform.core.db import Pool, create_pool
 from ripple.platform.core.embedded import EmbeddedServices, start_embedded
 from ripple.platform.core.migrate import apply_migrations
 from tests.pgproxy import PgProxy
-from tests.servers import PostgresCluster
+from tests.servers import PostgresCluster, RedisProcess, free_port
 
 PG_URL = os.environ.get("RIPPLE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("RIPPLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -199,3 +199,14 @@ def cluster() -> Iterator[PostgresCluster]:
         yield pg
     finally:
         pg.remove()
+
+
+@pytest.fixture
+def redis_process() -> Iterator[RedisProcess]:
+    """A `redis-server` of this test's own, which it may kill and restart."""
+    server = RedisProcess(free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
