@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+import httpx
 import pytest
 import redis
 
@@ -177,6 +178,16 @@ async def client(settings: Settings) -> AsyncIterator[Client]:
 
     async with Client(settings=settings) as connected:
         yield connected
+
+
+@pytest.fixture
+async def http(client: Client) -> AsyncIterator[httpx.AsyncClient]:
+    """The REST API on `client`, in process; an unhandled error answers 500 as in production."""
+    from ripple.platform.api.app import create_app
+
+    transport = httpx.ASGITransport(app=create_app(client), raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        yield http
 
 
 @pytest.fixture
