@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 from ripple.platform.core.db import Pool, create_pool
 from ripple.platform.core.embedded import EmbeddedServices, start_embedded
 from ripple.platform.core.migrate import apply_migrations
+from tests.helpers import rest_client
 from tests.pgproxy import PgProxy
 from tests.servers import PostgresCluster, RedisProcess, free_port
 
@@ -182,11 +183,8 @@ async def client(settings: Settings) -> AsyncIterator[Client]:
 
 @pytest.fixture
 async def http(client: Client) -> AsyncIterator[httpx.AsyncClient]:
-    """The REST API on `client`, in process; an unhandled error answers 500 as in production."""
-    from ripple.platform.api.app import create_app
-
-    transport = httpx.ASGITransport(app=create_app(client), raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+    """The REST API on `client`, in process (`tests.helpers.rest_client`)."""
+    async with rest_client(client) as http:
         yield http
 
 
