@@ -30,7 +30,7 @@ from ripple.platform.core.embedded import EmbeddedServices, start_embedded
 from ripple.platform.core.migrate import apply_migrations
 from tests.helpers import rest_client
 from tests.pgproxy import PgProxy
-from tests.servers import PostgresCluster, RedisProcess, free_port
+from tests.servers import PostgresCluster, RedisProcess
 
 PG_URL = os.environ.get("RIPPLE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("RIPPLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -213,7 +213,7 @@ def cluster() -> Iterator[PostgresCluster]:
 @pytest.fixture
 def redis_process() -> Iterator[RedisProcess]:
     """A `redis-server` of this test's own, which it may kill and restart."""
-    server = RedisProcess(free_port())
+    server = RedisProcess()
     server.start()
     try:
         yield server
