@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+import httpx
 import pytest
 import redis
 
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
 from ripple.platform.core.db import Pool, create_pool
 from ripple.platform.core.embedded import EmbeddedServices, start_embedded
 from ripple.platform.core.migrate import apply_migrations
+from tests.helpers import rest_client
+from tests.pgproxy import PgProxy
+from tests.servers import PostgresCluster, RedisProcess
 
 PG_URL = os.environ.get("RIPPLE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("RIPPLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -175,3 +179,43 @@ async def client(settings: Settings) -> AsyncIterator[Client]:
 
     async with Client(settings=settings) as connected:
         yield connected
+
+
+@pytest.fixture
+async def http(client: Client) -> AsyncIterator[httpx.AsyncClient]:
+    """The REST API on `client`, in process (`tests.helpers.rest_client`)."""
+    async with rest_client(client) as http:
+        yield http
+
+
+@pytest.fixture
+async def proxy(settings: Settings) -> AsyncIterator[PgProxy]:
+    """A TCP proxy to this test's database that the test may stall or cut."""
+    assert settings.database_url is not None
+    started = await PgProxy(settings.database_url).start()
+    try:
+        yield started
+    finally:
+        await started.close()
+
+
+@pytest.fixture
+def cluster() -> Iterator[PostgresCluster]:
+    """A throwaway Postgres cluster of this test's own, which it may stop or crash."""
+    pg = PostgresCluster()
+    pg.start()
+    try:
+        yield pg
+    finally:
+        pg.remove()
+
+
+@pytest.fixture
+def redis_process() -> Iterator[RedisProcess]:
+    """A `redis-server` of this test's own, which it may kill and restart."""
+    server = RedisProcess()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()

@@ -1,4 +1,4 @@
-"""Test helpers: wait on conditions instead of sleeping."""
+"""Test helpers: wait on conditions instead of sleeping; call the REST API in process."""
 
 from __future__ import annotations
 
@@ -6,7 +6,12 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+import httpx
+
+if TYPE_CHECKING:
+    from ripple.platform.client import Client
 
 T = TypeVar("T")
 
@@ -42,3 +47,12 @@ async def assert_eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s (last: {last!r})")
         await asyncio.sleep(interval)
+
+
+def rest_client(client: Client) -> httpx.AsyncClient:
+    """An HTTP client on the REST API of `client`, in process; an unhandled error answers 500
+    as in production instead of raising into the test."""
+    from ripple.platform.api.app import create_app
+
+    transport = httpx.ASGITransport(app=create_app(client), raise_app_exceptions=False)
+    return httpx.AsyncClient(transport=transport, base_url="http://test")

@@ -63,16 +63,6 @@ def profile() -> Profile:
 
 
 @pytest.fixture
-def cluster() -> Iterator[PostgresCluster]:
-    pg = PostgresCluster()
-    pg.start()
-    try:
-        yield pg
-    finally:
-        pg.remove()
-
-
-@pytest.fixture
 def own_redis() -> Iterator[RedisProcess]:
     server = RedisProcess()
     server.start()

@@ -4,54 +4,38 @@ for the outage and one line when it ends, not a traceback per 503."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
-import pytest
 from structlog.testing import capture_logs
 
-from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
 from ripple.platform.core.config import Settings
-from tests.helpers import assert_eventually
+from tests.helpers import assert_eventually, rest_client
 from tests.pgproxy import PgProxy
-
-
-@pytest.fixture
-async def proxy(settings: Settings) -> AsyncIterator[PgProxy]:
-    assert settings.database_url is not None
-    started = await PgProxy(settings.database_url).start()
-    try:
-        yield started
-    finally:
-        await started.close()
 
 
 async def test_database_outage__one_warning_and_one_recovery_line(
     settings: Settings, proxy: PgProxy
 ) -> None:
     through = settings.model_copy(update={"database_url": proxy.url, "db_timeout": 1.0})
-    async with Client(settings=through) as client:
-        transport = httpx.ASGITransport(app=create_app(client), raise_app_exceptions=False)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
-            assert (await http.get("/v1/runs/nope")).status_code == 404
-            with capture_logs() as entries:
-                proxy.refuse()
-                answers = [await asyncio.wait_for(http.get("/v1/runs/nope"), 30) for _ in range(8)]
-                answers.append(
-                    await asyncio.wait_for(
-                        http.post("/v1/topics/outage.check/events", json={"payload": {}}), 30
-                    )
+    async with Client(settings=through) as client, rest_client(client) as http:
+        assert (await http.get("/v1/runs/nope")).status_code == 404
+        with capture_logs() as entries:
+            proxy.refuse()
+            answers = [await asyncio.wait_for(http.get("/v1/runs/nope"), 30) for _ in range(8)]
+            answers.append(
+                await asyncio.wait_for(
+                    http.post("/v1/topics/outage.check/events", json={"payload": {}}), 30
                 )
-                assert {a.status_code for a in answers} == {503}
-                proxy.accept()
+            )
+            assert {a.status_code for a in answers} == {503}
+            proxy.accept()
 
-                def recovered() -> list[Any]:
-                    return [e for e in entries if e["event"] == "api_recovered"]
+            def recovered() -> list[Any]:
+                return [e for e in entries if e["event"] == "api_recovered"]
 
-                (end,) = await assert_eventually(recovered, timeout=30)
-            assert (await http.get("/v1/runs/nope")).status_code == 404
+            (end,) = await assert_eventually(recovered, timeout=30)
+        assert (await http.get("/v1/runs/nope")).status_code == 404
     api = [e for e in entries if e["event"].startswith("api_")]
     assert [(e["event"], e["log_level"]) for e in api] == [
         ("api_unavailable", "warning"),

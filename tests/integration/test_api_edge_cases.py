@@ -3,23 +3,14 @@ signal payloads (422), signal idempotency keys (header, query or body field)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
-from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
 
 JSON = {"content-type": "application/json"}
-
-
-@pytest.fixture
-async def http(client: Client) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(client), raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
-        yield http
 
 
 def problem(response: httpx.Response, status: int) -> dict[str, Any]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -20,13 +19,12 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
 from ripple.platform.core import db
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import create_pool
 from ripple.platform.core.logs import Repeats
-from tests.helpers import assert_eventually
+from tests.helpers import assert_eventually, rest_client
 from tests.pgproxy import PgProxy
 
 GUARD = 30.0
@@ -36,21 +34,6 @@ GUARD = 30.0
 def _fresh_warning_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Driver warnings are throttled per process; each test starts with none logged yet."""
     monkeypatch.setattr(db, "_repeats", Repeats(db.log))
-
-
-@pytest.fixture
-async def proxy(settings: Settings) -> AsyncIterator[PgProxy]:
-    assert settings.database_url is not None
-    started = await PgProxy(settings.database_url).start()
-    try:
-        yield started
-    finally:
-        await started.close()
-
-
-def _http(client: Client) -> httpx.AsyncClient:
-    transport = httpx.ASGITransport(app=create_app(client), raise_app_exceptions=False)
-    return httpx.AsyncClient(transport=transport, base_url="http://test")
 
 
 def unavailable(response: httpx.Response) -> dict[str, Any]:
@@ -64,7 +47,7 @@ def unavailable(response: httpx.Response) -> dict[str, Any]:
 
 async def test_locked_table_gives_503_after_db_timeout(settings: Settings) -> None:
     quick = settings.model_copy(update={"db_timeout": 0.5})
-    async with Client(settings=quick) as client, _http(client) as http:
+    async with Client(settings=quick) as client, rest_client(client) as http:
         run_id = (await client.start("locked", {"n": 1})).run_id
         holder = await asyncpg.connect(settings.database_url)
         try:
@@ -88,7 +71,7 @@ async def test_stalled_database_gives_503_and_readyz_answers(
     settings: Settings, proxy: PgProxy
 ) -> None:
     through = settings.model_copy(update={"database_url": proxy.url, "db_timeout": 1.0})
-    async with Client(settings=through) as client, _http(client) as http:
+    async with Client(settings=through) as client, rest_client(client) as http:
         assert (await http.get("/readyz")).status_code == 200
         proxy.stall()
         try:

@@ -11,7 +11,6 @@ cases are generated as JSON *text*, so the REST routes see the escapes as a clie
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
 
@@ -20,7 +19,6 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
 from ripple.platform.errors import InvalidInput
 from ripple.workflows import WorkflowContext, workflow
@@ -33,13 +31,6 @@ IDLE = "json-idle"
 @workflow(name="json-echo")
 async def json_echo(ctx: WorkflowContext, inp: Any) -> Any:
     return inp
-
-
-@pytest.fixture
-async def http(client: Client) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(client), raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
-        yield http
 
 
 async def _counts(client: Client) -> dict[str, int]:

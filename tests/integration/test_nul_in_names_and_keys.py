@@ -4,13 +4,12 @@ with nothing written: these are Postgres text columns, which cannot hold it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 import pytest
 
-from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
 from ripple.platform.errors import InvalidInput
 from ripple.subscribers import QueueTarget
@@ -60,13 +59,6 @@ async def idle(ctx: WorkflowContext) -> None:
 
 async def _count(client: Client, table: str) -> int:
     return int(await client.pool.fetchval(f"SELECT count(*) FROM {table}"))
-
-
-@pytest.fixture
-async def http(client: Client) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(client), raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
-        yield http
 
 
 NAMED_IN_A_RUN = [nul_race_branch, nul_join_branch, nul_race_name, nul_patch, nul_wait, nul_child]

@@ -9,13 +9,11 @@ payloads and queue messages, through the Python client and over REST (422).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
-from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
 from ripple.platform.errors import InvalidInput
 from ripple.subscribers import QueueTarget
@@ -49,13 +47,6 @@ async def nul_error(ctx: WorkflowContext) -> None:
 @workflow(name="echo")
 async def echo(ctx: WorkflowContext, inp: Any) -> Any:
     return inp
-
-
-@pytest.fixture
-async def http(client: Client) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(client), raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
-        yield http
 
 
 async def _count(client: Client, table: str) -> int:

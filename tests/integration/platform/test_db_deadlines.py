@@ -78,6 +78,9 @@ async def test_locked_table__the_caller_hears_that_nothing_was_written(
             with pytest.raises(Unavailable, match="RIPPLE_DB_TIMEOUT"):
                 await asyncio.wait_for(calls[table](), GUARD)
             await tx.rollback()
+            # A write still queued on the lock is granted it first: this waits for it to commit.
+            async with holder.transaction():
+                await holder.execute(f"LOCK TABLE {table} IN SHARE MODE")
         finally:
             await holder.close()
         assert await client.pool.fetchval(f"SELECT count(*) FROM {table}") == 0

@@ -7,9 +7,7 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 
-import pytest
 import structlog
 
 from ripple.platform.core.config import Settings
@@ -36,16 +34,6 @@ if len(sys.argv) > 3:
     logging.basicConfig(level=sys.argv[3])
 asyncio.run(main())
 """
-
-
-@pytest.fixture
-def redis_process() -> Iterator[RedisProcess]:
-    server = RedisProcess(free_port())
-    server.start()
-    try:
-        yield server
-    finally:
-        server.kill()
 
 
 def _run_client(settings: Settings, *logging_level: str) -> subprocess.CompletedProcess[str]:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import re
 
-import httpx
 import pytest
 
-from ripple.platform.api.app import create_app
 from ripple.platform.client import Client
 from ripple.platform.ops import observability_store
 from ripple.subscribers.queues import queue_store
+from tests.helpers import rest_client
 
 BACKLOG = 60_000
 CAP = 50
@@ -91,8 +90,7 @@ async def test_queue_stats__counts_that_reach_the_cap_are_lower_bounds(
     assert small.lower_bounds == frozenset()
     assert (small.visible, small.delayed) == (1, 1)
 
-    transport = httpx.ASGITransport(app=create_app(client), raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+    async with rest_client(client) as http:
         body = (await http.get("/v1/queues/deep/stats")).json()
         assert body["lowerBounds"] == ["deadLetters", "delayed", "depth", "inFlight", "visible"]
         assert body["countCap"] == CAP

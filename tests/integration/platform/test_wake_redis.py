@@ -6,24 +6,13 @@ import asyncio
 import contextlib
 import gc
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
-import pytest
 import redis
 
 from ripple.platform.core.wake import QueueReady, RedisWaker, RunFinished, RunReady
 from tests.helpers import assert_eventually
 from tests.servers import RedisProcess, free_port
-
-
-@pytest.fixture
-def redis_process() -> Iterator[RedisProcess]:
-    server = RedisProcess(free_port())
-    server.start()
-    try:
-        yield server
-    finally:
-        server.kill()
 
 
 @contextlib.asynccontextmanager

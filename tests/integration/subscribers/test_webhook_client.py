@@ -9,6 +9,7 @@ from ripple.platform.core.config import Settings
 from ripple.platform.errors import InvalidInput
 from ripple.subscribers import WebhookTarget
 from ripple.workflows.authoring.retry import RetryPolicy
+from tests.helpers import rest_client
 from tests.integration.subscribers.webhook_sink import Received, Reply, Sink
 
 pytest.importorskip("ripple.workflows.runs.client", reason="the workflow client has not landed yet")
@@ -71,9 +72,6 @@ async def test_webhook_client__subscribe_refuses_recognisably_local_hosts(
 ) -> None:
     """Hosts that are local whatever DNS says (or without any DNS) are refused when
     subscribing, in Python and over REST, not only when delivering."""
-    import httpx
-
-    from ripple.platform.api.app import create_app
     from ripple.platform.client import Client
 
     urls = [
@@ -89,8 +87,7 @@ async def test_webhook_client__subscribe_refuses_recognisably_local_hosts(
         for url in urls:
             with pytest.raises(InvalidInput, match="SSRF"):
                 await client.subscribe("#", WebhookTarget(url))
-        transport = httpx.ASGITransport(app=create_app(client), raise_app_exceptions=False)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        async with rest_client(client) as http:
             for url in urls:
                 body = {"pattern": "#", "target": {"type": "webhook", "url": url}}
                 response = await http.post("/v1/subscriptions", json=body)

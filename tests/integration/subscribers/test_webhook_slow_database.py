@@ -5,7 +5,6 @@ RIPPLE_DB_TIMEOUT but within the lease delays recording a sent delivery, it does
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
@@ -21,16 +20,6 @@ from tests.pgproxy import PgProxy
 #: Seconds the database stalls once the endpoint answered: past RIPPLE_DB_TIMEOUT (0.5 s
 #: below), within the lease (the `settings` fixture's 5 s).
 STALL = 1.5
-
-
-@pytest.fixture
-async def proxy(settings: Settings) -> AsyncIterator[PgProxy]:
-    assert settings.database_url is not None
-    started = await PgProxy(settings.database_url).start()
-    try:
-        yield started
-    finally:
-        await started.close()
 
 
 async def test_database_stall_while_recording__the_delivery_is_recorded_once_and_sent_once(

@@ -5,7 +5,6 @@ instead of letting leases lapse unnoticed."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import asyncpg
 import pytest
@@ -32,16 +31,6 @@ def test_broken_connection_state__is_a_transient_error() -> None:
         raise asyncpg.InternalClientError(
             "cannot switch to state 12; another operation (2) is in progress"
         )
-
-
-@pytest.fixture
-def cluster() -> Iterator[PostgresCluster]:
-    pg = PostgresCluster()
-    pg.start()
-    try:
-        yield pg
-    finally:
-        pg.remove()
 
 
 async def test_worker_started_while_postgres_is_down__waits_and_then_runs(

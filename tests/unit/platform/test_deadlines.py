@@ -16,11 +16,13 @@ class Stuck:
     (a statement on a frozen server whose cancel request is not yet acknowledged)."""
 
     def __init__(self) -> None:
+        self.started = asyncio.Event()
         self.cancelled = asyncio.Event()
         self.release = asyncio.Event()
         self.unwound = False
 
     async def work(self) -> int:
+        self.started.set()
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
@@ -60,8 +62,7 @@ async def test_bounded__passes_the_work_outcome_through() -> None:
 async def test_bounded__a_cancelled_caller_cancels_its_work() -> None:
     stuck = Stuck()
     caller = asyncio.ensure_future(bounded(stuck.work(), Deadline(30)))
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
+    await asyncio.wait_for(stuck.started.wait(), 30)  # cancelled once its work is under way
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
         await caller
