@@ -25,6 +25,7 @@ from ripple.platform.core.embedded import discover_dev_urls
 from ripple.platform.core.wake import NullWaker, create_waker
 from ripple.platform.errors import NotFound, RippleError
 from ripple.platform.events.backfill import Backfills
+from ripple.platform.events.contracts.topics import Topics
 from ripple.platform.events.fanout import TargetKind
 from ripple.platform.events.publish import Explanation, Publisher, PublishResult
 from ripple.platform.events.subscriptions import Subscription, Subscriptions
@@ -99,6 +100,8 @@ class Client:
         self.operations: RunOperations = RunOperations(self.workflows)
         #: Backfills and replays of retained events (use `subscribe` and `replay_events`).
         self.backfills: Backfills = Backfills(pool, self.settings, self._kinds)
+        #: Topic schemas: `register_schema`, `check_schema`, `get_schema`, `list_schemas`, ...
+        self.topics: Topics = Topics(pool)
         #: Queues: `send`, `receive`, `ack`, `nack`, `stats`, `dead_letters`, `redrive`.
         self.queues: Queues = Queues(pool, waker, self.settings)
         #: Schedules managed at run time (`create`, `pause`, `resume`, `trigger`, `delete`).

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from asyncpg import Connection
-
 from ripple.platform.access.actors import current_actor
+from ripple.platform.core.db import Connection
 from ripple.platform.core.ids import uuid7
 
 __all__ = ["record"]

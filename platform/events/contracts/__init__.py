@@ -1,0 +1,1 @@
+"""Event contracts: topic schemas, their versions and compatibility rules."""
