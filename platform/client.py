@@ -121,6 +121,7 @@ class Client:
         lean: dict[str, Any] = {"pool_min_size": 1}
         if not writes:
             lean["redis_url"] = None
+            lean["redis_sentinels"] = []
         # The parts take the settings at construction: resolve them first, then build once.
         return cls(settings=_resolve_settings(settings).model_copy(update=lean))
 
@@ -150,7 +151,7 @@ class Client:
             await pool.close()
             raise
         waker = create_waker(
-            self.settings.redis_url,
+            self.settings.redis_endpoint(),
             prefix=self.settings.redis_prefix,
             poll_interval=self.settings.poll_interval,
         )

@@ -44,10 +44,12 @@ def redis_binary() -> str:
 
 
 class RedisProcess:
-    """A `redis-server` on a free loopback port, keeping nothing on disk."""
+    """A `redis-server` on a free loopback port, keeping nothing on disk (`extra` arguments
+    make it a replica, for instance)."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, extra: tuple[str, ...] = ()) -> None:
         self.port = port or free_port()
+        self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -66,6 +68,7 @@ class RedisProcess:
                 "",
                 "--appendonly",
                 "no",
+                *self.extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -95,6 +98,88 @@ class RedisProcess:
     def thaw(self) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGCONT)
+
+
+class RedisSentinelSet:
+    """A Redis master, one replica and three Sentinels watching them, all on loopback ports.
+
+    Sentinel declares the master down after `down_after_ms` without an answer and promotes the
+    replica; `kill_master()` SIGKILLs the master and `wait_failover()` waits until the
+    Sentinels name the replica.
+    """
+
+    MASTER = "ripple-test"
+
+    def __init__(self, down_after_ms: int = 500) -> None:
+        self.master = RedisProcess()
+        self.replica = RedisProcess(
+            extra=("--replicaof", "127.0.0.1", str(self.master.port), "--replica-priority", "1")
+        )
+        self.sentinel_ports = [free_port() for _ in range(3)]
+        self.down_after_ms = down_after_ms
+        self._dir = tempfile.TemporaryDirectory(prefix="ripple-sentinel-")
+        self._sentinels: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def addresses(self) -> str:
+        """`RIPPLE_REDIS_SENTINELS`: the Sentinels as host:port, comma-separated."""
+        return ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
+
+    def start(self) -> None:
+        self.master.start()
+        self.replica.start()
+        for port in self.sentinel_ports:
+            conf = Path(self._dir.name) / f"sentinel-{port}.conf"
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {self._dir.name}\n"
+                f"sentinel monitor {self.MASTER} 127.0.0.1 {self.master.port} 2\n"
+                f"sentinel down-after-milliseconds {self.MASTER} {self.down_after_ms}\n"
+                f"sentinel failover-timeout {self.MASTER} 5000\n"
+                f"sentinel parallel-syncs {self.MASTER} 1\n"
+            )
+            self._sentinels.append(
+                subprocess.Popen(
+                    [redis_binary(), str(conf), "--sentinel"],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+
+        def watching() -> bool:
+            # Every Sentinel knows the master, the replica and the other two Sentinels.
+            for port in self.sentinel_ports:
+                with redis.Redis(port=port, socket_connect_timeout=0.2) as client:
+                    state = client.sentinel_master(self.MASTER)
+                    if int(state["num-slaves"]) < 1 or int(state["num-other-sentinels"]) < 2:
+                        return False
+            return True
+
+        _wait(watching, "redis sentinels")
+
+    def named_master(self) -> int:
+        """The port of the master the first answering Sentinel names."""
+        for port in self.sentinel_ports:
+            with (
+                contextlib.suppress(redis.RedisError),
+                redis.Redis(port=port, socket_connect_timeout=0.2) as client,
+            ):
+                return int(client.sentinel_get_master_addr_by_name(self.MASTER)[1])
+        raise RuntimeError("no Sentinel answered")
+
+    def kill_master(self) -> None:
+        self.master.kill()
+
+    def wait_failover(self, timeout: float = 30.0) -> None:
+        _wait(lambda: self.named_master() == self.replica.port, "sentinel failover", timeout)
+
+    def stop(self) -> None:
+        for proc in self._sentinels:
+            proc.kill()
+            proc.wait()
+        self._sentinels = []
+        self.replica.kill()
+        self.master.kill()
+        self._dir.cleanup()
 
 
 def _pg_bin(name: str) -> str:

@@ -7,12 +7,15 @@ Owns validation of configuration only; it opens no connections. A bad value fail
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from ripple.platform.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ripple.platform.core.wake import RedisEndpoint
 
 __all__ = ["Settings", "load_settings"]
 
@@ -43,6 +46,11 @@ class Settings(BaseSettings):
     database_pooler: Literal["none", "transaction"] = "none"
     #: Redis URL used only for wake-up hints. None: no Redis, wake-ups fall back to polling.
     redis_url: str | None = None
+    #: Redis Sentinels (`host:port`, comma-separated); the wake layer then connects to the
+    #: master they name (`redis_sentinel_master`) and follows a failover. Overrides `redis_url`.
+    redis_sentinels: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    #: The master's name in Sentinel (`sentinel monitor <name> ...`).
+    redis_sentinel_master: str | None = None
     #: Prefix of every Redis channel this deployment uses (lets several share one Redis).
     redis_prefix: str = "ripple:"
     pool_min_size: Annotated[int, Field(ge=0, le=1000)] = 2
@@ -100,7 +108,7 @@ class Settings(BaseSettings):
     log_console: bool = False
     log_level: str = "info"
 
-    @field_validator("api_tokens", "webhook_allowed_networks", mode="before")
+    @field_validator("api_tokens", "webhook_allowed_networks", "redis_sentinels", mode="before")
     @classmethod
     def _csv(cls, value: Any) -> Any:
         return _split_csv(value)
@@ -129,12 +137,40 @@ class Settings(BaseSettings):
             raise ValueError("must be a redis://, rediss:// or unix:// URL")
         return value
 
+    @field_validator("redis_sentinels")
+    @classmethod
+    def _sentinels(cls, value: list[str]) -> list[str]:
+        for address in value:
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"{address!r} is not host:port, such as 10.0.0.5:26379")
+        return value
+
     @field_validator("log_level")
     @classmethod
     def _level(cls, value: str) -> str:
         if value.lower() not in {"debug", "info", "warning", "error"}:
             raise ValueError("must be one of debug, info, warning, error")
         return value.lower()
+
+    @model_validator(mode="after")
+    def _sentinel_master(self) -> Settings:
+        if self.redis_sentinels and not self.redis_sentinel_master:
+            raise ValueError(
+                "RIPPLE_REDIS_SENTINELS needs RIPPLE_REDIS_SENTINEL_MASTER, the master's name"
+            )
+        return self
+
+    def redis_endpoint(self) -> RedisEndpoint:
+        """Where the wake layer's Redis is: Sentinel when configured, else `redis_url`."""
+        from ripple.platform.core.wake import RedisEndpoint
+
+        sentinels = tuple(
+            (host, int(port)) for host, _, port in (a.rpartition(":") for a in self.redis_sentinels)
+        )
+        if sentinels:
+            return RedisEndpoint(sentinels=sentinels, master=self.redis_sentinel_master)
+        return RedisEndpoint(url=self.redis_url)
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -145,6 +181,9 @@ def load_settings(**overrides: Any) -> Settings:
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
-            field = str(err["loc"][0]) if err["loc"] else "?"
+            if not err["loc"]:  # a rule across settings names them in its message
+                problems.append(err["msg"].removeprefix("Value error, "))
+                continue
+            field = str(err["loc"][0])
             problems.append(f"RIPPLE_{field.upper()}: {err['msg']} (got {err.get('input')!r})")
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None

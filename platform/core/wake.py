@@ -37,6 +37,7 @@ __all__ = [
     "Listener",
     "NullWaker",
     "QueueReady",
+    "RedisEndpoint",
     "RedisWaker",
     "RunCanceled",
     "RunFinished",
@@ -58,6 +59,10 @@ REDIS_CONNECTION_OPTIONS: Final[dict[str, Any]] = {
     "socket_timeout": None,
     "socket_keepalive": True,
 }
+
+#: Seconds between checks that the connected server is still the master Sentinel names: a
+#: demoted master still accepts PUBLISH and SUBSCRIBE, so a stale connection fails silently.
+_MASTER_CHECK_SECONDS = 5.0
 
 #: Longest `RedisWaker.close()` waits for unsent hints to reach Redis.
 _CLOSE_FLUSH_SECONDS = 1.0
@@ -291,6 +296,110 @@ class _Request:
             self.confirmed.set_result(None)
 
 
+@dataclass(frozen=True, slots=True)
+class RedisEndpoint:
+    """Where the wake layer finds Redis: a URL, or the master a set of Sentinels names.
+
+    Args:
+        url: a redis://, rediss:// or unix:// URL (ignored when `sentinels` is given).
+        sentinels: (host, port) of each Sentinel; the master is asked of them on every connect.
+        master: the master's name in Sentinel (`sentinel monitor <name> ...`).
+    """
+
+    url: str | None = None
+    sentinels: tuple[tuple[str, int], ...] = ()
+    master: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.sentinels and not self.master:
+            raise ValueError("a Sentinel endpoint needs the master's name")
+
+    @property
+    def configured(self) -> bool:
+        """True when there is a Redis to connect to."""
+        return bool(self.url or self.sentinels)
+
+    def describe(self) -> str:
+        """For logs: the URL or the Sentinel master's name (no credentials)."""
+        if self.sentinels:
+            return f"sentinel master {self.master}"
+        return (self.url or "").rsplit("@", 1)[-1]
+
+
+class _Connector:
+    """Makes the waker's Redis clients and pools for a `RedisEndpoint`; owns the Sentinel
+    manager's connections (closed by `close()`)."""
+
+    def __init__(self, endpoint: RedisEndpoint) -> None:
+        self.endpoint = endpoint
+        self._sentinel: Any = None
+        self._checked = 0.0
+        self._master: tuple[str, int] | None = None
+
+    def _manager(self) -> Any:
+        from redis.asyncio.sentinel import Sentinel
+
+        if self._sentinel is None:
+            self._sentinel = Sentinel(  # type: ignore[no-untyped-call]
+                list(self.endpoint.sentinels),
+                sentinel_kwargs={"socket_connect_timeout": 1.0, "socket_timeout": 1.0},
+                **REDIS_CONNECTION_OPTIONS,
+            )
+        return self._sentinel
+
+    def client(self, **options: Any) -> aioredis.Redis:
+        """A client on the URL, or on the master Sentinel names at connect time."""
+        import redis.asyncio as aioredis
+
+        if self.endpoint.sentinels:
+            client: aioredis.Redis = self._manager().master_for(
+                self.endpoint.master, **REDIS_CONNECTION_OPTIONS, **options
+            )
+            return client
+        return aioredis.Redis.from_url(
+            self.endpoint.url or "", **REDIS_CONNECTION_OPTIONS, **options
+        )
+
+    def pool(self) -> aioredis.ConnectionPool:
+        """A connection pool on the URL, or on the master Sentinel names at connect time."""
+        import redis.asyncio as aioredis
+        from redis.asyncio.sentinel import SentinelConnectionPool
+
+        if self.endpoint.sentinels:
+            return SentinelConnectionPool(  # type: ignore[no-untyped-call]
+                self.endpoint.master, self._manager(), **REDIS_CONNECTION_OPTIONS
+            )
+        return aioredis.ConnectionPool.from_url(self.endpoint.url or "", **REDIS_CONNECTION_OPTIONS)
+
+    async def stale(self, conn: AbstractConnection | None) -> bool:
+        """True when `conn` is on a server Sentinel no longer names as the master.
+
+        Asks Sentinel at most every `_MASTER_CHECK_SECONDS`; never for a URL endpoint. A
+        Sentinel that cannot answer leaves the connection as it is.
+        """
+        if not self.endpoint.sentinels or conn is None:
+            return False
+        now = time.monotonic()
+        if now - self._checked >= _MASTER_CHECK_SECONDS:
+            self._checked = now
+            from redis.exceptions import RedisError
+
+            try:
+                host, port = await self._manager().discover_master(self.endpoint.master)
+                self._master = (str(host), int(port))
+            except (RedisError, OSError):
+                return False
+        connected = (getattr(conn, "host", None), getattr(conn, "port", None))
+        return self._master is not None and connected != self._master
+
+    async def close(self) -> None:
+        if self._sentinel is not None:
+            for client in self._sentinel.sentinels:
+                with contextlib.suppress(Exception):
+                    await client.aclose()
+            self._sentinel = None
+
+
 class RedisWaker(NullWaker):
     """Hints go to waiters in this process at once and to other processes via Redis pub/sub.
 
@@ -307,13 +416,21 @@ class RedisWaker(NullWaker):
     task publishes from a bounded buffer, each channel once per batch: `notify()` never waits.
     """
 
-    def __init__(self, url: str, *, prefix: str = "ripple:", poll_interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        endpoint: RedisEndpoint | str,
+        *,
+        prefix: str = "ripple:",
+        poll_interval: float = 1.0,
+    ) -> None:
         from redis.exceptions import RedisError
 
         super().__init__(poll_interval)
         #: What a lost or refused Redis connection raises.
         self._failures: tuple[type[Exception], ...] = (RedisError, OSError)
-        self._url = url
+        if isinstance(endpoint, str):
+            endpoint = RedisEndpoint(url=endpoint)
+        self._connector = _Connector(endpoint)
         self._prefix = prefix
         self._src = f"{os.getpid()}-{id(self):x}".encode()
         self._outbox: asyncio.Queue[AnyHint] = asyncio.Queue(maxsize=10_000)
@@ -341,7 +458,6 @@ class RedisWaker(NullWaker):
         self._publish_outage = Outage(log, "wake_publish_failed", "wake_publish_recovered")
 
     def _client(self) -> aioredis.Redis:
-        import redis.asyncio as aioredis
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
 
@@ -349,11 +465,8 @@ class RedisWaker(NullWaker):
         # otherwise reconnects it after any failed read or write, from whichever task made the
         # call (the control loop too, even after the loop closed this client), and the sockets
         # of those reconnects were left to the garbage collector.
-        return aioredis.Redis.from_url(
-            self._url,
-            health_check_interval=5,
-            retry=Retry(NoBackoff(), 0, supported_errors=()),
-            **REDIS_CONNECTION_OPTIONS,
+        return self._connector.client(
+            health_check_interval=5, retry=Retry(NoBackoff(), 0, supported_errors=())
         )
 
     def notify(self, *hints: AnyHint) -> None:
@@ -421,6 +534,7 @@ class RedisWaker(NullWaker):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks = []
+        await self._connector.close()
         await super().close()
 
     async def _subscribe_loop(self) -> None:
@@ -455,9 +569,11 @@ class RedisWaker(NullWaker):
                     connection: AbstractConnection | None = pubsub.connection
                     if connection is None or not connection.is_connected:
                         raise ConnectionError("the subscriber connection was closed")
-                    message = await pubsub.get_message(timeout=5.0)
+                    message = await pubsub.get_message(timeout=_MASTER_CHECK_SECONDS)
                     if message is not None:
                         self._receive(message)
+                    elif await self._connector.stale(connection):
+                        raise ConnectionError("Sentinel names another master now")
             except self._failures as exc:
                 if self.connected.is_set():
                     log.warning("wake_redis_lost", error=str(exc))
@@ -555,12 +671,10 @@ class RedisWaker(NullWaker):
                 request.done()
 
     async def _publish_loop(self) -> None:
-        import redis.asyncio as aioredis
-
         # One connection of its own, driven through redis-py's connection API: a PUBLISH
         # through the client's pipeline (retry wrapper, pool checkout, timeouts, observability)
         # costs more CPU than the connection (`python -m bench.wake_hints` prints both).
-        pool = aioredis.ConnectionPool.from_url(self._url, **REDIS_CONNECTION_OPTIONS)
+        pool = self._connector.pool()
         conn: AbstractConnection | None = None
         try:
             while True:
@@ -574,6 +688,10 @@ class RedisWaker(NullWaker):
                     for channel in dict.fromkeys(hint.channel for hint in batch)
                 ]
                 try:
+                    if await self._connector.stale(conn):
+                        assert conn is not None
+                        await _drop(pool, conn)
+                        conn = None
                     conn = await self._send_hints(pool, conn, commands)
                     self._publish_outage.recovered()
                 except self._failures as exc:
@@ -646,9 +764,9 @@ def hint_around_caller_commit(send: Callable[[], None]) -> None:
 
 
 def create_waker(
-    redis_url: str | None, *, prefix: str = "ripple:", poll_interval: float = 1.0
+    endpoint: RedisEndpoint, *, prefix: str = "ripple:", poll_interval: float = 1.0
 ) -> NullWaker:
-    """A `RedisWaker` when a URL is configured, else a process-local `NullWaker`."""
-    if redis_url:
-        return RedisWaker(redis_url, prefix=prefix, poll_interval=poll_interval)
+    """A `RedisWaker` when a Redis is configured, else a process-local `NullWaker`."""
+    if endpoint.configured:
+        return RedisWaker(endpoint, prefix=prefix, poll_interval=poll_interval)
     return NullWaker(poll_interval)

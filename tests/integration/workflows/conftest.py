@@ -39,7 +39,9 @@ async def make_app(settings: Settings) -> App:
     pool = await create_pool(settings)
     await apply_migrations(pool)
     waker = create_waker(
-        settings.redis_url, prefix=settings.redis_prefix, poll_interval=settings.poll_interval
+        settings.redis_endpoint(),
+        prefix=settings.redis_prefix,
+        poll_interval=settings.poll_interval,
     )
     await waker.start()
     return App(pool, waker, settings, WorkflowClient(pool, waker, settings))

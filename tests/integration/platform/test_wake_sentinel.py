@@ -1,0 +1,128 @@
+"""The wake layer on a Redis that Sentinel manages: hints cross processes through the master
+Sentinel names, and after the master is killed and the replica promoted, they flow again
+through the new master."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from ripple.platform.core.config import load_settings
+from ripple.platform.core.wake import RedisEndpoint, RedisWaker, RunFinished
+from ripple.platform.errors import ConfigError
+from tests.helpers import assert_eventually
+from tests.servers import RedisSentinelSet
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture
+def sentinels() -> Iterator[RedisSentinelSet]:
+    servers = RedisSentinelSet()
+    servers.start()
+    try:
+        yield servers
+    finally:
+        servers.stop()
+
+
+def _endpoint(servers: RedisSentinelSet) -> RedisEndpoint:
+    settings = load_settings(
+        redis_sentinels=servers.addresses, redis_sentinel_master=servers.MASTER
+    )
+    return settings.redis_endpoint()
+
+
+async def test_wake_sentinel__hints_follow_a_master_failover(sentinels: RedisSentinelSet) -> None:
+    endpoint = _endpoint(sentinels)
+    sender = RedisWaker(endpoint, prefix="s:", poll_interval=30)
+    receiver = RedisWaker(endpoint, prefix="s:", poll_interval=30)
+    await sender.start()
+    await receiver.start()
+    try:
+        await asyncio.wait_for(receiver.connected.wait(), 10)
+        async with receiver.listen("run:x") as listener:
+            sender.notify(RunFinished(run_id="x"))
+            # the poll interval is 30 s: only a hint wakes the listener this soon
+            assert await asyncio.wait_for(listener.wait(10), 10) is True
+
+            sentinels.kill_master()
+            await asyncio.to_thread(sentinels.wait_failover)
+
+            async def hinted() -> bool:
+                # Hints sent while the wakers reconnect are lost (by design: waiters poll);
+                # once both are on the new master, one gets through.
+                sender.notify(RunFinished(run_id="x"))
+                return await listener.wait(0.5)
+
+            await assert_eventually(hinted, timeout=30, interval=0.05)
+        # both now talk to the promoted replica
+        assert receiver.connected.is_set()
+    finally:
+        await sender.close()
+        await receiver.close()
+
+
+async def test_wake_sentinel__a_demoted_master_is_left(sentinels: RedisSentinelSet) -> None:
+    """A failover that keeps the old master alive (it becomes a replica): the sender moves to
+    the new master, so a process that connected after the failover gets its hints."""
+    import redis
+
+    endpoint = _endpoint(sentinels)
+    sender = RedisWaker(endpoint, prefix="d:", poll_interval=30)
+    await sender.start()
+    late = RedisWaker(endpoint, prefix="d:", poll_interval=30)
+    try:
+        sender.notify(RunFinished(run_id="warm-up"))  # the publisher connects to the old master
+        with redis.Redis(port=sentinels.sentinel_ports[0]) as admin:
+            admin.execute_command("SENTINEL", "FAILOVER", sentinels.MASTER)
+        await asyncio.to_thread(sentinels.wait_failover)
+        await late.start()
+        await asyncio.wait_for(late.connected.wait(), 10)
+        async with late.listen("run:y") as listener:
+
+            async def hinted() -> bool:
+                sender.notify(RunFinished(run_id="y"))
+                return await listener.wait(0.5)
+
+            await assert_eventually(hinted, timeout=30, interval=0.05)
+    finally:
+        await sender.close()
+        await late.close()
+
+
+async def test_wake_sentinel__a_connection_to_another_server_is_stale(
+    sentinels: RedisSentinelSet,
+) -> None:
+    """A demoted master that keeps its clients (a partition) still takes PUBLISH and SUBSCRIBE:
+    the waker compares its connection with the master Sentinel names."""
+    from types import SimpleNamespace
+
+    from ripple.platform.core.wake import _Connector
+
+    connector = _Connector(_endpoint(sentinels))
+    try:
+        on_master = SimpleNamespace(host="127.0.0.1", port=sentinels.master.port)
+        on_replica = SimpleNamespace(host="127.0.0.1", port=sentinels.replica.port)
+        assert await connector.stale(on_master) is False  # type: ignore[arg-type]
+        assert await connector.stale(on_replica) is True  # type: ignore[arg-type]
+    finally:
+        await connector.close()
+
+
+def test_wake_sentinel__settings_need_the_master_name() -> None:
+    with pytest.raises(ConfigError, match="RIPPLE_REDIS_SENTINEL_MASTER"):
+        load_settings(redis_sentinels="127.0.0.1:26379")
+    with pytest.raises(ConfigError, match="host:port"):
+        load_settings(redis_sentinels="localhost", redis_sentinel_master="m")
+    settings = load_settings(
+        redis_url="redis://127.0.0.1:6379/0",
+        redis_sentinels="10.0.0.5:26379,10.0.0.6:26379",
+        redis_sentinel_master="m",
+    )
+    # Sentinel wins over the URL
+    assert settings.redis_endpoint() == RedisEndpoint(
+        sentinels=(("10.0.0.5", 26379), ("10.0.0.6", 26379)), master="m"
+    )
