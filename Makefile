@@ -10,7 +10,7 @@ CODE := platform subscribers workflows
 # mypy also checks tests/ (pyproject.toml relaxes two rules there).
 TYPED := $(CODE) tests
 
-.PHONY: setup chromium pgbouncer bench-scale bench-big screenshots run dev test test-unit test-int test-e2e chaos lint fmt typecheck bench bench-dbos clean
+.PHONY: setup chromium pgbouncer autofailover bench-scale bench-big screenshots run dev test test-unit test-int test-e2e chaos lint fmt typecheck bench bench-dbos clean
 
 # uv installs itself into .tools when it is missing; `uv sync --locked` is idempotent and
 # re-installs the project (strict editable) only when its files change.
@@ -39,6 +39,12 @@ pgbouncer:
 		(apt-get update -qq && apt-get install -y -qq pgbouncer >/dev/null) || \
 		echo "warning: pgbouncer missing; install it for tests/pgbouncer"; }
 
+# The chaos battery's Postgres failover runs on Debian's pg_auto_failover.
+autofailover:
+	@command -v pg_autoctl >/dev/null || { command -v apt-get >/dev/null && \
+		(apt-get update -qq && apt-get install -y -qq postgresql-15-auto-failover >/dev/null) || \
+		echo "warning: pg_autoctl missing; install postgresql-15-auto-failover for make chaos"; }
+
 run: setup
 	$(BIN)/ripple dev --app examples.onboarding
 
@@ -58,7 +64,7 @@ test-e2e: setup
 
 # The chaos battery in its full profile (each test owns its Postgres cluster and redis-server;
 # `make test` runs the reduced profile). Prints each test's figures; bounded to 10 minutes.
-chaos: setup
+chaos: setup autofailover
 	RIPPLE_CHAOS=full timeout 600 $(BIN)/pytest tests/chaos tests/e2e/resilience \
 		tests/e2e/test_worker_shutdown.py -p no:randomly -s -q $(PYTEST_ARGS)
 

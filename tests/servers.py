@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import redis
 
@@ -319,6 +320,161 @@ class PostgresCluster:
         with contextlib.suppress(Exception):
             self.thaw(self.pids())
         self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class AutoFailoverFormation:
+    """pg_auto_failover (Debian's `postgresql-15-auto-failover`): a monitor and two data nodes
+    with synchronous replication, on loopback ports, run as the unprivileged `postgres` user
+    when the tests run as root. The monitor's health checks are tightened so a dead primary is
+    failed over within seconds (the defaults take about half a minute).
+    """
+
+    #: Monitor settings for a quick failover (milliseconds).
+    MONITOR_SETTINGS: ClassVar[dict[str, int]] = {
+        "pgautofailover.health_check_period": 500,
+        "pgautofailover.health_check_timeout": 500,
+        "pgautofailover.health_check_max_retries": 1,
+        "pgautofailover.health_check_retry_delay": 200,
+        "pgautofailover.node_considered_unhealthy_timeout": 1500,
+        "pgautofailover.primary_demote_timeout": 2000,
+    }
+
+    def __init__(self) -> None:
+        if not (shutil.which("pg_autoctl") or Path("/usr/bin/pg_autoctl").exists()):
+            raise RuntimeError("pg_autoctl is missing: run `make autofailover` (apt-get)")
+        self.root = Path(tempfile.mkdtemp(prefix="ripple-autofailover-"))
+        self.ports = {"monitor": free_port(), "node1": free_port(), "node2": free_port()}
+        self._as_user: list[str] = []
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres", "postgres")
+            self._as_user = ["runuser", "-u", "postgres", "--"]
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    @property
+    def url(self) -> str:
+        """A multi-host URL that connects to whichever data node is writable."""
+        hosts = ",".join(f"127.0.0.1:{self.ports[n]}" for n in ("node1", "node2"))
+        return f"postgresql://postgres@{hosts}/postgres?target_session_attrs=read-write"
+
+    def _spawn(self, name: str, *args: str) -> None:
+        bindir = str(Path(_pg_bin("pg_ctl")).parent)
+        env = [
+            "env",
+            f"PATH={bindir}:{os.environ.get('PATH', '')}",
+            f"XDG_CONFIG_HOME={self.root / 'config'}",
+            f"XDG_DATA_HOME={self.root / 'share'}",
+        ]
+        binary = shutil.which("pg_autoctl") or "/usr/bin/pg_autoctl"
+        log = (self.root / f"{name}.log").open("ab")
+        self._procs[name] = subprocess.Popen(
+            [*self._as_user, *env, binary, *args],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        log.close()
+
+    def _monitor_sql(self, sql: str) -> str:
+        return subprocess.run(
+            [
+                _pg_bin("psql"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.ports["monitor"]),
+                "-U",
+                "postgres",
+                "-d",
+                "pg_auto_failover",
+                "-Atc",
+                sql,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+
+    def states(self) -> dict[str, str]:
+        """Each node's state as the monitor last heard it (`primary`, `secondary`, ...)."""
+        rows = self._monitor_sql("SELECT nodename, reportedstate FROM pgautofailover.node")
+        return dict(line.split("|") for line in rows.splitlines() if line)
+
+    def start(self) -> None:
+        common = ("--hostname", "127.0.0.1", "--auth", "trust", "--no-ssl", "--run")
+        self._spawn(
+            "monitor",
+            "create",
+            "monitor",
+            "--pgdata",
+            str(self.root / "monitor"),
+            "--pgport",
+            str(self.ports["monitor"]),
+            *common,
+        )
+        _wait(
+            lambda: self._monitor_sql("SELECT count(*) FROM pgautofailover.node") == "0",
+            "pg_auto_failover monitor",
+            60,
+        )
+        for name, value in self.MONITOR_SETTINGS.items():
+            self._monitor_sql(f"ALTER SYSTEM SET {name} = {value}")
+        self._monitor_sql("SELECT pg_reload_conf()")
+        monitor = (
+            f"postgres://autoctl_node@127.0.0.1:{self.ports['monitor']}/pg_auto_failover"
+            "?sslmode=disable"
+        )
+        for node, ready in (
+            ("node1", {"node1": "single"}),
+            ("node2", {"node1": "primary", "node2": "secondary"}),
+        ):
+            self._spawn(
+                node,
+                "create",
+                "postgres",
+                "--pgdata",
+                str(self.root / node),
+                "--pgport",
+                str(self.ports[node]),
+                "--name",
+                node,
+                "--monitor",
+                monitor,
+                *common,
+            )
+            _wait(
+                lambda want=ready: all(self.states().get(n) == s for n, s in want.items()),
+                f"pg_auto_failover {node}",
+                120,
+            )
+
+    def primary(self) -> str | None:
+        """The node the monitor reports as accepting writes, if one does."""
+        for name, state in self.states().items():
+            if state in ("single", "primary", "wait_primary"):
+                return name
+        return None
+
+    def kill_node(self, name: str) -> None:
+        """SIGKILL a data node whole, as a host dying would: its keeper and its Postgres."""
+        proc = self._procs.pop(name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        pid_file = self.root / name / "postmaster.pid"
+        with contextlib.suppress(OSError, ValueError, ProcessLookupError):
+            os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+
+    def wait_primary(self, name: str, timeout: float = 120.0) -> None:
+        _wait(lambda: self.primary() == name, f"{name} to become primary", timeout)
+
+    def remove(self) -> None:
+        for name in list(self._procs):
+            self.kill_node(name)
+        for name in ("node1", "node2", "monitor"):
+            pid_file = self.root / name / "postmaster.pid"
+            with contextlib.suppress(OSError, ValueError, ProcessLookupError):
+                os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
         shutil.rmtree(self.root, ignore_errors=True)
 
 

@@ -16,3 +16,12 @@ async def paced(ctx: WorkflowContext) -> list[int]:
         pids.append(int(done["pid"]))
         await ctx.step.sleep(f"after-{step}", 0.2)
     return pids
+
+
+@workflow(name="signaled")
+async def signaled(ctx: WorkflowContext) -> dict[str, object]:
+    """`a`, then wait for the signal `go`, then `b`; returns the signal's payload."""
+    await ctx.step.run("a", ledger_step, ctx.run_id, "a", 5)
+    payload = await ctx.step.wait_for_event("go")
+    await ctx.step.run("b", ledger_step, ctx.run_id, "b", 5)
+    return payload or {}

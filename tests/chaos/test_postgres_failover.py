@@ -1,0 +1,224 @@
+"""The primary of a pg_auto_failover formation killed under load (keeper and Postgres
+SIGKILLed, as a host dying would), the synchronous standby promoted. Every process reaches the
+new primary through the multi-host URL (`target_session_attrs=read-write`); calls during the
+switch fail with `Unavailable` and are retried with their keys.
+
+Ledger: what Ripple acknowledged (starts, publishes with a queue fan-out, signals) is on the new
+primary afterwards, since synchronous replication had it on the standby before the
+acknowledgement; every run completes; no step recorded before the failover runs again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import asyncpg
+import pytest
+
+from ripple.platform.client import Client
+from ripple.platform.core.config import load_settings
+from ripple.platform.errors import RippleError
+from ripple.subscribers import QueueTarget
+from tests.chaos import restart_app
+from tests.chaos.conftest import FULL, PROFILE
+from tests.chaos.figures import record
+from tests.chaos.test_postgres_restart import _recorded_starts
+from tests.e2e.resilience.app import SCHEMA
+from tests.e2e.resilience.conftest import Effects
+from tests.e2e.resilience.procs import Workers
+from tests.helpers import assert_eventually
+from tests.servers import AutoFailoverFormation, RedisProcess
+
+# Forming the cluster alone takes about 40 s: the full profile (`make chaos`) only.
+pytestmark = [
+    pytest.mark.skipif(not FULL, reason="full chaos profile (make chaos) only"),
+    pytest.mark.timeout(420),
+]
+
+ACTIVE = ("pending", "running", "sleeping", "waiting")
+SIGNALED = 20
+
+
+@pytest.fixture
+def formation() -> Iterator[AutoFailoverFormation]:
+    servers = AutoFailoverFormation()
+    try:
+        servers.start()
+        yield servers
+    finally:
+        servers.remove()
+
+
+@pytest.fixture
+def chaos_env(formation: AutoFailoverFormation, own_redis: RedisProcess) -> dict[str, str]:
+    return {
+        "RIPPLE_DATABASE_URL": formation.url,
+        "RIPPLE_REDIS_URL": own_redis.url,
+        "RIPPLE_REDIS_PREFIX": f"chaos{uuid.uuid4().hex[:8]}:",
+        "RIPPLE_LEASE_SECONDS": str(PROFILE.lease),
+        "RIPPLE_POLL_INTERVAL": "0.2",
+        "RIPPLE_SHUTDOWN_GRACE": "2",
+        "RIPPLE_POOL_MIN_SIZE": "1",
+        "RIPPLE_POOL_MAX_SIZE": "12",
+    }
+
+
+@pytest.fixture
+async def chaos_client(chaos_env: dict[str, str]) -> AsyncIterator[Client]:
+    settings = load_settings(
+        database_url=chaos_env["RIPPLE_DATABASE_URL"],
+        redis_url=chaos_env["RIPPLE_REDIS_URL"],
+        redis_prefix=chaos_env["RIPPLE_REDIS_PREFIX"],
+        poll_interval=0.2,
+        pool_min_size=1,
+        pool_max_size=10,
+    )
+    async with Client(settings=settings) as client:
+        yield client
+
+
+@pytest.fixture
+async def chaos_effects(
+    chaos_client: Client, formation: AutoFailoverFormation
+) -> AsyncIterator[Effects]:
+    pool = await asyncpg.create_pool(formation.url, min_size=1, max_size=2)
+    try:
+        await pool.execute(SCHEMA)
+        yield Effects(pool)
+    finally:
+        pool.terminate()
+
+
+async def _retried(call: Callable[[], Awaitable[Any]], refused: Counter[str]) -> tuple[Any, float]:
+    """`call` until it is acknowledged, each refusal (an outage) counted by its type; returns
+    the result and when the acknowledged attempt began."""
+    while True:
+        began = time.monotonic()
+        try:
+            return await asyncio.wait_for(call(), 10), began
+        except (RippleError, TimeoutError, OSError) as exc:
+            refused[type(exc).__name__] += 1
+            await asyncio.sleep(0.1)
+
+
+async def test_postgres_failover_under_load__nothing_acknowledged_is_lost(
+    chaos_client: Client,
+    chaos_effects: Effects,
+    chaos_workers: Workers,
+    formation: AutoFailoverFormation,
+) -> None:
+    worker = await chaos_workers.start(concurrency=50, app="tests.chaos.restart_app")
+    await chaos_client.subscribe("failover.#", QueueTarget("ledger"))
+    waiting = [
+        (await chaos_client.start(restart_app.signaled, idempotency_key=f"signaled-{n}")).run_id
+        for n in range(SIGNALED)
+    ]
+    started: dict[str, str] = {}
+    published: dict[int, str] = {}
+    signaled: dict[str, bool] = {}
+    refused: Counter[str] = Counter()
+    stop = asyncio.Event()
+    first_commit_after: list[float] = []
+    killed_at: list[float] = []
+
+    def acknowledged(began: float) -> None:
+        """Note the first acknowledgement of a call made after the primary was dead."""
+        if killed_at and began >= killed_at[0] and not first_commit_after:
+            first_commit_after.append(time.monotonic() - killed_at[0])
+
+    async def starter() -> None:
+        n = 0
+        while not stop.is_set():
+            key = f"paced-{n}"
+            handle, began = await _retried(
+                lambda k=key: chaos_client.start(restart_app.paced, idempotency_key=k), refused
+            )
+            started[key] = handle.run_id
+            acknowledged(began)
+            n += 1
+            await asyncio.sleep(0.05)
+
+    async def publisher() -> None:
+        n = 0
+        while not stop.is_set():
+            result, began = await _retried(
+                lambda i=n: chaos_client.publish(
+                    "failover.order", {"n": i}, idempotency_key=f"order-{i}"
+                ),
+                refused,
+            )
+            published[n] = result.event_id
+            acknowledged(began)
+            n += 1
+            await asyncio.sleep(0.05)
+
+    async def signaler() -> None:
+        for run_id in waiting:
+            _, began = await _retried(
+                lambda r=run_id: chaos_client.signal(r, "go", {"ok": True}, idempotency_key="go"),
+                refused,
+            )
+            signaled[run_id] = True
+            acknowledged(began)
+            await asyncio.sleep(0.2)
+
+    tasks = [asyncio.create_task(t()) for t in (starter, publisher, signaler)]
+    try:
+        await assert_eventually(lambda: len(started) >= 40 and len(signaled) >= 5, timeout=120)
+        protected = await _recorded_starts(chaos_client, chaos_effects)
+        before = (len(started), len(published), len(signaled))
+        await asyncio.to_thread(formation.kill_node, "node1")
+        killed_at.append(time.monotonic())  # node1's keeper and Postgres are gone
+        await asyncio.to_thread(formation.wait_primary, "node2")
+        promoted = time.monotonic() - killed_at[0]
+        await assert_eventually(
+            lambda: len(started) >= before[0] + 40 and len(signaled) == SIGNALED, timeout=180
+        )
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+
+    ids = [*started.values(), *waiting]
+
+    async def all_done() -> bool:
+        rows = await chaos_client.pool.fetch(
+            "SELECT status FROM ripple_runs WHERE run_id = ANY($1::text[])", ids
+        )
+        return len(rows) == len(ids) and not any(row["status"] in ACTIVE for row in rows)
+
+    await assert_eventually(all_done, timeout=180, interval=0.2)
+    statuses = Counter(
+        row["status"]
+        for row in await chaos_client.pool.fetch(
+            "SELECT status FROM ripple_runs WHERE run_id = ANY($1::text[])", ids
+        )
+    )
+    assert statuses == Counter({"completed": len(ids)}), statuses
+    # Every acknowledged publish is on the new primary, fanned out to the queue exactly once.
+    bodies: list[int] = []
+    while batch := await chaos_client.queues.receive("ledger", max_messages=100):
+        bodies += [int(m.body["n"]) for m in batch]
+        for message in batch:
+            await chaos_client.queues.ack("ledger", message.receipt)
+    assert sorted(bodies) == sorted(published), "queue fan-out lost or duplicated events"
+    # No step recorded before the failover ran again.
+    now = await _recorded_starts(chaos_client, chaos_effects)
+    rerun = {step: (n, now[step]) for step, n in protected.items() if now[step] != n}
+    assert not rerun, f"recorded steps ran again after the failover: {rerun}"
+    assert worker.proc.returncode is None, worker.stderr[-10:]
+    record(
+        "postgres-failover",
+        lost=0,
+        duplicated=0,
+        recovery=f"{promoted:.1f}s to promote, first commit {first_commit_after[0]:.1f}s after "
+        "the kill",
+        during_outage=dict(refused),
+        starts=len(started),
+        publishes=len(published),
+        signals=len(signaled),
+    )
