@@ -122,6 +122,59 @@ def _database_url(settings: Settings, dsn: str | None = None) -> str:
     return url
 
 
+def _hosts(url: str) -> list[str]:
+    """The single-host URLs of a multi-host `url` (`postgresql://u@h1:5432,h2:5432/db?...`),
+    in order; `[url]` when it names one host."""
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, tail = rest.partition("/")
+    auth, at, hosts = netloc.rpartition("@")
+    if not sep or "," not in hosts:
+        return [url]
+    return [f"{scheme}://{auth}{at}{host}{slash}{tail}" for host in hosts.split(",")]
+
+
+#: Per multi-host URL, the host that last accepted a connection: tried first next time.
+_last_good: dict[str, str] = {}
+
+
+async def _connect_each(
+    dsn: str, *, timeout: float = 60.0, **kwargs: Any
+) -> asyncpg.Connection[asyncpg.Record]:
+    """`asyncpg.connect` to a multi-host `dsn`, one host at a time, each with its share of
+    `timeout`, the host that answered last time first.
+
+    asyncpg spends the whole timeout on the first host that does not answer: a primary whose
+    packets are dropped would keep every process from ever reaching the promoted standby.
+    """
+    hosts = _hosts(dsn)
+    if len(hosts) == 1:
+        return await asyncpg.connect(dsn, timeout=timeout, **kwargs)
+    last = _last_good.get(dsn)
+    if last in hosts:
+        hosts.remove(last)
+        hosts.insert(0, last)
+    share = timeout / len(hosts)
+    error: BaseException | None = None
+    for host in hosts:
+        try:
+            conn: asyncpg.Connection[asyncpg.Record] = await asyncpg.connect(
+                host, timeout=share, **kwargs
+            )
+        except (
+            OSError,
+            TimeoutError,
+            asyncpg.PostgresError,
+            asyncpg.InterfaceError,
+            asyncpg.InternalClientError,
+        ) as exc:
+            error = exc  # down, unreachable, in recovery or not writable: the next host
+            continue
+        _last_good[dsn] = host
+        return conn
+    assert error is not None
+    raise error
+
+
 def pooled(settings: Settings) -> bool:
     """Whether `database_url` (and the read URL) go through a transaction-mode pooler."""
     return settings.database_pooler == "transaction"
@@ -212,6 +265,7 @@ async def create_pool(
             "timeout": settings.db_timeout,
             "command_timeout": command_timeout,
             "reset": _release_reset,
+            "connect": _connect_each,
             **_pooler_options(settings, direct),
             **kwargs,
         }
@@ -320,8 +374,9 @@ class DedicatedConnection:
             if self._pooled:
                 startup = {"application_name": startup["application_name"]}
             with map_errors():
-                conn: asyncpg.Connection[asyncpg.Record] = await asyncpg.connect(
+                conn: asyncpg.Connection[asyncpg.Record] = await _connect_each(
                     _database_url(self._settings),
+                    timeout=worker_db_timeout(self._settings),
                     server_settings=startup,
                     statement_cache_size=0 if self._pooled else 100,
                 )
