@@ -11,6 +11,7 @@ acknowledgement; every run completes; no step recorded before the failover runs 
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 import uuid
 from collections import Counter
@@ -23,11 +24,12 @@ import pytest
 from ripple.platform.client import Client
 from ripple.platform.core.config import load_settings
 from ripple.platform.errors import RippleError
-from ripple.subscribers import QueueTarget
+from ripple.subscribers import QueueTarget, WebhookTarget
 from tests.chaos import restart_app
 from tests.chaos.conftest import FULL, PROFILE
 from tests.chaos.figures import record
 from tests.chaos.test_postgres_restart import _recorded_starts
+from tests.chaos.test_webhook_abuse import start_dispatcher
 from tests.e2e.resilience.app import SCHEMA
 from tests.e2e.resilience.conftest import Effects
 from tests.e2e.resilience.procs import Workers
@@ -65,6 +67,7 @@ def chaos_env(formation: AutoFailoverFormation, own_redis: RedisProcess) -> dict
         "RIPPLE_SHUTDOWN_GRACE": "2",
         "RIPPLE_POOL_MIN_SIZE": "1",
         "RIPPLE_POOL_MAX_SIZE": "12",
+        "RIPPLE_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.1/32",
     }
 
 
@@ -77,6 +80,7 @@ async def chaos_client(chaos_env: dict[str, str]) -> AsyncIterator[Client]:
         poll_interval=0.2,
         pool_min_size=1,
         pool_max_size=10,
+        webhook_allowed_networks="127.0.0.1/32",
     )
     async with Client(settings=settings) as client:
         yield client
@@ -106,14 +110,44 @@ async def _retried(call: Callable[[], Awaitable[Any]], refused: Counter[str]) ->
             await asyncio.sleep(0.1)
 
 
+@pytest.fixture
+async def receiver() -> AsyncIterator[tuple[str, Counter[int]]]:
+    """A webhook receiver on loopback: its URL and how often each event's `n` arrived."""
+    from aiohttp import web
+
+    seen: Counter[int] = Counter()
+
+    async def take(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen[int(body["data"]["n"])] += 1
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", take)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}/hook", seen
+    finally:
+        await runner.cleanup()
+
+
 async def test_postgres_failover_under_load__nothing_acknowledged_is_lost(
     chaos_client: Client,
     chaos_effects: Effects,
     chaos_workers: Workers,
+    chaos_env: dict[str, str],
     formation: AutoFailoverFormation,
+    receiver: tuple[str, Counter[int]],
 ) -> None:
+    hook, delivered = receiver
     worker = await chaos_workers.start(concurrency=50, app="tests.chaos.restart_app")
+    dispatcher = await start_dispatcher(chaos_env)
     await chaos_client.subscribe("failover.#", QueueTarget("ledger"))
+    await chaos_client.subscribe("failover.#", WebhookTarget(hook))
     waiting = [
         (await chaos_client.start(restart_app.signaled, idempotency_key=f"signaled-{n}")).run_id
         for n in range(SIGNALED)
@@ -206,6 +240,14 @@ async def test_postgres_failover_under_load__nothing_acknowledged_is_lost(
         for message in batch:
             await chaos_client.queues.ack("ledger", message.receipt)
     assert sorted(bodies) == sorted(published), "queue fan-out lost or duplicated events"
+    # Every acknowledged publish reaches the webhook (at least once: an attempt whose outcome
+    # was not yet recorded when the primary died is sent again).
+    try:
+        await assert_eventually(lambda: set(published) <= set(delivered), timeout=120)
+        assert dispatcher.proc.returncode is None, dispatcher.stderr[-10:]
+    finally:
+        dispatcher.send(signal.SIGTERM)
+        await dispatcher.wait_exit(timeout=30)
     # No step recorded before the failover ran again.
     now = await _recorded_starts(chaos_client, chaos_effects)
     rerun = {step: (n, now[step]) for step, n in protected.items() if now[step] != n}
@@ -221,4 +263,5 @@ async def test_postgres_failover_under_load__nothing_acknowledged_is_lost(
         starts=len(started),
         publishes=len(published),
         signals=len(signaled),
+        webhooks_resent=sum(n - 1 for n in delivered.values()),
     )
