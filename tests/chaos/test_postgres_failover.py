@@ -3,9 +3,10 @@ SIGKILLed, as a host dying would), the synchronous standby promoted. Every proce
 new primary through the multi-host URL (`target_session_attrs=read-write`); calls during the
 switch fail with `Unavailable` and are retried with their keys.
 
-Ledger: what Ripple acknowledged (starts, publishes with a queue fan-out, signals) is on the new
-primary afterwards, since synchronous replication had it on the standby before the
-acknowledgement; every run completes; no step recorded before the failover runs again.
+Ledger: what Ripple acknowledged (starts, publishes with a queue and a webhook fan-out, signals)
+is on the new primary afterwards, since synchronous replication had it on the standby before
+the acknowledgement; every run completes; no step recorded before the failover runs again; a
+worker frozen across the failover is fenced when it wakes up.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from tests.chaos.conftest import FULL, PROFILE
 from tests.chaos.figures import record
 from tests.chaos.test_postgres_restart import _recorded_starts
 from tests.chaos.test_webhook_abuse import start_dispatcher
+from tests.e2e.resilience import app as resilience_app
 from tests.e2e.resilience.app import SCHEMA
 from tests.e2e.resilience.conftest import Effects
 from tests.e2e.resilience.procs import Workers
+from tests.e2e.resilience.test_resilience import _fenced_out
 from tests.helpers import assert_eventually
 from tests.servers import AutoFailoverFormation, RedisProcess
 
@@ -146,6 +149,17 @@ async def test_postgres_failover_under_load__nothing_acknowledged_is_lost(
     hook, delivered = receiver
     worker = await chaos_workers.start(concurrency=50, app="tests.chaos.restart_app")
     dispatcher = await start_dispatcher(chaos_env)
+    # A zombie: a worker frozen in a step across the failover, whose run another worker
+    # finishes on the new primary meanwhile.
+    zombie, standby = await asyncio.gather(
+        chaos_workers.start(app="tests.e2e.resilience.app"),
+        chaos_workers.start(app="tests.e2e.resilience.app", hold=True),
+    )
+    gated = await chaos_client.start(resilience_app.gated, {"gate": "g"})
+    await assert_eventually(
+        lambda: chaos_effects.count(gated.run_id, "slow.started", zombie.pid), timeout=60
+    )
+    zombie.send(signal.SIGSTOP)
     await chaos_client.subscribe("failover.#", QueueTarget("ledger"))
     await chaos_client.subscribe("failover.#", WebhookTarget(hook))
     waiting = [
@@ -210,6 +224,12 @@ async def test_postgres_failover_under_load__nothing_acknowledged_is_lost(
         killed_at.append(time.monotonic())  # node1's keeper and Postgres are gone
         await asyncio.to_thread(formation.wait_primary, "node2")
         promoted = time.monotonic() - killed_at[0]
+        await standby.release()  # claims the gated run once the zombie's lease lapsed
+        await assert_eventually(
+            lambda: chaos_effects.count(gated.run_id, "slow.started", standby.pid), timeout=60
+        )
+        await chaos_effects.open_gate("g")
+        await gated.result(timeout=60)
         await assert_eventually(
             lambda: len(started) >= before[0] + 40 and len(signaled) == SIGNALED, timeout=180
         )
@@ -240,6 +260,14 @@ async def test_postgres_failover_under_load__nothing_acknowledged_is_lost(
         for message in batch:
             await chaos_client.queues.ack("ledger", message.receipt)
     assert sorted(bodies) == sorted(published), "queue fan-out lost or duplicated events"
+    # The zombie wakes up on a dead connection, reconnects to the new primary, and is fenced:
+    # the journal the standby wrote stays as it is.
+    journal = [(x.key, x.status, x.output) for x in await chaos_client.list_steps(gated.run_id)]
+    zombie.send(signal.SIGCONT)
+    await assert_eventually(lambda: _fenced_out(zombie, gated.run_id), timeout=60)
+    after = [(x.key, x.status, x.output) for x in await chaos_client.list_steps(gated.run_id)]
+    assert after == journal
+    assert (await gated.result(timeout=5))["slow"] == standby.pid
     # Every acknowledged publish reaches the webhook (at least once: an attempt whose outcome
     # was not yet recorded when the primary died is sent again).
     try:
@@ -264,4 +292,5 @@ async def test_postgres_failover_under_load__nothing_acknowledged_is_lost(
         publishes=len(published),
         signals=len(signaled),
         webhooks_resent=sum(n - 1 for n in delivered.values()),
+        zombie="fenced",
     )
