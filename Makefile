@@ -65,7 +65,7 @@ test-e2e: setup
 # The chaos battery in its full profile (each test owns its Postgres cluster and redis-server;
 # `make test` runs the reduced profile). Prints each test's figures; bounded to 10 minutes.
 chaos: setup autofailover
-	RIPPLE_CHAOS=full timeout 600 $(BIN)/pytest tests/chaos tests/e2e/resilience \
+	RIPPLE_CHAOS=full timeout 900 $(BIN)/pytest tests/chaos tests/e2e/resilience \
 		tests/e2e/test_worker_shutdown.py -p no:randomly -s -q $(PYTEST_ARGS)
 
 lint: setup
