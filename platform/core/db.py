@@ -374,9 +374,13 @@ class DedicatedConnection:
             if self._pooled:
                 startup = {"application_name": startup["application_name"]}
             with map_errors():
+                # Bounded like the worker's pool: a statement on a connection to a host that
+                # drops packets would otherwise wait for an answer forever.
+                bound = worker_db_timeout(self._settings)
                 conn: asyncpg.Connection[asyncpg.Record] = await _connect_each(
                     _database_url(self._settings),
-                    timeout=worker_db_timeout(self._settings),
+                    timeout=bound,
+                    command_timeout=bound,
                     server_settings=startup,
                     statement_cache_size=0 if self._pooled else 100,
                 )
