@@ -3,6 +3,7 @@ details; an action that fails writes none, and an audit insert that fails undoes
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -53,8 +54,10 @@ async def test_audit__run_actions_record_actor_target_and_details(client: Client
     async with Worker(client, [audited], webhooks=False, sweeper=False):
         a = await client.start(audited, {"i": 1})
         b = await client.start(audited, {"i": 2})
-        for run_id in (a.run_id, b.run_id):
-            await assert_eventually(lambda r=run_id: _is(client, r, RunStatus.WAITING), timeout=20)
+        for handle in (a, b):
+            await assert_eventually(
+                functools.partial(_is, client, handle.run_id, RunStatus.WAITING), timeout=20
+            )
     assert await entries(client) == []  # starting runs is the data path, not audited
 
     await client.signal(a.run_id, "nudge", {"x": 1})

@@ -81,7 +81,7 @@ async def test_audit_list__since_filter_and_bad_arguments(client: Client) -> Non
         {"since": "yesterday"},
     ):
         with pytest.raises(InvalidInput):
-            await client.audit.list(**bad)  # type: ignore[arg-type]
+            await client.audit.list(**bad)
 
 
 async def test_audit_retention__the_sweeper_deletes_entries_past_the_retention(
