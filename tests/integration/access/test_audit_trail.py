@@ -134,6 +134,10 @@ async def test_audit_rest__an_api_token_acts_as_env_with_the_request_id(
     assert canceled.status_code == 200, canceled.text
     paused = await api.post(f"/v1/schedules/{'none'}/pause", headers=AUTH)
     assert paused.status_code == 404  # refused: no row
+    signaled = await api.post(
+        f"/v1/runs/{second.run_id}/signals/nudge", json={"x": 1}, headers=AUTH
+    )
+    assert signaled.status_code == 202, signaled.text
     await api.delete(f"/v1/runs/{second.run_id}", headers=AUTH)
     # The request's actor does not leak into the caller's context.
     await secured.schedules.create("after", topic="audit.after", every=3600)
@@ -145,6 +149,7 @@ async def test_audit_rest__an_api_token_acts_as_env_with_the_request_id(
     assert [(e["action"], e["actor"], e["target"]) for e in body["items"]] == [
         ("schedule.create", "python", "after"),
         ("run.cancel", "env", second.run_id),
+        ("run.signal", "env", second.run_id),
         ("run.cancel", "env", first.run_id),
     ]
     oldest = body["items"][-1]
