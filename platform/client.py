@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self, TypeVar, cast, overload
 
+from ripple.platform.access.audit import Audit
 from ripple.platform.core import migrate
 from ripple.platform.core.config import Settings, load_settings
 from ripple.platform.core.db import (
@@ -108,6 +109,8 @@ class Client:
         self.schedules: Schedules = Schedules(pool, _Firing(self), waker)
         #: Webhook deliveries: `list`, `get`, `attempts`, `redrive`, `redrive_failed`.
         self.deliveries: Deliveries = Deliveries(pool, waker, self.settings, read_pool=read_pool)
+        #: The audit trail: `list` (the audited actions write it themselves).
+        self.audit: Audit = Audit(pool, self.settings)
         #: Refreshes the gauges computed from Postgres (call before exposing `/metrics`).
         self.gauges: GaugeCollector = GaugeCollector(
             pool, self.settings, runs=self.workflows.upkeep
@@ -222,7 +225,9 @@ class Client:
         if webhooks:
             services.append(WebhookDispatcher(writers, self.waker, self.settings))
         if sweeper:
-            services.append(Sweeper(writers, self.settings, runs=self.workflows.upkeep))
+            services.append(
+                Sweeper(writers, self.settings, runs=self.workflows.upkeep, audit=self.audit)
+            )
         services.append(Scheduler(self.schedules, self.settings, self._prepare_worker))
         return services
 

@@ -8,20 +8,33 @@ loopback only).
 from __future__ import annotations
 
 import hmac
-from typing import Annotated
+from collections.abc import AsyncIterator
+from typing import Annotated, Final
 
 from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from ripple.platform.access.actors import Actor, acting_as
 from ripple.platform.api.models import UUID_PATTERN
 from ripple.platform.api.problems import ProblemError
 from ripple.platform.api.results import check_page_size
 from ripple.platform.client import Client
 from ripple.platform.core.config import Settings
+from ripple.platform.core.ids import new_id
 
-__all__ = ["ClientDep", "Limit", "UuidPath", "get_client", "page_limit", "require_token"]
+__all__ = [
+    "ClientDep",
+    "Limit",
+    "UuidPath",
+    "get_client",
+    "page_limit",
+    "request_id",
+    "require_token",
+]
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="ripple"'}
+#: Longest `X-Request-Id` kept as the request's id (a longer one is replaced).
+_MAX_REQUEST_ID: Final = 128
 _bearer = HTTPBearer(auto_error=False, description="A token listed in RIPPLE_API_TOKENS.")
 
 
@@ -46,13 +59,23 @@ def token_valid(presented: str, tokens: list[str]) -> bool:
     return ok
 
 
+def request_id(request: Request) -> str:
+    """The request's id for audit rows: its `X-Request-Id` when short and printable, else new."""
+    given = request.headers.get("x-request-id")
+    if given and len(given) <= _MAX_REQUEST_ID and given.isprintable():
+        return given
+    return new_id()
+
+
 async def require_token(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> None:
-    """Refuse the request with 401 unless it carries a configured bearer token."""
+) -> AsyncIterator[None]:
+    """Refuse the request with 401 unless it carries a configured bearer token; the request
+    then acts as that token (`env` for RIPPLE_API_TOKENS) for audit rows."""
     tokens = _settings(request).api_tokens
     if not tokens:
+        yield
         return
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise ProblemError(
@@ -64,6 +87,8 @@ async def require_token(
         raise ProblemError(
             401, "the bearer token is not one of RIPPLE_API_TOKENS", headers=_CHALLENGE
         )
+    with acting_as(Actor(name="env", request_id=request_id(request))):
+        yield
 
 
 async def page_limit(

@@ -206,6 +206,16 @@ class ClientOperator:
     async def schedule_delete(self, name: str) -> bool:
         return await self._client.schedules.delete(name)
 
+    # -- audit ------------------------------------------------------------------------------
+
+    async def audit(
+        self, since: datetime | None, action: str | None, limit: int, cursor: str | None
+    ) -> Json:
+        from ripple.platform.api.audit_results import audit_page_out
+
+        page = await self._client.audit.list(since=since, action=action, limit=limit, cursor=cursor)
+        return _json(audit_page_out(page))
+
 
 def _reasons(exc: ValidationError) -> str:
     return "; ".join(

@@ -212,3 +212,15 @@ class ApiOperator:
 
     async def schedule_delete(self, name: str) -> bool:
         return await self._delete(f"/v1/schedules/{name}")
+
+    async def audit(
+        self, since: datetime | None, action: str | None, limit: int, cursor: str | None
+    ) -> Json:
+        params = {
+            "since": None if since is None else since.isoformat(),
+            "action": action,
+            "limit": limit,
+            "cursor": cursor,
+        }
+        clean = {k: v for k, v in params.items() if v is not None}
+        return await self._call("GET", "/v1/audit", params=clean)

@@ -98,6 +98,8 @@ class Settings(BaseSettings):
     max_run_retention_days: Annotated[float, Field(gt=0)] = 90.0
     #: Retention of terminal runs whose workflow declares none (also capped by the maximum).
     default_run_retention_days: Annotated[float, Field(gt=0)] = 30.0
+    #: Days audit trail entries are kept before the sweeper deletes them.
+    audit_retention_days: Annotated[float, Field(gt=0)] = 365.0
     #: Seconds between two retention sweeps of a worker's sweeper.
     sweep_interval: Annotated[float, Field(gt=0, le=86_400)] = 60.0
     #: Rows one sweeper statement deletes at most (bounded batches keep locks and WAL short).

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from ripple.platform.access import audit_store
 from ripple.platform.core import db
 from ripple.platform.core.config import Settings
 from ripple.platform.core.ids import new_id
@@ -204,6 +205,7 @@ class Backfills:
         replay_id = new_id()
         cursor: tuple[datetime, str] | None = None
         total = 0
+        audit_id: str | None = None
         while True:
             async with db.transaction(self._pool) as conn:
                 events = await backfill_store.next_replay_events(
@@ -211,6 +213,20 @@ class Backfills:
                 )
                 if events:
                     await self._deliver(conn, kind, row, events)
+                # One audit row per replay, written with the first batch; each later batch
+                # adds its events to the row's count in its own transaction.
+                if audit_id is None:
+                    details = {
+                        "since": since.isoformat(),
+                        "until": end.isoformat(),
+                        "replay_id": replay_id,
+                        "count": len(events),
+                    }
+                    audit_id = await audit_store.record(
+                        conn, "subscription.replay", subscription.id, details
+                    )
+                elif events:
+                    await audit_store.add_to_count(conn, audit_id, len(events))
             if not events:
                 break
             total += len(events)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from ripple.platform.access import audit_store
 from ripple.platform.core import db
 from ripple.platform.core.config import Settings
 from ripple.platform.core.deadlines import Deadline, bounded
@@ -210,6 +211,18 @@ class Subscriptions:
             if backfill_since is not None:
                 await backfill_store.set_backfill(conn, record.id, backfill_since, version)
                 record = dataclasses.replace(record, backfill_since=backfill_since)
+            details: dict[str, Any] = {"pattern": pattern, "kind": kind.kind}
+            if backfill_since is not None:
+                details["backfill_since"] = backfill_since.isoformat()
+            await audit_store.record(conn, "subscription.create", record.id, details)
+            if backfill_since is not None:
+                # The backfill is requested here (it resumes until done), so it is audited here.
+                await audit_store.record(
+                    conn,
+                    "subscription.replay",
+                    record.id,
+                    {"backfill": True, "since": backfill_since.isoformat()},
+                )
         self._changed()
         log.info("subscription_created", subscription_id=record.id, pattern=pattern, kind=kind.kind)
         return record
@@ -222,6 +235,7 @@ class Subscriptions:
             deleted = await subscription_store.delete_subscription(conn, subscription_id)
             if deleted:
                 await subscription_store.bump_version(conn)
+                await audit_store.record(conn, "subscription.delete", subscription_id)
         if deleted:
             self._changed()
             log.info("subscription_deleted", subscription_id=subscription_id)
@@ -243,25 +257,28 @@ class Subscriptions:
 
     async def pause(self, subscription_id: str) -> Subscription:
         """Stop delivering to a subscription (events published meanwhile are not queued for it)."""
-        return await self._set_status(subscription_id, "paused", None)
+        return await self._set_status(subscription_id, "paused", None, "subscription.pause")
 
     async def resume(self, subscription_id: str) -> Subscription:
         """Deliver again to a paused or disabled subscription."""
-        return await self._set_status(subscription_id, "active", None)
+        return await self._set_status(subscription_id, "active", None, "subscription.resume")
 
     async def disable(self, subscription_id: str, reason: str) -> Subscription:
         """Disable a subscription with a reason (e.g. its webhook endpoint is gone)."""
         return await self._set_status(subscription_id, "disabled", reason)
 
     async def _set_status(
-        self, subscription_id: str, status: str, reason: str | None
+        self, subscription_id: str, status: str, reason: str | None, action: str | None = None
     ) -> Subscription:
+        """Set the status; `action` names the audit row an operator's change writes."""
         record = None
         if _is_uuid(subscription_id):
             async with db.transaction(self._pool) as conn:
                 record = await subscription_store.set_status(conn, subscription_id, status, reason)
                 if record is not None:
                     await subscription_store.bump_version(conn)
+                    if action is not None:
+                        await audit_store.record(conn, action, subscription_id)
         if record is None:
             raise NotFound(f"no subscription {subscription_id!r}; list them with list()")
         self._changed()

@@ -12,7 +12,15 @@ from typing import Protocol
 
 from ripple.platform.core.db import Connection
 
-__all__ = ["RunRetention", "RunStats", "StrandedGauge"]
+__all__ = ["AuditRetention", "RunRetention", "RunStats", "StrandedGauge"]
+
+
+class AuditRetention(Protocol):
+    """Deletes expired audit trail entries (the access domain's side of retention)."""
+
+    async def delete_old_audit(self, conn: Connection, *, retention: float, batch: int) -> int:
+        """Delete one batch (at most `batch`) of entries older than `retention` seconds."""
+        ...
 
 
 class RunRetention(Protocol):

@@ -36,7 +36,7 @@ from ripple.platform.core.db import Connection, Pool
 from ripple.platform.core.logs import get_logger
 from ripple.platform.errors import ConfigError
 from ripple.platform.ops import metrics, sweeper_store
-from ripple.platform.ops.ports import RunRetention
+from ripple.platform.ops.ports import AuditRetention, RunRetention
 
 __all__ = ["KINDS", "Sweeper"]
 
@@ -56,6 +56,7 @@ KINDS = (
     "signal_keys",
     "webhook_deliveries",
     "webhook_attempts",
+    "audit",
 )
 
 _Batch = Callable[[Connection], Awaitable[tuple[dict[str, int], bool]]]
@@ -68,17 +69,26 @@ class Sweeper:
         pool: the database.
         runs: the workflow store's retention (runs, their journals, waits, signals and signal
             keys); None sweeps events and webhook deliveries only.
+        audit: the audit trail's retention; None keeps audit entries.
         settings: retention (`default_run_retention_days`, `max_run_retention_days`,
-            `event_retention_days`), the period of
+            `event_retention_days`, `audit_retention_days`), the period of
             `run()` (`sweep_interval`) and the batch size (`sweep_batch_size`).
     """
 
     name = "sweeper"
 
-    def __init__(self, pool: Pool, settings: Settings, *, runs: RunRetention | None = None) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        settings: Settings,
+        *,
+        runs: RunRetention | None = None,
+        audit: AuditRetention | None = None,
+    ) -> None:
         self._pool = pool
         self._settings = settings
         self._runs = runs
+        self._audit = audit
         self._stopping = asyncio.Event()
 
     async def sweep_once(self) -> dict[str, int]:
@@ -123,9 +133,21 @@ class Sweeper:
             deleted = await sweeper_store.delete_old_webhook_attempts(conn, events, batch)
             return {"webhook_attempts": deleted}, deleted >= batch
 
+        audit_retention = self._audit
+        audit_seconds = self._settings.audit_retention_days * _DAY
+
+        async def audit(conn: Connection) -> tuple[dict[str, int], bool]:
+            assert audit_retention is not None
+            deleted = await audit_retention.delete_old_audit(
+                conn, retention=audit_seconds, batch=batch
+            )
+            return {"audit": deleted}, deleted >= batch
+
         steps: list[_Batch] = [old_events, deliveries, attempts]
         if retention is not None:
             steps = [runs, run_counts, old_events, signal_keys, deliveries, attempts]
+        if audit_retention is not None:
+            steps.append(audit)
         for step in steps:
             await self._drain(step, totals)
         if any(totals.values()):

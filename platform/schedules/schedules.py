@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
 
+from ripple.platform.access import audit_store
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, map_errors, transaction
 from ripple.platform.core.ids import new_id
@@ -135,8 +136,8 @@ class Schedules:
     async def _upsert(
         self, name: str, workflow: str | None, topic: str | None, spec: Schedule, source: str
     ) -> ScheduleInfo:
-        with map_errors():
-            row = await self._pool.fetchrow(
+        async with transaction(self._pool) as conn:
+            row = await conn.fetchrow(
                 q.UPSERT_SCHEDULE,
                 name,
                 workflow,
@@ -149,6 +150,11 @@ class Schedules:
                 source,
                 _next(spec, datetime.now(UTC)),
             )
+            if source == "api":  # a worker storing a schedule declared in code is no operator
+                details: dict[str, Any] = {"workflow": workflow, "topic": topic, "cron": spec.cron}
+                if spec.every_seconds is not None:
+                    details["every_seconds"] = spec.every_seconds
+                await audit_store.record(conn, "schedule.create", name, details)
         log.info("schedule_saved", schedule=name, source=source)
         self._changed()
         return ScheduleInfo.from_row(row)
@@ -180,14 +186,17 @@ class Schedules:
                 raise NotFound(f"no schedule {name!r}")
             info = ScheduleInfo.from_row(row)
             updated = await conn.fetchrow(q.SET_PAUSED, name, paused, _next(info, row["db_now"]))
+            await audit_store.record(conn, "schedule.pause" if paused else "schedule.resume", name)
         self._changed()
         return ScheduleInfo.from_row(updated)
 
     async def delete(self, name: str) -> bool:
         """Delete a schedule; True if it existed. (A schedule declared in code comes back when
         a worker serving its workflow starts.)"""
-        with map_errors():
-            deleted = await self._pool.fetchval(q.DELETE_SCHEDULE, name) is not None
+        async with transaction(self._pool) as conn:
+            deleted = await conn.fetchval(q.DELETE_SCHEDULE, name) is not None
+            if deleted:
+                await audit_store.record(conn, "schedule.delete", name)
         if deleted:
             self._changed()
         return deleted
@@ -203,6 +212,7 @@ class Schedules:
             run_id = await self._fire(conn, info, f"schedule:{name}:manual:{new_id()}")
             if run_id is not None:
                 await conn.execute(q.SET_LAST_RUN, name, run_id)
+            await audit_store.record(conn, "schedule.trigger", name, {"run_id": run_id})
         return run_id
 
     async def _fire(self, conn: Connection, info: ScheduleInfo, key: str) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Annotated, Any, Final
@@ -18,7 +19,8 @@ import jinja2
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from ripple.platform.api.deps import get_client, token_valid
+from ripple.platform.access.actors import Actor, acting_as
+from ripple.platform.api.deps import get_client, request_id, token_valid
 from ripple.platform.api.problems import ProblemError
 from ripple.platform.api.runs import RUN_STATUSES
 from ripple.platform.client import Client
@@ -102,15 +104,20 @@ async def page_session(request: Request) -> str:
     return found
 
 
-async def form_session(request: Request) -> dict[str, str]:
-    """The submitted form of a state change: refused (403) without a session or CSRF token."""
+async def form_session(request: Request) -> AsyncIterator[dict[str, str]]:
+    """The submitted form of a state change: refused (403) without a session or CSRF token.
+    With RIPPLE_API_TOKENS set, the session was opened with one: the change acts as `env`."""
     nonce = _sessions(request).nonce(request.cookies.get(COOKIE))
     if nonce is None:
         raise ProblemError(403, "no dashboard session: log in at /ui/login and submit again")
     form = {k: v[0] for k, v in parse_qs((await request.body()).decode()).items()}
     if not _sessions(request).csrf_valid(nonce, form.get("csrf")):
         raise ProblemError(403, "missing or invalid CSRF token: reload the page and submit again")
-    return form
+    if not _auth_on(request):
+        yield form
+        return
+    with acting_as(Actor(name="env", request_id=request_id(request))):
+        yield form
 
 
 Session = Annotated[str, Depends(page_session)]
@@ -591,3 +598,6 @@ def mount_ui(app: FastAPI) -> None:
     app.add_api_route("/", root, include_in_schema=False)
     app.add_api_route(PREFIX, root, include_in_schema=False)
     app.include_router(router)
+    from ripple.platform.ui import audit_page  # it builds on this module's session and render
+
+    app.include_router(audit_page.router)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ripple.platform.access import audit_store
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, transaction
 from ripple.platform.core.ids import new_ids
@@ -248,6 +249,7 @@ class Deliveries:
                     "redriven"
                 )
             delivery = await store.get_delivery(conn, parsed)
+            await audit_store.record(conn, "delivery.redrive", str(parsed))
         self._hint()
         assert delivery is not None
         return delivery
@@ -259,6 +261,16 @@ class Deliveries:
         sub = None if subscription_id is None else _uuid(subscription_id, "subscription")
         async with transaction(self._pool) as conn:
             count = await store.redrive_failed(conn, subscription_id=sub, since=since)
+            flt = {"subscription_id": None if sub is None else str(sub), "since": since}
+            details = {
+                "filter": {
+                    k: v.isoformat() if isinstance(v, datetime) else v
+                    for k, v in flt.items()
+                    if v is not None
+                },
+                "count": count,
+            }
+            await audit_store.record(conn, "delivery.redrive", None, details)
         if count:
             self._hint()
         return count

@@ -15,7 +15,15 @@ from ripple.platform.ui import routes, store
 from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
 from ripple.workflows import Worker, WorkflowContext, workflow
 
-PAGES = ["/ui/", "/ui/runs", "/ui/topics", "/ui/queues", "/ui/deliveries", "/ui/schedules"]
+PAGES = [
+    "/ui/",
+    "/ui/runs",
+    "/ui/topics",
+    "/ui/queues",
+    "/ui/deliveries",
+    "/ui/schedules",
+    "/ui/audit",
+]
 
 
 @workflow(name="ui-two-steps")

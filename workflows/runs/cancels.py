@@ -1,8 +1,9 @@
-"""`Cancels`: cancel a run and its active descendants, in one transaction; hints after commit.
-(Bulk cancels are `RunOperations.cancel_many`.)"""
+"""`Cancels`: cancel a run and its active descendants, in one transaction with its audit row;
+hints after commit. (Bulk cancels are `RunOperations.cancel_many`.)"""
 
 from __future__ import annotations
 
+from ripple.platform.access import audit_store
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Pool, transaction
 from ripple.platform.core.deadlines import Deadline, bounded
@@ -36,6 +37,7 @@ class Cancels:
             if not rows:
                 return False
             await settle_canceled(conn, rows)
+            await audit_store.record(conn, "run.cancel", run_id, {"canceled": len(rows)})
         notify_canceled(self.waker, rows)
         # An ended run may still have had active descendants: those are canceled, but the
         # answer is about the run itself.

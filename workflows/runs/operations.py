@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from ripple.platform.access import audit_store
 from ripple.platform.core.db import Connection, map_errors, transaction
 from ripple.platform.core.ids import new_id
 from ripple.platform.core.logs import get_logger
@@ -67,6 +68,22 @@ def _aware(value: datetime | None, field: str) -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
+def _filter_details(flt: RunFilter) -> dict[str, Any]:
+    """A bulk action's filter as its audit row records it (unset fields left out)."""
+    values = {
+        "workflow": flt.workflow,
+        "status": flt.status,
+        "since": flt.since,
+        "until": flt.until,
+        "created_before": flt.created_before,
+    }
+    return {
+        key: value.isoformat() if isinstance(value, datetime) else value
+        for key, value in values.items()
+        if value is not None
+    }
+
+
 class RunOperations:
     """Retry, fork, bulk actions and bounded waits over a `WorkflowClient`'s pool and waker."""
 
@@ -89,6 +106,7 @@ class RunOperations:
                     "retried" + ("; fork it to run it again" if status == "completed" else "")
                 )
             retried = await store.retry_runs(conn, run_ids=[run_id])
+            await audit_store.record(conn, "run.retry", run_id)
         self._retried(retried)
         log.info("run_retried", run_id=run_id)
         return self._client.handle(run_id)
@@ -121,6 +139,9 @@ class RunOperations:
                 conn, run_id=new_run, source_run_id=run_id, input=value
             )
             await store.copy_journal(conn, run_id=new_run, source_run_id=run_id, before_seq=seq)
+            await audit_store.record(
+                conn, "run.fork", run_id, {"from_step": from_step, "new_run_id": new_run}
+            )
         metrics.RUNS_STARTED.labels(workflow).inc()
         self._client.waker.notify(RunReady(workflow=workflow))
         log.info("run_forked", run_id=new_run, forked_from=run_id, from_step=from_step)
@@ -169,10 +190,14 @@ class RunOperations:
                 before=before,
             )
 
-    async def _batches(self, flt: RunFilter, statuses: list[str], act: Any) -> int:
+    async def _batches(self, flt: RunFilter, statuses: list[str], act: Any, action: str) -> int:
+        """Apply `act` to the matching runs, one transaction per batch. The first batch's
+        transaction writes the action's audit row and each later one adds its runs to the
+        row's count, so the row always counts exactly the runs whose change committed."""
         since, before = self._bounds(flt)
         cursor = ""
         total = 0
+        audit_id: str | None = None
         while True:
             async with transaction(self._client.pool) as conn:
                 ids = await store.select_run_batch(
@@ -184,6 +209,11 @@ class RunOperations:
                     cursor=cursor,
                     limit=BULK_BATCH,
                 )
+                if audit_id is None:
+                    details = {"filter": _filter_details(flt), "count": len(ids)}
+                    audit_id = await audit_store.record(conn, action, None, details)
+                elif ids:
+                    await audit_store.add_to_count(conn, audit_id, len(ids))
                 if not ids:
                     break
                 after = await act(conn, ids)
@@ -204,7 +234,7 @@ class RunOperations:
             await settle_canceled(conn, rows)
             return lambda: notify_canceled(self._client.waker, rows)
 
-        count = await self._batches(flt, statuses, act)
+        count = await self._batches(flt, statuses, act, "runs.cancel_many")
         log.info("runs_canceled_in_bulk", count=count, workflow=flt.workflow)
         return count
 
@@ -219,7 +249,7 @@ class RunOperations:
             retried = await store.retry_runs(conn, run_ids=ids)
             return lambda: self._retried(retried)
 
-        count = await self._batches(flt, statuses, act)
+        count = await self._batches(flt, statuses, act, "runs.retry_many")
         log.info("runs_retried_in_bulk", count=count, workflow=flt.workflow)
         return count
 

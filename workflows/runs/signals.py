@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ripple.platform.access import audit_store
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, map_errors, transaction
 from ripple.platform.core.deadlines import Deadline, bounded
@@ -71,6 +72,9 @@ class Signals:
             if status in TERMINAL:
                 raise Conflict(f"run {run_id} is {status}; signals go to active runs only")
             delivered = await store.signal_run(conn, run_id=run_id, name=name, payload=payload)
+            await audit_store.record(
+                conn, "run.signal", run_id, {"name": name, "delivered": delivered}
+            )
             if idempotency_key is not None:
                 await store.record_signal_key(
                     conn, scope=scope, key=idempotency_key, result={"delivered": delivered}

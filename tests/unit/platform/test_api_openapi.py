@@ -41,6 +41,7 @@ ROUTES = [
     ("post", "/v1/runs/cancel"),
     ("post", "/v1/runs/retry"),
     ("post", "/v1/subscriptions/{subscription_id}/replay"),
+    ("get", "/v1/audit"),
     ("get", "/metrics"),
     ("get", "/healthz"),
     ("get", "/readyz"),
