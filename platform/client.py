@@ -532,6 +532,9 @@ class _Firing:
     async def run_active(self, conn: Connection, run_id: str) -> bool:
         return await self._client.workflows.is_active(run_id, conn)
 
+    async def check_payload(self, topic: str, payload: Any) -> None:
+        await self._client.contracts.check(topic, payload)
+
 
 class _ConnectedPool:
     """Stands for one of the client's pools before and after `connect()`: each use resolves the
