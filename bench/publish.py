@@ -4,6 +4,9 @@ Baseline: bare asyncpg writing the same rows (event, queue message, run, deliver
 shape of Ripple's group commit: 3 concurrent transactions of up to 200 events, one statement
 per table. Ripple reaches that shape only with as many publishes in flight (3 x 200), so it is
 measured twice: with 32 publishers (groups of at most 32) and with 600 (the baseline's shape).
+
+Typed topics: the same publish to a topic with a registered schema (validated first) and to
+one without, alternated, as a ratio (the bar is 0.85).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import socket
 import time
 
 from bench.bare_pg import publish_rows
-from bench.common import bench_database, report_vs, subprocess_module, write_xacts
+from bench.common import bench_database, report, report_vs, subprocess_module, write_xacts
 from ripple.platform.client import Client
 from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
 
@@ -22,6 +25,29 @@ from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
 EVENTS = 20_000
 #: Publishes in flight: a few callers, and as many as the baseline's groups hold (3 x 200).
 PUBLISHERS = (32, 600)
+#: Events per round of the schema comparison, and rounds per topic (alternated).
+TYPED_EVENTS = 4_000
+TYPED_ROUNDS = 3
+#: The payload schema of the typed topic (what pydantic emits for a model of this shape).
+TYPED_SCHEMA = {
+    "type": "object",
+    "title": "BenchEvent",
+    "properties": {
+        "n": {"type": "integer", "minimum": 0},
+        "user": {"$ref": "#/$defs/User"},
+    },
+    "required": ["n", "user"],
+    "$defs": {
+        "User": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "integer"},
+                "plan": {"enum": ["free", "pro"]},
+            },
+            "required": ["id", "plan"],
+        }
+    },
+}
 
 
 def free_port() -> int:
@@ -50,6 +76,7 @@ async def run() -> None:
             "SELECT (SELECT count(*) FROM ripple_queue_messages) +"
             " (SELECT count(*) FROM ripple_runs)"
         )
+        typed, plain = await _schema_ratio(client)
         bare = await publish_rows(db.url, EVENTS)
     for publishers, elapsed, xacts in figures:
         report_vs(
@@ -61,15 +88,33 @@ async def run() -> None:
             "(queue+workflow+webhook)",
         )
     print(f"{'':<44} ({deliveries} queue+workflow rows in all)", flush=True)
+    report(
+        "publish with a schema vs without",
+        f"ratio {typed / plain:.2f} (bar 0.85): {typed:,.0f} vs {plain:,.0f} events/s, "
+        f"32 publishers, best of {TYPED_ROUNDS} rounds of {TYPED_EVENTS} each",
+    )
 
 
-async def _publish_all(client: Client, publishers: int) -> float:
-    """Seconds `publishers` concurrent callers take to publish EVENTS events."""
-    counter = iter(range(EVENTS))
+async def _schema_ratio(client: Client) -> tuple[float, float]:
+    """Events/s publishing to a topic with a schema and to one without (same fan-out)."""
+    await client.topics.register_schema("bench.typed", TYPED_SCHEMA)
+    best = {"bench.typed": 0.0, "bench.plain": 0.0}
+    for _ in range(TYPED_ROUNDS):
+        for topic in best:
+            elapsed = await _publish_all(client, 32, topic, TYPED_EVENTS)
+            best[topic] = max(best[topic], TYPED_EVENTS / elapsed)
+    return best["bench.typed"], best["bench.plain"]
+
+
+async def _publish_all(
+    client: Client, publishers: int, topic: str = "bench.event", events: int = EVENTS
+) -> float:
+    """Seconds `publishers` concurrent callers take to publish `events` events."""
+    counter = iter(range(events))
 
     async def publisher() -> None:
         for n in counter:
-            await client.publish("bench.event", {"n": n, "user": {"id": n, "plan": "pro"}})
+            await client.publish(topic, {"n": n, "user": {"id": n, "plan": "pro"}})
 
     started = time.perf_counter()
     await asyncio.gather(*(publisher() for _ in range(publishers)))
