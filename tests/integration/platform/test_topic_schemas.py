@@ -73,9 +73,11 @@ async def test_register_schema__versions_are_numbered_and_registration_is_idempo
     assert v2.version == 2
     assert [v.version for v in await client.topics.list_schemas("user.signup")] == [1, 2]
     latest = await client.topics.get_schema("user.signup")
-    assert latest is not None and latest.version == 2
+    assert latest is not None
+    assert latest.version == 2
     first = await client.topics.get_schema("user.signup", version=1)
-    assert first is not None and first.schema == v1.schema
+    assert first is not None
+    assert first.schema == v1.schema
     assert await client.topics.get_schema("user.other") is None
     assert [tuple(r) for r in await audit_rows(client, "topic.schema.register")] == [
         ("user.signup", {"version": 1}),
@@ -161,8 +163,9 @@ async def test_publish__an_invalid_payload_is_refused_and_nothing_is_written(
     await client.topics.register_schema("user.signup", UserSignup)
     with pytest.raises(InvalidInput) as refused:
         await client.publish("user.signup", {"userId": "x", "email": "a@b.c"})
-    assert "/userId: " in str(refused.value) and "integer" in str(refused.value)
-    with pytest.raises(InvalidInput, match="/: .*email"):
+    assert "/userId: " in str(refused.value)
+    assert "integer" in str(refused.value)
+    with pytest.raises(InvalidInput, match=r"/: .*email"):
         await client.publish("user.signup", {"userId": 1})
     assert await count_events(client, "user.signup") == 0
     assert await client.queues.receive("signups", max_messages=10) == []
@@ -180,7 +183,8 @@ async def test_publish__a_model_instance_is_accepted_and_the_event_carries_its_v
     assert message.headers["schemaVersion"] == 2
     async with client.pool.acquire() as conn:
         stored = await event_store.get_event(conn, result.event_id)
-    assert stored is not None and stored.schema_version == 2
+    assert stored is not None
+    assert stored.schema_version == 2
 
     # A topic without a schema: no version anywhere.
     await client.publish("user.other", {"anything": True})
@@ -209,7 +213,8 @@ async def test_rest__schema_routes_and_publish_validation(client: Client) -> Non
         assert refused.json()["problems"] == check.json()["problems"]
 
         got = await http.get("/v1/topics/user.signup/schema", params={"version": 1})
-        assert got.status_code == 200 and got.json()["schema"] == schema
+        assert got.status_code == 200
+        assert got.json()["schema"] == schema
         assert (await http.get("/v1/topics/user.signup/schema?version=9")).status_code == 404
         listed = await http.get("/v1/topics/user.signup/schemas")
         assert [v["version"] for v in listed.json()] == [1]
@@ -291,7 +296,8 @@ async def test_wait_for_event__a_typo_in_the_match_fails_the_run_naming_the_path
             return run if run is not None and run.status == RunStatus.FAILED else None
 
         run = await assert_eventually(failed)
-    assert "/userid" in str(run.error) and "InvalidInput" in str(run.error)
+    assert "/userid" in str(run.error)
+    assert "InvalidInput" in str(run.error)
 
 
 # -- the validator cache across processes --------------------------------------------------------

@@ -81,7 +81,8 @@ def test_judge__closed_models_accept_and_refuse_by_mode(
 ) -> None:
     assert verdict(mode, accepted, base) == []
     problems = verdict(mode, refused, base)
-    assert problems and all(p.startswith(path + ":") for p in problems), problems
+    assert problems
+    assert all(p.startswith(path + ":") for p in problems), problems
 
 
 def test_judge__none_accepts_anything() -> None:
