@@ -337,3 +337,26 @@ async def test_cache__without_redis_the_poll_fallback_picks_a_registration_up(
             return False
 
         await assert_eventually(refused)
+
+
+async def test_webhook__the_body_of_a_validated_event_carries_its_schema_version(
+    settings: Settings,
+) -> None:
+    from standardwebhooks.webhooks import Webhook
+
+    from ripple.platform.core.wake import NullWaker
+    from ripple.subscribers import WebhookTarget
+    from ripple.subscribers.webhooks.dispatcher import WebhookDispatcher
+    from tests.integration.subscribers.webhook_sink import Sink
+
+    hook_settings = settings.model_copy(update={"webhook_allowed_networks": ["127.0.0.0/8"]})
+    async with Client(settings=hook_settings) as client, Sink() as sink:
+        target = WebhookTarget(sink.url())
+        await client.subscribe("user.signup", target)
+        await client.topics.register_schema("user.signup", UserSignup)
+        await client.publish("user.signup", {"userId": 1, "email": "a@b.c"})
+        sent = await WebhookDispatcher(client.pool, NullWaker(), hook_settings).run_until_idle()
+        assert sent == 1
+    body = Webhook(target.secret).verify(sink.received[0].body, sink.received[0].headers)
+    assert body["schemaVersion"] == 1
+    assert body["data"] == {"userId": 1, "email": "a@b.c"}
