@@ -90,10 +90,21 @@ def violations(validator: jsonschema_rs.Validator, payload: Any) -> list[str]:
         pointer = "".join(
             "/" + str(p).replace("~", "~0").replace("/", "~1") for p in error.instance_path
         )
-        found.append(f"{pointer or '/'}: {error.message}")
+        found.append(f"{pointer or '/'}: {_message(error)}")
         if len(found) >= MAX_VIOLATIONS:
             break
     return found
+
+
+def _message(error: jsonschema_rs.ValidationError) -> str:
+    """The violation in the words of Python's jsonschema for the common kinds (values as
+    Python reprs: `'x' is not of type 'integer'`), else jsonschema-rs's own message."""
+    kind = error.kind
+    if isinstance(kind, jsonschema_rs.ValidationErrorKind.Type):
+        return f"{error.instance!r} is not of type {', '.join(repr(t) for t in kind.types)}"
+    if isinstance(kind, jsonschema_rs.ValidationErrorKind.Required):
+        return f"{kind.property!r} is a required property"
+    return str(error.message)
 
 
 class Contracts:
