@@ -74,7 +74,7 @@ class ClientOperator:
             "version": found.version,
             "schema": found.schema,
             "compatibility": found.compatibility,
-            "createdAt": found.created_at.isoformat(),
+            "createdAt": TypeAdapter(datetime).dump_python(found.created_at, mode="json"),
         }
 
     async def explain(self, topic: str, payload: Json) -> Json:
