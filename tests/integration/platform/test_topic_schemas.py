@@ -360,3 +360,19 @@ async def test_webhook__the_body_of_a_validated_event_carries_its_schema_version
     body = Webhook(target.secret).verify(sink.received[0].body, sink.received[0].headers)
     assert body["schemaVersion"] == 1
     assert body["data"] == {"userId": 1, "email": "a@b.c"}
+
+
+async def test_ui__the_event_page_shows_the_schema_version(client: Client) -> None:
+    import httpx
+
+    from ripple.platform.api.app import create_app
+
+    await client.topics.register_schema("user.signup", UserSignup)
+    typed = await client.publish("user.signup", {"userId": 1, "email": "a@b.c"})
+    plain = await client.publish("user.other", {"n": 1})
+    transport = httpx.ASGITransport(app=create_app(client))
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as ui:
+        typed_page = await ui.get(f"/ui/events/{typed.event_id}")
+        plain_page = await ui.get(f"/ui/events/{plain.event_id}")
+    assert '<td id="schema-version">1</td>' in typed_page.text
+    assert '<td id="schema-version">none</td>' in plain_page.text
