@@ -376,3 +376,26 @@ async def test_ui__the_event_page_shows_the_schema_version(client: Client) -> No
         plain_page = await ui.get(f"/ui/events/{plain.event_id}")
     assert '<td id="schema-version">1</td>' in typed_page.text
     assert '<td id="schema-version">none</td>' in plain_page.text
+
+
+async def test_register_schema__transitive_modes_judge_every_earlier_version(
+    client: Client,
+) -> None:
+    def user_id(kind: str) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {"userId": {"type": kind}},
+            "required": ["userId"],
+            "additionalProperties": False,
+        }
+
+    await client.topics.register_schema("user.moved", user_id("string"))
+    await client.topics.register_schema("user.moved", user_id("integer"), "none")
+    await client.topics.set_compatibility("user.moved", "backward_transitive")
+    with pytest.raises(SchemaIncompatible) as refused:
+        await client.topics.register_schema("user.moved", user_id("number"))
+    assert refused.value.problems == [
+        "/userId: the new schema reads number, but version 1 wrote string"
+    ]
+    v3 = await client.topics.register_schema("user.moved", user_id("number"), "backward")
+    assert (v3.version, v3.compatibility) == (3, "backward")
