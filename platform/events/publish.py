@@ -157,7 +157,7 @@ class Publisher:
         latest version first: `InvalidInput` naming each violation's JSON pointer.
         """
         if isinstance(payload, BaseModel):
-            payload = payload.model_dump(mode="json", by_alias=True, exclude_unset=False)
+            payload = payload.model_dump(mode="json", by_alias=True)
         text = self._validate(topic, payload, idempotency_key)
         deadline = Deadline(self._settings.db_timeout)
         schema_version = None
@@ -217,6 +217,8 @@ class Publisher:
 
     async def explain(self, topic: str, payload: Any) -> Explanation:
         """Dry run: which subscriptions and waits would receive this event, and why not others."""
+        if isinstance(payload, BaseModel):
+            payload = payload.model_dump(mode="json", by_alias=True)
         self._validate(topic, payload, None)
         verdicts = []
         for compiled in await self._subscriptions.compiled():
