@@ -4,6 +4,9 @@ Baseline: bare asyncpg writing the same rows (event, queue message, run, deliver
 shape of Ripple's group commit: 3 concurrent transactions of up to 200 events, one statement
 per table. Ripple reaches that shape only with as many publishes in flight (3 x 200), so it is
 measured twice: with 32 publishers (groups of at most 32) and with 600 (the baseline's shape).
+
+Typed topics: the same publish to a topic with a registered schema (validated first) and to
+one without, alternated, as a ratio (the bar is 0.85).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import socket
 import time
 
 from bench.bare_pg import publish_rows
-from bench.common import bench_database, report_vs, subprocess_module, write_xacts
+from bench.common import bench_database, report, report_vs, subprocess_module, write_xacts
 from ripple.platform.client import Client
 from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
 
@@ -22,6 +25,30 @@ from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
 EVENTS = 20_000
 #: Publishes in flight: a few callers, and as many as the baseline's groups hold (3 x 200).
 PUBLISHERS = (32, 600)
+#: Events per round of the schema comparison, and rounds per topic (in ABBA order, so drift
+#: in the machine's speed during the comparison falls on both alike).
+TYPED_EVENTS = 2_000
+TYPED_ROUNDS = 6
+#: The payload schema of the typed topic (what pydantic emits for a model of this shape).
+TYPED_SCHEMA = {
+    "type": "object",
+    "title": "BenchEvent",
+    "properties": {
+        "n": {"type": "integer", "minimum": 0},
+        "user": {"$ref": "#/$defs/User"},
+    },
+    "required": ["n", "user"],
+    "$defs": {
+        "User": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "integer"},
+                "plan": {"enum": ["free", "pro"]},
+            },
+            "required": ["id", "plan"],
+        }
+    },
+}
 
 
 def free_port() -> int:
@@ -50,6 +77,7 @@ async def run() -> None:
             "SELECT (SELECT count(*) FROM ripple_queue_messages) +"
             " (SELECT count(*) FROM ripple_runs)"
         )
+        typed, plain = await _schema_ratio(client)
         bare = await publish_rows(db.url, EVENTS)
     for publishers, elapsed, xacts in figures:
         report_vs(
@@ -61,15 +89,42 @@ async def run() -> None:
             "(queue+workflow+webhook)",
         )
     print(f"{'':<44} ({deliveries} queue+workflow rows in all)", flush=True)
+    (typed_rate, typed_cpu), (plain_rate, plain_cpu) = typed, plain
+    report(
+        "publish with a schema vs without",
+        f"ratio {typed_rate / plain_rate:.2f} (bar 0.85): {typed_rate:,.0f} vs "
+        f"{plain_rate:,.0f} events/s; client CPU {typed_cpu:.0f} vs {plain_cpu:.0f} us/event; "
+        f"32 publishers, {TYPED_ROUNDS} rounds of {TYPED_EVENTS} each, totals",
+    )
 
 
-async def _publish_all(client: Client, publishers: int) -> float:
-    """Seconds `publishers` concurrent callers take to publish EVENTS events."""
-    counter = iter(range(EVENTS))
+async def _schema_ratio(client: Client) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(events/s, client CPU us per event) publishing to a topic with a schema and to one
+    without, same fan-out; rounds interleaved ABBA."""
+    await client.topics.register_schema("bench.typed", TYPED_SCHEMA)
+    wall = {"bench.typed": 0.0, "bench.plain": 0.0}
+    cpu = dict(wall)
+    order = ["bench.typed", "bench.plain"]
+    for round_ in range(TYPED_ROUNDS):
+        for topic in order if round_ % 2 == 0 else order[::-1]:
+            started = time.process_time()
+            wall[topic] += await _publish_all(client, 32, topic, TYPED_EVENTS)
+            cpu[topic] += time.process_time() - started
+    events = TYPED_ROUNDS * TYPED_EVENTS
+    return tuple(  # type: ignore[return-value]
+        (events / wall[topic], cpu[topic] / events * 1e6) for topic in order
+    )
+
+
+async def _publish_all(
+    client: Client, publishers: int, topic: str = "bench.event", events: int = EVENTS
+) -> float:
+    """Seconds `publishers` concurrent callers take to publish `events` events."""
+    counter = iter(range(events))
 
     async def publisher() -> None:
         for n in counter:
-            await client.publish("bench.event", {"n": n, "user": {"id": n, "plan": "pro"}})
+            await client.publish(topic, {"n": n, "user": {"id": n, "plan": "pro"}})
 
     started = time.perf_counter()
     await asyncio.gather(*(publisher() for _ in range(publishers)))

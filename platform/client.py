@@ -27,6 +27,7 @@ from ripple.platform.core.wake import NullWaker, create_waker
 from ripple.platform.errors import NotFound, RippleError
 from ripple.platform.events.backfill import Backfills
 from ripple.platform.events.contracts.topics import Topics
+from ripple.platform.events.contracts.validation import Contracts
 from ripple.platform.events.fanout import TargetKind
 from ripple.platform.events.publish import Explanation, Publisher, PublishResult
 from ripple.platform.events.subscriptions import Subscription, Subscriptions
@@ -82,9 +83,11 @@ class Client:
         pool = cast(Pool, _ConnectedPool(lambda: self.pool))
         read_pool = cast(Pool, _ConnectedPool(lambda: self.read_pool))
         waker = cast(NullWaker, _ConnectedWaker(self))
+        #: Each topic's latest schema, compiled (publish, matches and filters are checked).
+        self.contracts: Contracts = Contracts(pool, waker, self.settings)
         #: Runs: start, read, signal, cancel (the flat run methods below delegate to it).
         self.workflows: WorkflowClient = WorkflowClient(
-            pool, waker, self.settings, read_pool=read_pool
+            pool, waker, self.settings, read_pool=read_pool, contracts=self.contracts
         )
         self._kinds: dict[str, TargetKind] = {
             "queue": QueueKind(waker),
@@ -92,17 +95,25 @@ class Client:
             "workflow": WorkflowKind(self.workflows),
         }
         #: Subscriptions and their cached compiled set (use the flat `*_subscription` methods).
-        self.subscriptions: Subscriptions = Subscriptions(pool, waker, self.settings, self._kinds)
+        self.subscriptions: Subscriptions = Subscriptions(
+            pool, waker, self.settings, self._kinds, self.contracts
+        )
         #: Publish and fan-out (use `publish` and `explain`).
         self.publisher: Publisher = Publisher(
-            pool, waker, self.settings, self.subscriptions, self._kinds, self.workflows
+            pool,
+            waker,
+            self.settings,
+            self.subscriptions,
+            self._kinds,
+            self.workflows,
+            self.contracts,
         )
         #: Retry, fork, bulk actions and waits on runs (use the flat methods).
         self.operations: RunOperations = RunOperations(self.workflows)
         #: Backfills and replays of retained events (use `subscribe` and `replay_events`).
         self.backfills: Backfills = Backfills(pool, self.settings, self._kinds)
         #: Topic schemas: `register_schema`, `check_schema`, `get_schema`, `list_schemas`, ...
-        self.topics: Topics = Topics(pool)
+        self.topics: Topics = Topics(pool, self.contracts)
         #: Queues: `send`, `receive`, `ack`, `nack`, `stats`, `dead_letters`, `redrive`.
         self.queues: Queues = Queues(pool, waker, self.settings)
         #: Schedules managed at run time (`create`, `pause`, `resume`, `trigger`, `delete`).
@@ -167,6 +178,7 @@ class Client:
         """Stop the wake layer and close the pool."""
         if self._waker is not None:
             await self.subscriptions.close()
+            await self.contracts.close()
             await self._waker.close()
             self._waker = None
         if self._read_pool is not None and self._read_pool is not self._pool:
@@ -525,6 +537,9 @@ class _Firing:
 
     async def run_active(self, conn: Connection, run_id: str) -> bool:
         return await self._client.workflows.is_active(run_id, conn)
+
+    async def check_payload(self, topic: str, payload: Any) -> None:
+        await self._client.contracts.check(topic, payload)
 
 
 class _ConnectedPool:

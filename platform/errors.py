@@ -3,6 +3,7 @@
 RippleError
 ├── ConfigError         a RIPPLE_* setting is missing or invalid
 ├── InvalidInput        bad names, sizes or JSON from a caller (carries `field`; also a ValueError)
+├── SchemaIncompatible  a schema breaks its topic's compatibility rule (`problems`; a ValueError)
 ├── NotFound            the thing named does not exist
 ├── Conflict            a uniqueness or state rule refused the change
 ├── Unavailable         a dependency (Postgres) cannot be reached right now
@@ -17,6 +18,7 @@ __all__ = [
     "InvalidInput",
     "NotFound",
     "RippleError",
+    "SchemaIncompatible",
     "StorageError",
     "Unavailable",
 ]
@@ -47,6 +49,18 @@ class InvalidInput(RippleError, ValueError):
     def __init__(self, message: str | None = None, *, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+class SchemaIncompatible(RippleError, ValueError):
+    """The schema breaks the topic's compatibility rule; nothing was registered.
+
+    `problems` names each breaking change by its JSON pointer. Fix the schema, or change the
+    topic's rule with `set_compatibility` (for example to "none").
+    """
+
+    def __init__(self, message: str | None = None, *, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems: list[str] = list(problems or [])
 
 
 class NotFound(RippleError):

@@ -17,3 +17,8 @@ CREATE TABLE ripple_topic_contracts (
         CHECK (compatibility IN ('backward', 'forward', 'full', 'none', 'backward_transitive',
                                  'forward_transitive', 'full_transitive'))
 );
+
+-- The schema version each event was validated against (NULL: its topic had no schema), and the
+-- same on webhook deliveries, whose body carries it as `schemaVersion`.
+ALTER TABLE ripple_events ADD COLUMN schema_version integer;
+ALTER TABLE ripple_webhook_deliveries ADD COLUMN schema_version integer;

@@ -32,6 +32,7 @@ __all__ = ["V1_ROUTES", "create_app"]
 #: `/v1/topics/` paths no other module shares) comes first.
 V1_ROUTES = (
     "topics",
+    "topic_schemas",
     "recovery",
     "runs",
     "signals",

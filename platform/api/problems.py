@@ -25,6 +25,7 @@ from ripple.platform.errors import (
     InvalidInput,
     NotFound,
     RippleError,
+    SchemaIncompatible,
     StorageError,
     Unavailable,
 )
@@ -116,8 +117,9 @@ def problem_response(
     title: str | None = None,
     errors: list[dict[str, Any]] | None = None,
     headers: dict[str, str] | None = None,
+    extensions: dict[str, Any] | None = None,
 ) -> JSONResponse:
-    """A `application/problem+json` response."""
+    """A `application/problem+json` response (`extensions`: more members, RFC 9457 3.2)."""
     default_slug, default_title = _BY_STATUS.get(status, ("error", "Error"))
     body: dict[str, Any] = {
         "type": _TYPE_PREFIX + (slug or default_slug),
@@ -128,6 +130,8 @@ def problem_response(
     }
     if errors is not None:
         body["errors"] = errors
+    if extensions:
+        body.update(extensions)
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
@@ -155,6 +159,8 @@ def _validation_items(errors: Any) -> list[dict[str, Any]]:
 
 
 def _status_for(exc: RippleError) -> tuple[int, str | None]:
+    if isinstance(exc, SchemaIncompatible):
+        return 409, "schema-incompatible"
     if isinstance(exc, InvalidInput):
         return 422, "invalid-input"
     if isinstance(exc, NotFound):
@@ -235,8 +241,15 @@ async def _on_ripple(request: Request, exc: Exception) -> JSONResponse:
     field = getattr(exc, "field", None)
     if status == 422 and field:
         errors = [{"loc": ["body", field], "msg": exc.message, "type": "invalid_input"}]
+    extensions = {"problems": exc.problems} if isinstance(exc, SchemaIncompatible) else None
     return problem_response(
-        status, detail, instance=request.url.path, slug=slug, errors=errors, headers=headers
+        status,
+        detail,
+        instance=request.url.path,
+        slug=slug,
+        errors=errors,
+        headers=headers,
+        extensions=extensions,
     )
 
 

@@ -22,7 +22,7 @@ from ripple.platform.cli.app import app
 # Importing a group module registers its commands; the order here is the order of `--help`.
 # isort: off
 from ripple.platform.cli import processes, topics, subscriptions, runs  # noqa: F401
-from ripple.platform.cli import queues, deliveries, schedules  # noqa: F401
+from ripple.platform.cli import queues, deliveries, schedules, topic_schemas  # noqa: F401
 from ripple.platform.cli import audit  # noqa: F401
 
 # isort: on

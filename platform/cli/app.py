@@ -8,7 +8,16 @@ from __future__ import annotations
 
 import typer
 
-__all__ = ["app", "deliveries_app", "queues_app", "runs_app", "schedules_app", "subscriptions_app"]
+__all__ = [
+    "app",
+    "deliveries_app",
+    "queues_app",
+    "runs_app",
+    "schedules_app",
+    "subscriptions_app",
+    "topic_schemas_app",
+    "topics_app",
+]
 
 app = typer.Typer(
     name="ripple",
@@ -38,3 +47,9 @@ app.add_typer(subscriptions_app, name="subscriptions")
 app.add_typer(queues_app, name="queues")
 app.add_typer(deliveries_app, name="deliveries")
 app.add_typer(schedules_app, name="schedules")
+topics_app = typer.Typer(help="Topic contracts.", no_args_is_help=True, rich_markup_mode=None)
+topic_schemas_app = typer.Typer(
+    help="Register, check and show topic schemas.", no_args_is_help=True, rich_markup_mode=None
+)
+topics_app.add_typer(topic_schemas_app, name="schema")
+app.add_typer(topics_app, name="topics")

@@ -11,7 +11,7 @@ reasons.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -26,6 +26,7 @@ from ripple.platform.cli.operate import OperatorError
 
 if TYPE_CHECKING:
     from ripple.platform.client import Client
+    from ripple.platform.events.contracts.records import Compatibility
 
 __all__ = ["ClientOperator"]
 
@@ -48,6 +49,33 @@ class ClientOperator:
     async def publish(self, topic: str, payload: Json, idempotency_key: str | None) -> Json:
         result = await self._client.publish(topic, payload, idempotency_key)
         return _json(results.published(result))
+
+    async def register_schema(self, topic: str, schema: Json, compatibility: str | None) -> Json:
+        version, created = await self._client.topics.register(
+            topic, schema, cast("Compatibility | None", compatibility)
+        )
+        return {
+            "topic": version.topic,
+            "version": version.version,
+            "compatibility": version.compatibility,
+            "created": created,
+        }
+
+    async def check_schema(self, topic: str, schema: Json) -> Json:
+        report = await self._client.topics.check_schema(topic, schema)
+        return {"compatible": report.compatible, "problems": report.problems}
+
+    async def get_schema(self, topic: str, version: int | None) -> Json:
+        found = await self._client.topics.get_schema(topic, version)
+        if found is None:
+            return None
+        return {
+            "topic": found.topic,
+            "version": found.version,
+            "schema": found.schema,
+            "compatibility": found.compatibility,
+            "createdAt": TypeAdapter(datetime).dump_python(found.created_at, mode="json"),
+        }
 
     async def explain(self, topic: str, payload: Json) -> Json:
         return _json(results.explanation_out(await self._client.explain(topic, payload)))

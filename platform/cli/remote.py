@@ -71,6 +71,25 @@ class ApiOperator:
         body = {"payload": payload, "idempotencyKey": idempotency_key}
         return await self._call("POST", f"/v1/topics/{topic}/events", json=body)
 
+    async def register_schema(self, topic: str, schema: Json, compatibility: str | None) -> Json:
+        body: dict[str, Any] = {"schema": schema}
+        if compatibility is not None:
+            body["compatibility"] = compatibility
+        response = await self._call("PUT", f"/v1/topics/{topic}/schema", json=body)
+        return {**response, "created": None}
+
+    async def check_schema(self, topic: str, schema: Json) -> Json:
+        return await self._call("POST", f"/v1/topics/{topic}/schema/check", json={"schema": schema})
+
+    async def get_schema(self, topic: str, version: int | None) -> Json:
+        params = {} if version is None else {"version": version}
+        try:
+            return await self._call("GET", f"/v1/topics/{topic}/schema", params=params)
+        except OperatorError as exc:
+            if str(exc).startswith("404"):
+                return None
+            raise
+
     async def explain(self, topic: str, payload: Json) -> Json:
         import json
 

@@ -31,6 +31,7 @@ __all__ = [
     "CH_CANCELS",
     "CH_RUNS",
     "CH_SCHEDULES",
+    "CH_SCHEMAS",
     "REDIS_CONNECTION_OPTIONS",
     "AnyHint",
     "DeliveriesReady",
@@ -43,6 +44,7 @@ __all__ = [
     "RunFinished",
     "RunReady",
     "SchedulesChanged",
+    "SchemasChanged",
     "SubscriptionsChanged",
     "Waker",
     "create_waker",
@@ -78,6 +80,7 @@ CH_DELIVERIES = "deliveries"  # some webhook delivery became due
 CH_SUBSCRIPTIONS = "subscriptions"  # the subscription set changed
 CH_CANCELS = "cancels"  # runs were canceled (workers stop executing them)
 CH_SCHEDULES = "schedules"  # a schedule was created, replaced, paused, resumed or deleted
+CH_SCHEMAS = "schemas"  # a topic schema version was registered
 
 
 def run_channel(run_id: str) -> str:
@@ -161,6 +164,15 @@ class SchedulesChanged:
         return CH_SCHEDULES
 
 
+@dataclass(frozen=True, slots=True)
+class SchemasChanged:
+    """A topic schema version was registered; cached validators must reload."""
+
+    @property
+    def channel(self) -> str:
+        return CH_SCHEMAS
+
+
 AnyHint = (
     RunReady
     | RunFinished
@@ -169,6 +181,7 @@ AnyHint = (
     | DeliveriesReady
     | SubscriptionsChanged
     | SchedulesChanged
+    | SchemasChanged
 )
 
 

@@ -40,7 +40,7 @@ FROM ripple_subscriptions WHERE id = $1 FOR UPDATE
 # $1 limit, $2 since, $3 version, $4 exact topic|NULL, $5 anchored regex over '.' || topic|NULL,
 # $6 filter|NULL, $7 cursor created_at|NULL, $8 cursor id|NULL
 SELECT_BACKFILL_EVENTS: Final = """
-SELECT e.id, e.topic, e.payload, e.trace, e.created_at
+SELECT e.id, e.topic, e.payload, e.trace, e.created_at, e.schema_version
 FROM ripple_events e
 WHERE e.created_at >= $2
   AND ($7::timestamptz IS NULL OR (e.created_at, e.id) > ($7, $8::uuid))
@@ -66,7 +66,7 @@ WITH missed AS (
     EXCEPT
     SELECT b.event_id FROM ripple_backfill_events b WHERE b.subscription_id = $7
 )
-SELECT e.id, e.topic, e.payload, e.trace, e.created_at
+SELECT e.id, e.topic, e.payload, e.trace, e.created_at, e.schema_version
 FROM missed JOIN ripple_events e ON e.id = missed.id
 ORDER BY e.created_at, e.id
 LIMIT $1
@@ -105,7 +105,7 @@ LOCK_EVENTS: Final = "LOCK TABLE ripple_events IN SHARE MODE"
 # $1 limit, $2 since, $3 until, $4 cursor created_at|NULL, $5 cursor id|NULL,
 # $6 exact topic|NULL, $7 anchored regex|NULL, $8 filter|NULL
 SELECT_REPLAY_EVENTS: Final = """
-SELECT e.id, e.topic, e.payload, e.trace, e.created_at
+SELECT e.id, e.topic, e.payload, e.trace, e.created_at, e.schema_version
 FROM ripple_events e
 WHERE e.created_at >= $2 AND e.created_at < $3
   AND ($4::timestamptz IS NULL OR (e.created_at, e.id) > ($4, $5::uuid))
@@ -119,7 +119,13 @@ LIMIT $1
 def _events(rows: list[Any], replay_id: str | None = None) -> list[PublishedEvent]:
     return [
         PublishedEvent(
-            str(row["id"]), row["topic"], row["payload"], row["created_at"], row["trace"], replay_id
+            str(row["id"]),
+            row["topic"],
+            row["payload"],
+            row["created_at"],
+            row["trace"],
+            replay_id,
+            schema_version=row["schema_version"],
         )
         for row in rows
     ]

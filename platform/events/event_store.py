@@ -15,21 +15,23 @@ __all__ = [
     "find_events_by_keys",
     "get_event",
     "insert_events",
+    "paths_carried",
 ]
 
 # $1 the events, a JSON array of {id, topic, payload (JSON text, encoded once by publish), key
 # (idempotency key or null), trace, version (the subscription set each event was matched
-# against)}. Events whose key exists already (or
-# repeats earlier in the batch) are skipped and not returned. `waited`: whether some workflow
-# wait listens to the event's topic (a probe that spares the wait resolver's statements for
-# topics nobody waits on, in the same round trip).
+# against), schema (the topic schema version it was validated against, or null)}. Events whose
+# key exists already (or repeats earlier in the batch) are skipped and not returned. `waited`:
+# whether some workflow wait listens to the event's topic (a probe that spares the wait
+# resolver's statements for topics nobody waits on, in the same round trip).
 INSERT_EVENTS: Final = """
 WITH inserted AS (
     INSERT INTO ripple_events
-        (id, topic, payload, idempotency_key, trace, subscriptions_version)
-    SELECT e.id, e.topic, e.payload::jsonb, e.key, e.trace, e.version
+        (id, topic, payload, idempotency_key, trace, subscriptions_version, schema_version)
+    SELECT e.id, e.topic, e.payload::jsonb, e.key, e.trace, e.version, e.schema
     FROM jsonb_to_recordset($1::jsonb)
-        AS e(id uuid, topic text, payload text, key text, trace jsonb, version bigint)
+        AS e(id uuid, topic text, payload text, key text, trace jsonb, version bigint,
+             schema integer)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, topic, created_at
 )
@@ -43,7 +45,13 @@ SELECT id, idempotency_key FROM ripple_events WHERE idempotency_key = ANY($1::te
 """
 # $1 id
 SELECT_EVENT: Final = """
-SELECT id, topic, payload, idempotency_key, trace, created_at FROM ripple_events WHERE id = $1
+SELECT id, topic, payload, idempotency_key, trace, created_at, schema_version
+FROM ripple_events WHERE id = $1
+"""
+# $1 topic, $2 a path of keys (text[]): whether a stored event of the topic has a value there
+# (a schema registration asks before declaring a property an open model never declared).
+SELECT_PATH_CARRIED: Final = """
+SELECT EXISTS (SELECT 1 FROM ripple_events WHERE topic = $1 AND payload #> $2::text[] IS NOT NULL)
 """
 
 
@@ -57,6 +65,8 @@ class EventRecord:
     idempotency_key: str | None
     trace: dict[str, str] | None
     created_at: datetime
+    #: The topic schema version the payload was validated against (None: no schema).
+    schema_version: int | None = None
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> EventRecord:
@@ -67,6 +77,7 @@ class EventRecord:
             idempotency_key=row["idempotency_key"],
             trace=row["trace"],
             created_at=row["created_at"],
+            schema_version=row["schema_version"],
         )
 
 
@@ -83,14 +94,18 @@ async def insert_events(
     keys: list[str | None],
     traces: list[dict[str, str] | None],
     versions: list[int | None],
+    schema_versions: list[int | None] | None = None,
 ) -> dict[str, tuple[datetime, bool]]:
     """Insert events (`payloads` as JSON text); for those inserted (repeated keys are left
     out), by id: the creation time and whether a workflow wait listens to the topic."""
     # One JSON document, not six parallel arrays: asyncpg checks each array element's type
     # in Python (two to three isinstance checks of abstract classes apiece).
+    schemas = schema_versions if schema_versions is not None else [None] * len(ids)
     doc = [
-        {"id": i, "topic": t, "payload": p, "key": k, "trace": c, "version": v}
-        for i, t, p, k, c, v in zip(ids, topics, payloads, keys, traces, versions, strict=True)
+        {"id": i, "topic": t, "payload": p, "key": k, "trace": c, "version": v, "schema": s}
+        for i, t, p, k, c, v, s in zip(
+            ids, topics, payloads, keys, traces, versions, schemas, strict=True
+        )
     ]
     rows = await conn.fetch(INSERT_EVENTS, doc)
     return {str(row[0]): (row[1], row[2]) for row in rows}
@@ -100,3 +115,10 @@ async def find_events_by_keys(conn: Connection, keys: list[str]) -> dict[str, st
     """Event id by idempotency key, for the keys that exist."""
     rows = await conn.fetch(SELECT_EVENTS_BY_KEYS, keys)
     return {row["idempotency_key"]: str(row["id"]) for row in rows}
+
+
+async def paths_carried(
+    conn: Connection, topic: str, paths: list[tuple[str, ...]]
+) -> list[tuple[str, ...]]:
+    """The key paths some stored event of `topic` has a value at."""
+    return [path for path in paths if await conn.fetchval(SELECT_PATH_CARRIED, topic, list(path))]

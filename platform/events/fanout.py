@@ -37,6 +37,8 @@ class PublishedEvent:
     #: `payload` as compact JSON text when the publisher has encoded it already (see
     #: `payload_text`), so fan-out writes the same bytes without encoding them again.
     payload_json: str | None = None
+    #: The topic schema version the payload was validated against (None: no schema).
+    schema_version: int | None = None
 
     def payload_text(self) -> str:
         """The payload as compact JSON text (encoded once by publish; else encoded here)."""

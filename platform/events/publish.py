@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
+
 from ripple.platform.core import db, wake
 from ripple.platform.core.commit_watch import CommitWatch
 from ripple.platform.core.config import Settings
@@ -22,6 +24,7 @@ from ripple.platform.core.ids import check_idempotency_key, new_id
 from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import NullWaker, RunReady
 from ripple.platform.errors import InvalidInput
+from ripple.platform.events.contracts.validation import Contracts
 from ripple.platform.events.fanout import (
     EventWaitResolver,
     PublishedEvent,
@@ -98,6 +101,7 @@ class Publisher:
         subscriptions: the compiled subscription set.
         kinds: target kinds by `type`.
         wait_resolver: resolves workflow waits in the publish transaction (optional).
+        contracts: topic schemas every payload is validated against first (optional).
     """
 
     def __init__(
@@ -108,8 +112,10 @@ class Publisher:
         subscriptions: Subscriptions,
         kinds: Mapping[str, TargetKind],
         wait_resolver: EventWaitResolver | None = None,
+        contracts: Contracts | None = None,
     ) -> None:
         self._pool = pool
+        self._contracts = contracts
         self._waker = waker
         self._settings = settings
         self._subscriptions = subscriptions
@@ -146,12 +152,20 @@ class Publisher:
     ) -> PublishResult:
         """Write the event and its deliveries in one transaction (the caller's, with `conn`).
 
-        A repeated `idempotency_key` returns the first event's id and writes nothing.
+        A repeated `idempotency_key` returns the first event's id and writes nothing. When the
+        topic has a schema, `payload` (also a pydantic model instance) is validated against its
+        latest version first: `InvalidInput` naming each violation's JSON pointer.
         """
+        if isinstance(payload, BaseModel):
+            payload = payload.model_dump(mode="json", by_alias=True)
         text = self._validate(topic, payload, idempotency_key)
         deadline = Deadline(self._settings.db_timeout)
+        schema_version = None
+        if self._contracts is not None:
+            schema_version = await self._contracts.check(topic, payload, deadline, text=text)
         targets, version = await self._subscriptions.targets_at(topic, payload, deadline)
         item = PendingEvent(new_id(), topic, payload, text, idempotency_key, None, targets, version)
+        item.schema_version = schema_version
         if not tracing.recording():  # no tracer provider: no span, no context to store
             written = await self._write(item, conn, deadline)
         else:
@@ -203,6 +217,8 @@ class Publisher:
 
     async def explain(self, topic: str, payload: Any) -> Explanation:
         """Dry run: which subscriptions and waits would receive this event, and why not others."""
+        if isinstance(payload, BaseModel):
+            payload = payload.model_dump(mode="json", by_alias=True)
         self._validate(topic, payload, None)
         verdicts = []
         for compiled in await self._subscriptions.compiled():

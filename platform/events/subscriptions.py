@@ -30,6 +30,7 @@ from ripple.platform.core.wake import CH_SUBSCRIPTIONS, Listener, NullWaker, Sub
 from ripple.platform.errors import InvalidInput, NotFound
 from ripple.platform.events import backfill_store, subscription_store
 from ripple.platform.events.backfill import check_retained
+from ripple.platform.events.contracts.validation import Contracts
 from ripple.platform.events.fanout import SubscriptionRow, TargetKind
 from ripple.platform.events.subscription_store import SubscriptionRecord
 from ripple.platform.events.topics import (
@@ -140,6 +141,7 @@ class Subscriptions:
         waker: the wake layer (hints on change; listens to other processes' changes).
         settings: for the poll interval and JSON limits.
         kinds: target kinds by `type`; each validates its targets.
+        contracts: topic schemas a filter's key paths must be declared in (optional).
     """
 
     def __init__(
@@ -148,8 +150,10 @@ class Subscriptions:
         waker: NullWaker,
         settings: Settings,
         kinds: Mapping[str, TargetKind],
+        contracts: Contracts | None = None,
     ) -> None:
         self._pool = pool
+        self._contracts = contracts
         self._waker = waker
         self._settings = settings
         self._kinds = kinds
@@ -202,6 +206,8 @@ class Subscriptions:
                 max_depth=self._settings.max_json_depth,
                 max_bytes=self._settings.max_body_bytes,
             )
+            if self._contracts is not None:
+                await self._contracts.check_filter(pattern, filter)
         normalized = await kind.validate(dict(target))
         async with db.transaction(self._pool) as conn:
             record = await subscription_store.insert_subscription(

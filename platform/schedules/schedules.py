@@ -57,6 +57,10 @@ class Firing(Protocol):
         """Whether the run is still pending, running, sleeping or waiting."""
         ...
 
+    async def check_payload(self, topic: str, payload: Any) -> None:
+        """Raise `InvalidInput` when `payload` does not fit `topic`'s schema."""
+        ...
+
 
 def check_schedule_name(name: Any) -> str:
     if not isinstance(name, str) or not SCHEDULE_NAME.fullmatch(name):
@@ -120,6 +124,10 @@ class Schedules:
             validate_topic(topic)
         if input is not None and payload is not None:
             raise InvalidInput("give `input` or `payload`, not both", field="input")
+        if topic is not None:
+            # Refused now rather than at every tick (a tick that does not fit is skipped).
+            value = payload if input is None else input
+            await self._firing.check_payload(topic, {} if value is None else value)
         spec = Schedule(
             cron=cron,
             every=every,

@@ -1,6 +1,7 @@
 """`QueueKind`: fan-out to durable queues (one message per event and subscription).
 
-The message body is the event payload; headers carry `topic` and `eventId`. The deduplication id
+The message body is the event payload; headers carry `topic`, `eventId` and, for an event
+validated against a topic schema, `schemaVersion`. The deduplication id
 `"{event_id}:{subscription_id}"` makes the fan-out idempotent per (event, subscription).
 """
 
@@ -43,6 +44,7 @@ class QueueKind:
         topics: list[str] = []
         event_ids: list[str] = []
         dedups: list[str] = []
+        schemas: list[int | None] = []
         for event, subscriptions in items:
             body = event.payload_text()
             for sub in subscriptions:
@@ -50,10 +52,13 @@ class QueueKind:
                 bodies.append(body)
                 topics.append(event.topic)
                 event_ids.append(event.event_id)
+                schemas.append(event.schema_version)
                 dedup = f"{event.event_id}:{sub.id}"
                 dedups.append(dedup if event.replay_id is None else f"{dedup}:{event.replay_id}")
         if queues:
-            await queue_store.insert_fanout(conn, queues, bodies, topics, event_ids, dedups)
+            await queue_store.insert_fanout(
+                conn, queues, bodies, topics, event_ids, dedups, schemas
+            )
         # A repeat (same event and subscription) is deduplicated; it still counts as delivered.
         return [len(subscriptions) for _, subscriptions in items]
 

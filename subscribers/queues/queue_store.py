@@ -51,8 +51,12 @@ RETURNING id::text
 # `{"topic", "eventId"}` are built here.
 INSERT_FANOUT: Final = """
 INSERT INTO ripple_queue_messages (queue, body, headers, deduplication_id)
-SELECT m.queue, m.body::jsonb, jsonb_build_object('topic', m.topic, 'eventId', m.event), m.dedup
-FROM jsonb_to_recordset($1::jsonb) AS m(queue text, body text, topic text, event text, dedup text)
+SELECT m.queue, m.body::jsonb,
+       jsonb_strip_nulls(jsonb_build_object('topic', m.topic, 'eventId', m.event,
+                                            'schemaVersion', m.schema)),
+       m.dedup
+FROM jsonb_to_recordset($1::jsonb)
+    AS m(queue text, body text, topic text, event text, dedup text, schema integer)
 ON CONFLICT (queue, deduplication_id) WHERE deduplication_id IS NOT NULL DO NOTHING
 """
 # $1 queue, $2 dedup ids text[]: ids of existing messages with these deduplication ids
@@ -305,14 +309,19 @@ async def insert_fanout(
     topics: list[str],
     event_ids: list[str],
     dedup_ids: list[str],
+    schema_versions: list[int | None] | None = None,
 ) -> int:
     """Insert fan-out messages across queues; how many were new. `bodies` are JSON text
     (publish encoded each payload once; it is not decoded and encoded again here); each
-    message's headers are its event's `topic` and `eventId`."""
+    message's headers are its event's `topic` and `eventId`, and `schemaVersion` when the
+    event was validated against a topic schema."""
     # One JSON document, not five parallel arrays (asyncpg type-checks every array element).
+    schemas = schema_versions if schema_versions is not None else [None] * len(queues)
     doc = [
-        {"queue": q, "body": b, "topic": t, "event": e, "dedup": d}
-        for q, b, t, e, d in zip(queues, bodies, topics, event_ids, dedup_ids, strict=True)
+        {"queue": q, "body": b, "topic": t, "event": e, "dedup": d, "schema": v}
+        for q, b, t, e, d, v in zip(
+            queues, bodies, topics, event_ids, dedup_ids, schemas, strict=True
+        )
     ]
     status = await conn.execute(INSERT_FANOUT, doc)
     return int(status.rsplit(" ", 1)[-1])

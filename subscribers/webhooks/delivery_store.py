@@ -60,16 +60,18 @@ class DeliveryStatus:
 LIVE_REPLAY_ID: Final = "00000000-0000-0000-0000-000000000000"
 
 # $1 the deliveries, a JSON array of {id, subscription, event, topic, payload (JSON text),
-# event_time, trace, replay (the nil uuid for live deliveries)}: the deliveries of many events
+# event_time, trace, replay (the nil uuid for live deliveries), schema (the topic schema version
+# the event was validated against, or null)}: the deliveries of many events
 # in one statement (a publish group commit, a backfill or replay batch; see
 # ripple.platform.events.publish_writer); returns the event id of each delivery written.
 INSERT_DELIVERIES_BATCH: Final = """
 INSERT INTO ripple_webhook_deliveries
-    (id, subscription_id, event_id, topic, payload, event_time, trace, replay_id)
-SELECT d.id, d.subscription, d.event, d.topic, d.payload::jsonb, d.event_time, d.trace, d.replay
+    (id, subscription_id, event_id, topic, payload, event_time, trace, replay_id, schema_version)
+SELECT d.id, d.subscription, d.event, d.topic, d.payload::jsonb, d.event_time, d.trace, d.replay,
+       d.schema
 FROM jsonb_to_recordset($1::jsonb)
     AS d(id uuid, subscription uuid, event uuid, topic text, payload text,
-         event_time timestamptz, trace jsonb, replay uuid)
+         event_time timestamptz, trace jsonb, replay uuid, schema integer)
 ON CONFLICT (event_id, subscription_id, replay_id) DO NOTHING
 RETURNING event_id
 """
@@ -114,7 +116,7 @@ FROM ranked r, ripple_subscriptions s
 WHERE d.id = r.id AND r.slot <= $5 AND s.id = d.subscription_id
 RETURNING d.id, d.subscription_id, d.event_id, d.topic,
           COALESCE(d.payload::text, 'null') AS payload, d.event_time, d.attempts,
-          d.claim_token, d.trace, s.target::text AS target
+          d.claim_token, d.trace, s.target::text AS target, d.schema_version
 """
 
 # $1 delivery ids uuid[], $2 their claim tokens uuid[], $3 attempts to give back (1: the claims
@@ -357,6 +359,8 @@ class ClaimedDelivery:
     trace: dict[str, str] | None
     #: the subscription's target as claimed (shared by its deliveries: read, never mutate)
     target: dict[str, Any]
+    #: the topic schema version the event was validated against (None: no schema)
+    schema_version: int | None = None
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> ClaimedDelivery:
@@ -371,6 +375,7 @@ class ClaimedDelivery:
             claim_token=row["claim_token"],
             trace=row["trace"],
             target=_target(row["target"]),
+            schema_version=row["schema_version"],
         )
 
 
@@ -400,11 +405,13 @@ async def insert_deliveries_batch(
     event_times: Sequence[datetime],
     traces: Sequence[dict[str, str] | None],
     replay_ids: Sequence[str] | None = None,
+    schema_versions: Sequence[int | None] | None = None,
 ) -> Counter[str]:
     """Insert pending deliveries of many events (skipping existing (event, subscription,
     replay) triples); how many were written, by event id. `payloads` are JSON text;
     `replay_ids`: None for live deliveries."""
     replays = replay_ids if replay_ids is not None else [LIVE_REPLAY_ID] * len(ids)
+    schemas = schema_versions if schema_versions is not None else [None] * len(ids)
     # One JSON document, not eight parallel arrays (asyncpg type-checks every array element).
     doc = [
         {
@@ -416,8 +423,9 @@ async def insert_deliveries_batch(
             "event_time": w.isoformat(),
             "trace": c,
             "replay": r,
+            "schema": v,
         }
-        for i, s, e, t, p, w, c, r in zip(
+        for i, s, e, t, p, w, c, r, v in zip(
             ids,
             subscription_ids,
             event_ids,
@@ -426,6 +434,7 @@ async def insert_deliveries_batch(
             event_times,
             traces,
             replays,
+            schemas,
             strict=True,
         )
     ]

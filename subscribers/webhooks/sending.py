@@ -52,14 +52,18 @@ CHECKED_URLS: Final = 4096
 DELIVERED: Final = Decision("delivered")
 
 
-def message_body(topic: str, event_time: datetime, payload_json: str) -> bytes:
-    """The POSTed JSON: `{"type": topic, "timestamp": ISO-8601, "data": payload}`.
+def message_body(
+    topic: str, event_time: datetime, payload_json: str, schema_version: int | None = None
+) -> bytes:
+    """The POSTed JSON: `{"type": topic, "timestamp": ISO-8601, "data": payload}`, plus
+    `"schemaVersion": n` when the event was validated against a topic schema.
 
     `payload_json` is the payload's JSON text as stored, spliced in without decoding it.
     """
     head = json.dumps(topic, ensure_ascii=False)
     stamp = event_time.astimezone(UTC).isoformat()
-    return f'{{"type":{head},"timestamp":"{stamp}","data":{payload_json}}}'.encode()
+    tail = "" if schema_version is None else f',"schemaVersion":{int(schema_version)}'
+    return f'{{"type":{head},"timestamp":"{stamp}","data":{payload_json}{tail}}}'.encode()
 
 
 def signing_secrets(target: Mapping[str, Any], now: datetime) -> list[str]:
@@ -215,7 +219,9 @@ class AttemptSender:
             url = str(target["url"])
             # Host names are resolved and checked once, when a connection is opened.
             self._check_literal(url)
-            body = message_body(delivery.topic, delivery.event_time, delivery.payload_json)
+            body = message_body(
+                delivery.topic, delivery.event_time, delivery.payload_json, delivery.schema_version
+            )
             stamp = int(time.time())
             msg_id = "msg_" + delivery.id.replace("-", "")
             headers = {

@@ -146,6 +146,7 @@ class WebhookKind:
             [event.created_at for event, _ in pairs],
             [event.trace for event, _ in pairs],
             [event.replay_id or store.LIVE_REPLAY_ID for event, _ in pairs],
+            [event.schema_version for event, _ in pairs],
         )
         return [written[event.event_id] for event, _ in items]
 

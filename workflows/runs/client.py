@@ -8,6 +8,7 @@ from __future__ import annotations
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Pool
 from ripple.platform.core.wake import NullWaker
+from ripple.platform.events.contracts.validation import Contracts
 from ripple.workflows import store
 from ripple.workflows.runs.cancels import Cancels
 from ripple.workflows.runs.reads import Reads
@@ -26,15 +27,23 @@ class WorkflowClient:
     """
 
     def __init__(
-        self, pool: Pool, waker: NullWaker, settings: Settings, *, read_pool: Pool | None = None
+        self,
+        pool: Pool,
+        waker: NullWaker,
+        settings: Settings,
+        *,
+        read_pool: Pool | None = None,
+        contracts: Contracts | None = None,
     ) -> None:
         self.pool = pool
+        #: Topic schemas that `signal_matching` payloads and event waits' matches must fit.
+        self.contracts = contracts
         self.waker = waker
         self.settings = settings
         self.registry = Registry(pool)
         self.starts = Starts(pool, waker, settings, self.registry)
         self.reads = Reads(pool, settings, read_pool=read_pool)
-        self.signals = Signals(pool, waker, settings)
+        self.signals = Signals(pool, waker, settings, contracts)
         self.cancels = Cancels(pool, waker, settings)
         #: Where run listings read (a replica's pool with RIPPLE_DATABASE_READ_URL).
         self.read_pool = self.reads.read_pool

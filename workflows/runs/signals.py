@@ -14,6 +14,7 @@ from ripple.platform.core.deadlines import Deadline, bounded
 from ripple.platform.core.ids import check_idempotency_key, check_text
 from ripple.platform.core.wake import NullWaker, RunReady
 from ripple.platform.errors import Conflict, NotFound
+from ripple.platform.events.contracts.validation import Contracts
 from ripple.platform.ops import metrics, tracing
 from ripple.workflows import serde, store
 from ripple.workflows.runs.records import TERMINAL, SignalResult
@@ -24,8 +25,11 @@ __all__ = ["Signals"]
 class Signals:
     """Signal runs and resolve the waits events match."""
 
-    def __init__(self, pool: Pool, waker: NullWaker, settings: Settings) -> None:
+    def __init__(
+        self, pool: Pool, waker: NullWaker, settings: Settings, contracts: Contracts | None = None
+    ) -> None:
         self.pool = pool
+        self.contracts = contracts
         self.waker = waker
         self.settings = settings
 
@@ -111,6 +115,12 @@ class Signals:
         check_text(event, "event", field="event")
         check_idempotency_key(idempotency_key)
         payload = self._payload(payload)
+        if self.contracts is not None:
+            # The payload is the event's and the match of the waits: it must fit the topic's
+            # schema and name only properties it declares (a typo would match nothing).
+            await self.contracts.check(event, payload)
+            if isinstance(payload, dict):
+                await self.contracts.check_match(event, payload, field="payload")
         return await bounded(
             self._signal_matching(event, payload, idempotency_key),
             Deadline(self.settings.db_timeout),

@@ -158,6 +158,9 @@ class MemoryRunWriter:
         ]
         return self.runs.cancel_trees(children, reason="its branch lost a race", settle=False)
 
+    async def check_match(self, event: str, match: dict[str, Any]) -> None:
+        """No topic schemas in memory: every match is accepted."""
+
     async def register_wait(
         self, entries: list[Entry], step_count: int, wait: WaitSpec
     ) -> tuple[bool, Any]:

@@ -137,6 +137,11 @@ class RunWriter(Protocol):
         self, entries: list[Entry], step_count: int, wait: WaitSpec
     ) -> tuple[bool, Any]: ...
 
+    async def check_match(self, event: str, match: dict[str, Any]) -> None:
+        """Raise `InvalidInput` when `match` names a property `event`'s topic schema does not
+        declare (before a new wait is journaled). Writes nothing."""
+        ...
+
     async def start_child(self, entries: list[Entry], step_count: int, child: ChildSpec) -> Entry:
         """Create the child and journal the step; returns the step's entry (pending on the
         child, or its result if the child existed and ended)."""

@@ -76,6 +76,9 @@ class WaitExecution(RunLedger):
                 result: dict[str, Any] | None = entry.output
                 return result
             if entry is None:
+                if event is not None and match:
+                    # A typo in the match would wait forever: refused before it is journaled.
+                    await self.writer.check_match(event, match)
                 self._count_execution()
                 now = self.clock()
                 expires = None if timeout is None else now + timedelta(seconds=seconds(timeout))

@@ -599,6 +599,7 @@ class Worker:
             committer=self.committer,
             keyed=claim.keyed,
             on_cleared=(lambda: self._cleared(slot)) if claim.suspect else None,
+            contracts=self.client.workflows.contracts,
         )
         engine = RunExecution(
             claim,

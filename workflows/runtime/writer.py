@@ -18,6 +18,7 @@ from ripple.platform.core.db import Connection, Pool, map_errors, transaction
 from ripple.platform.core.group_commit import GroupCommit
 from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import NullWaker, RunFinished, RunReady
+from ripple.platform.events.contracts.validation import Contracts
 from ripple.platform.ops import metrics
 from ripple.workflows import store
 from ripple.workflows.errors import LeaseLost
@@ -159,8 +160,10 @@ class PgRunWriter:
         parent_run_id: str | None = None,
         keyed: bool = False,
         on_cleared: Callable[[], None] | None = None,
+        contracts: Contracts | None = None,
     ) -> None:
         self.pool = pool
+        self.contracts = contracts
         self.committer = committer
         self.waker = waker
         self.run_id = run_id
@@ -236,6 +239,10 @@ class PgRunWriter:
             # The losers' parent is this run, which got no step result from them.
             notify_canceled(self.waker, canceled, parents=False)
         return ids
+
+    async def check_match(self, event: str, match: dict[str, Any]) -> None:
+        if self.contracts is not None:
+            await self.contracts.check_match(event, match, field="match")
 
     async def register_wait(
         self, entries: list[Entry], step_count: int, wait: WaitSpec

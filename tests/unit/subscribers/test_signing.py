@@ -149,3 +149,15 @@ def test_secret_pattern__accepts_exactly_what_decode_secret_accepts(prefix: str,
     except ValueError:
         accepted = False
     assert (re.fullmatch(SECRET_PATTERN.strip("^$"), secret) is not None) is accepted, secret
+
+
+def test_message_body__carries_the_schema_version_of_a_validated_event() -> None:
+    when = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    body = json.loads(message_body("a.b", when, '{"n": 1}', 3))
+    assert body == {
+        "type": "a.b",
+        "timestamp": "2024-05-01T12:00:00+00:00",
+        "data": {"n": 1},
+        "schemaVersion": 3,
+    }
+    assert "schemaVersion" not in json.loads(message_body("a.b", when, '{"n": 1}'))
