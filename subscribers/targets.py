@@ -135,6 +135,9 @@ class WebhookTarget(_Target):
     )
     retry: _Retry = None
     timeout: float | None = Field(default=None, gt=0, le=300)
+    #: The body: Ripple's `{type, timestamp, data}`, a structured CloudEvent, or a binary one
+    #: (`ce-*` headers, body = the payload). Standard Webhooks signatures in every format.
+    format: Literal["ripple", "cloudevents", "cloudevents-binary"] = "ripple"
 
     def __init__(self, url: str | None = None, /, **data: Any) -> None:
         if url is not None:

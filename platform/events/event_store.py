@@ -19,17 +19,17 @@ __all__ = [
 
 # $1 the events, a JSON array of {id, topic, payload (JSON text, encoded once by publish), key
 # (idempotency key or null), trace, version (the subscription set each event was matched
-# against)}. Events whose key exists already (or
+# against), ce (CloudEvents attributes or null)}. Events whose key exists already (or
 # repeats earlier in the batch) are skipped and not returned. `waited`: whether some workflow
 # wait listens to the event's topic (a probe that spares the wait resolver's statements for
 # topics nobody waits on, in the same round trip).
 INSERT_EVENTS: Final = """
 WITH inserted AS (
     INSERT INTO ripple_events
-        (id, topic, payload, idempotency_key, trace, subscriptions_version)
-    SELECT e.id, e.topic, e.payload::jsonb, e.key, e.trace, e.version
+        (id, topic, payload, idempotency_key, trace, subscriptions_version, cloudevent)
+    SELECT e.id, e.topic, e.payload::jsonb, e.key, e.trace, e.version, e.ce
     FROM jsonb_to_recordset($1::jsonb)
-        AS e(id uuid, topic text, payload text, key text, trace jsonb, version bigint)
+        AS e(id uuid, topic text, payload text, key text, trace jsonb, version bigint, ce jsonb)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, topic, created_at
 )
@@ -43,7 +43,8 @@ SELECT id, idempotency_key FROM ripple_events WHERE idempotency_key = ANY($1::te
 """
 # $1 id
 SELECT_EVENT: Final = """
-SELECT id, topic, payload, idempotency_key, trace, created_at FROM ripple_events WHERE id = $1
+SELECT id, topic, payload, idempotency_key, trace, created_at, cloudevent
+FROM ripple_events WHERE id = $1
 """
 
 
@@ -57,6 +58,8 @@ class EventRecord:
     idempotency_key: str | None
     trace: dict[str, str] | None
     created_at: datetime
+    #: The CloudEvents context attributes it was ingested with (None if not a CloudEvent).
+    cloudevent: dict[str, Any] | None = None
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> EventRecord:
@@ -67,6 +70,7 @@ class EventRecord:
             idempotency_key=row["idempotency_key"],
             trace=row["trace"],
             created_at=row["created_at"],
+            cloudevent=row["cloudevent"],
         )
 
 
@@ -83,15 +87,21 @@ async def insert_events(
     keys: list[str | None],
     traces: list[dict[str, str] | None],
     versions: list[int | None],
+    cloudevents: list[dict[str, Any] | None] | None = None,
 ) -> dict[str, tuple[datetime, bool]]:
-    """Insert events (`payloads` as JSON text); for those inserted (repeated keys are left
-    out), by id: the creation time and whether a workflow wait listens to the topic."""
+    """Insert events (`payloads` as JSON text, `cloudevents` their CloudEvents attributes); for
+    those inserted (repeated keys are left out), by id: the creation time and whether a
+    workflow wait listens to the topic."""
     # One JSON document, not six parallel arrays: asyncpg checks each array element's type
     # in Python (two to three isinstance checks of abstract classes apiece).
     doc = [
         {"id": i, "topic": t, "payload": p, "key": k, "trace": c, "version": v}
         for i, t, p, k, c, v in zip(ids, topics, payloads, keys, traces, versions, strict=True)
     ]
+    if cloudevents is not None:
+        for row, ce in zip(doc, cloudevents, strict=True):
+            if ce is not None:
+                row["ce"] = ce
     rows = await conn.fetch(INSERT_EVENTS, doc)
     return {str(row[0]): (row[1], row[2]) for row in rows}
 

@@ -143,15 +143,19 @@ class Publisher:
         idempotency_key: str | None = None,
         *,
         conn: db.Connection | None = None,
+        cloudevent: dict[str, Any] | None = None,
     ) -> PublishResult:
         """Write the event and its deliveries in one transaction (the caller's, with `conn`).
 
         A repeated `idempotency_key` returns the first event's id and writes nothing.
+        `cloudevent`: the CloudEvents context attributes it was ingested with, kept with it.
         """
         text = self._validate(topic, payload, idempotency_key)
         deadline = Deadline(self._settings.db_timeout)
         targets, version = await self._subscriptions.targets_at(topic, payload, deadline)
-        item = PendingEvent(new_id(), topic, payload, text, idempotency_key, None, targets, version)
+        item = PendingEvent(
+            new_id(), topic, payload, text, idempotency_key, None, targets, version, cloudevent
+        )
         if not tracing.recording():  # no tracer provider: no span, no context to store
             written = await self._write(item, conn, deadline)
         else:

@@ -63,6 +63,8 @@ class PendingEvent:
     by_kind: Mapping[str, Sequence[SubscriptionRow]]
     #: The subscription-set version `by_kind` was matched against (stored with the event).
     subscriptions_version: int | None = None
+    #: The CloudEvents context attributes of an ingested CloudEvent (stored with the event).
+    cloudevent: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +97,7 @@ async def write_events(
         [i.idempotency_key for i in items],
         [i.trace for i in items],
         [i.subscriptions_version for i in items],
+        [i.cloudevent for i in items],
     )
     firsts: dict[str, str] = {}
     dup_keys = [k for i in items if i.event_id not in inserted and (k := i.idempotency_key)]
