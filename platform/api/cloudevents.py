@@ -184,8 +184,31 @@ async def _batch(client: Client, events: list[ce.IncomingEvent | InvalidInput]) 
         except InvalidInput as exc:  # the payload (or its topic's schema) refused it
             return Refused(status=422, detail=exc.message)
 
+    # An event repeated within the batch is answered as a retry of its first occurrence (the
+    # order matters to the producer, and one group commit would not keep it).
+    first: dict[str, int] = {}
+    todo: list[ce.IncomingEvent | InvalidInput] = []
+    repeats: dict[int, int] = {}
+    for index, event in enumerate(events):
+        if isinstance(event, ce.IncomingEvent):
+            seen = first.setdefault(event.idempotency_key, index)
+            if seen != index:
+                repeats[index] = seen
+                continue
+        todo.append(event)
     # Concurrent publishes share group commits: a batch costs a few transactions, not one each.
-    results = await asyncio.gather(*(one(event) for event in events))
+    done = iter(await asyncio.gather(*(one(event) for event in todo)))
+    results: list[Published | Refused] = []
+    for index in range(len(events)):
+        if index in repeats:
+            original = results[repeats[index]]
+            if isinstance(original, Published):
+                original = original.model_copy(
+                    update={"deliveries": 0, "duplicate": True, "waits_resolved": 0}
+                )
+            results.append(original)
+        else:
+            results.append(next(done))
     return Response(
-        BatchResults(results=list(results)).model_dump_json(), 202, media_type="application/json"
+        BatchResults(results=results).model_dump_json(), 202, media_type="application/json"
     )
