@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import typer
 
-__all__ = ["app", "deliveries_app", "queues_app", "runs_app", "schedules_app", "subscriptions_app"]
+__all__ = [
+    "app",
+    "deliveries_app",
+    "queues_app",
+    "runs_app",
+    "schedules_app",
+    "subscriptions_app",
+    "topics_app",
+]
 
 app = typer.Typer(
     name="ripple",
@@ -38,3 +46,7 @@ app.add_typer(subscriptions_app, name="subscriptions")
 app.add_typer(queues_app, name="queues")
 app.add_typer(deliveries_app, name="deliveries")
 app.add_typer(schedules_app, name="schedules")
+topics_app = typer.Typer(
+    help="Topic contracts: the AsyncAPI document.", no_args_is_help=True, rich_markup_mode=None
+)
+app.add_typer(topics_app, name="topics")

@@ -71,6 +71,9 @@ class ApiOperator:
         body = {"payload": payload, "idempotencyKey": idempotency_key}
         return await self._call("POST", f"/v1/topics/{topic}/events", json=body)
 
+    async def asyncapi(self) -> Json:
+        return await self._call("GET", "/asyncapi.json")
+
     async def explain(self, topic: str, payload: Json) -> Json:
         import json
 
