@@ -15,6 +15,8 @@ __all__ = [
     "find_events_by_keys",
     "get_event",
     "insert_events",
+    "recent_events",
+    "topic_activity",
 ]
 
 # $1 the events, a JSON array of {id, topic, payload (JSON text, encoded once by publish), key
@@ -45,6 +47,19 @@ SELECT id, idempotency_key FROM ripple_events WHERE idempotency_key = ANY($1::te
 SELECT_EVENT: Final = """
 SELECT id, topic, payload, idempotency_key, trace, created_at, cloudevent
 FROM ripple_events WHERE id = $1
+"""
+
+# $1 since (timestamptz), $2 most topics. Per topic: events since then and the newest one's time
+# (the created_at index bounds the scan to the window).
+SELECT_TOPIC_ACTIVITY: Final = """
+SELECT topic, count(*) AS events, max(created_at) AS last_at
+FROM ripple_events WHERE created_at >= $1
+GROUP BY topic ORDER BY topic LIMIT $2
+"""
+# $1 topic, $2 limit: its newest events (the (topic, created_at) index).
+SELECT_RECENT_EVENTS: Final = """
+SELECT id, topic, payload, idempotency_key, trace, created_at, cloudevent
+FROM ripple_events WHERE topic = $1 ORDER BY created_at DESC LIMIT $2
 """
 
 
@@ -110,3 +125,19 @@ async def find_events_by_keys(conn: Connection, keys: list[str]) -> dict[str, st
     """Event id by idempotency key, for the keys that exist."""
     rows = await conn.fetch(SELECT_EVENTS_BY_KEYS, keys)
     return {row["idempotency_key"]: str(row["id"]) for row in rows}
+
+
+async def topic_activity(
+    conn: Connection, since: datetime, limit: int
+) -> dict[str, tuple[int, datetime]]:
+    """Per topic with events since `since` (at most `limit` topics): how many, and the last's
+    time."""
+    rows = await conn.fetch(SELECT_TOPIC_ACTIVITY, since, limit)
+    return {row["topic"]: (row["events"], row["last_at"]) for row in rows}
+
+
+async def recent_events(conn: Connection, topic: str, limit: int) -> list[EventRecord]:
+    """The newest `limit` events of `topic`, newest first."""
+    return [
+        EventRecord.from_row(row) for row in await conn.fetch(SELECT_RECENT_EVENTS, topic, limit)
+    ]

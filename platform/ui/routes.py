@@ -587,7 +587,10 @@ def mount_ui(app: FastAPI) -> None:
     async def root() -> Response:
         return RedirectResponse(f"{PREFIX}/", status_code=307)
 
+    from ripple.platform.ui import catalogue  # imports this module's helpers
+
     app.add_exception_handler(_Redirect, on_redirect)
     app.add_api_route("/", root, include_in_schema=False)
     app.add_api_route(PREFIX, root, include_in_schema=False)
     app.include_router(router)
+    app.include_router(catalogue.router)

@@ -10,7 +10,7 @@ from asyncpg import Record
 from ripple.platform.core.db import Connection
 from ripple.platform.events.contracts.records import Compatibility, SchemaVersion
 
-__all__ = ["latest_schemas"]
+__all__ = ["latest_schemas", "schema_versions"]
 
 _LATEST: Final = """
 SELECT DISTINCT ON (s.topic) s.topic, s.version, s.schema, s.created_at,
@@ -34,3 +34,19 @@ def _version(row: Record) -> SchemaVersion:
 async def latest_schemas(conn: Connection) -> list[SchemaVersion]:
     """The newest schema version of every topic that has one, by topic."""
     return [_version(row) for row in await conn.fetch(_LATEST)]
+
+
+_VERSIONS: Final = """
+SELECT s.topic, s.version, s.schema, s.created_at,
+       coalesce(c.compatibility, 'backward') AS compatibility
+FROM ripple_topic_schemas s
+LEFT JOIN ripple_topic_contracts c ON c.topic = s.topic
+WHERE s.topic = $1
+ORDER BY s.version
+LIMIT $2
+"""
+
+
+async def schema_versions(conn: Connection, topic: str, limit: int) -> list[SchemaVersion]:
+    """Up to `limit` schema versions of `topic`, oldest first (for the topic catalogue)."""
+    return [_version(row) for row in await conn.fetch(_VERSIONS, topic, limit)]
