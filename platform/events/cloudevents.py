@@ -125,10 +125,15 @@ def _check_extension(name: str, value: Any) -> None:
         raise _refuse(name, "is not a valid extension name: use lower-case a-z and 0-9")
     if isinstance(value, str):
         _check_string(name, value, required=False)
-    elif not isinstance(value, bool) and not (
-        isinstance(value, int) and _INT32[0] <= value <= _INT32[1]
-    ):
+    elif not isinstance(value, bool) and not _is_int32(value):
         raise _refuse(name, "must be a string, a boolean or a 32-bit integer (CloudEvents 1.0)")
+
+
+def _is_int32(value: Any) -> bool:
+    """A 32-bit integer (JSON's `300.0` is the integer 300 too)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return isinstance(value, int) and _INT32[0] <= value <= _INT32[1]
 
 
 def parse_structured(doc: Any) -> IncomingEvent:
