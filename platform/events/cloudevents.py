@@ -10,6 +10,7 @@ the attribute; it does no I/O and knows no table.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -79,6 +80,10 @@ def idempotency_key(source: str, event_id: str) -> str:
     return _KEY_PREFIX + digest
 
 
+#: `validate_topic`, remembered for the topics that passed (producers send a few types, often).
+_valid_topic: Final = functools.lru_cache(maxsize=4096)(validate_topic)
+
+
 def _refuse(attribute: str, message: str) -> InvalidInput:
     return InvalidInput(f"CloudEvent attribute {attribute!r} {message}", field=attribute)
 
@@ -103,7 +108,7 @@ def _check_attributes(attributes: dict[str, Any]) -> None:
     for name in REQUIRED[1:]:
         _check_string(name, attributes.get(name), required=True)
     try:
-        validate_topic(attributes["type"])
+        _valid_topic(attributes["type"])
     except InvalidInput as exc:
         raise _refuse("type", f"names the topic and is not a valid one: {exc.message}") from exc
     for name in OPTIONAL:
