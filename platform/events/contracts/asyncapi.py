@@ -14,14 +14,13 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
 
 from ripple.platform.events.contracts.records import SchemaVersion
-from ripple.platform.events.subscription_store import SubscriptionRecord
 from ripple.platform.events.topics import compile_pattern
 
-__all__ = ["ASYNCAPI_VERSION", "build_asyncapi"]
+__all__ = ["ASYNCAPI_VERSION", "SubscriptionLike", "build_asyncapi"]
 
 ASYNCAPI_VERSION: Final = "3.0.0"
 _HTTP_BINDING: Final = {"http": {"method": "POST", "bindingVersion": "0.3.0"}}
@@ -34,9 +33,24 @@ _KIND_TEXT: Final = {
 }
 
 
+class SubscriptionLike(Protocol):
+    """What the document says of a subscription (`client.list_subscriptions()` items)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def pattern(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def target(self) -> dict[str, Any]: ...
+    @property
+    def status(self) -> str: ...
+
+
 def build_asyncapi(
     schemas: Sequence[SchemaVersion],
-    subscriptions: Sequence[SubscriptionRecord],
+    subscriptions: Sequence[SubscriptionLike],
     *,
     host: str | None = None,
     title: str = "Ripple",
@@ -94,7 +108,7 @@ def _key(text: str) -> str:
 
 
 def _operations(
-    operations: dict[str, Any], key: str, topic: str, subscriptions: Sequence[SubscriptionRecord]
+    operations: dict[str, Any], key: str, topic: str, subscriptions: Sequence[SubscriptionLike]
 ) -> None:
     channel = {"$ref": f"#/channels/{key}"}
     message = [{"$ref": f"#/channels/{key}/messages/{key}"}]
@@ -131,7 +145,7 @@ def _operations(
         }
 
 
-def _describe(sub: SubscriptionRecord) -> str:
+def _describe(sub: SubscriptionLike) -> str:
     target = sub.target
     if sub.kind == "queue":
         where = f"queue `{target.get('queue')}`"
