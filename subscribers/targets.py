@@ -144,6 +144,13 @@ class WebhookTarget(_Target):
             data["url"] = url
         super().__init__(**data)
 
+    def to_row(self) -> dict[str, Any]:
+        """The stored form; the default `format` is left out, so rows stay as they were."""
+        row = super().to_row()
+        if row.get("format") == "ripple":
+            del row["format"]
+        return row
+
     @field_validator("secret")
     @classmethod
     def _secret(cls, value: str) -> str:
