@@ -129,3 +129,19 @@ async def test_cloudevents_ingest__invalid_attributes_are_400_naming_them_and_wr
     assert plain.status_code == 400
     assert "ce-specversion" in plain.json()["detail"]
     assert await _count_events(client) == 0
+
+
+async def test_cloudevents_ingest__event_trace_shows_the_attributes(
+    client: Client, http: httpx.AsyncClient
+) -> None:
+    event = _event(subject="order-7", tenant="acme")
+    answer = await _post(http, ce_http.to_binary(event, JSONFormat()))
+    event_id = answer.json()["eventId"]
+    # Loopback without tokens: the dashboard needs no login.
+    page = await http.get(f"/ui/events/{event_id}", headers={"host": "127.0.0.1"})
+    assert page.status_code == 200, page.text
+    assert 'id="cloudevent"' in page.text
+    for text in ("subject", "order-7", "tenant", "acme", "https://shop.example.com"):
+        assert text in page.text
+    catalogue = await http.get("/ui/catalogue", headers={"host": "127.0.0.1"})
+    assert "user.signup" in catalogue.text
