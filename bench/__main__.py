@@ -1,6 +1,7 @@
 """`make bench`: run the benchmark suites against the local Postgres and Redis.
 
-python -m bench [--only workflows,waits,publish,queues,webhooks,flow,rest,operations,cli]
+python -m bench [--only workflows,waits,publish,queues,webhooks,flow,rest,cloudevents,operations,
+                        cli]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ SUITES = [
     "webhooks",
     "flow",
     "rest",
+    "cloudevents",
     "operations",
     "cli",
 ]

@@ -135,11 +135,21 @@ class WebhookTarget(_Target):
     )
     retry: _Retry = None
     timeout: float | None = Field(default=None, gt=0, le=300)
+    #: The body: Ripple's `{type, timestamp, data}`, a structured CloudEvent, or a binary one
+    #: (`ce-*` headers, body = the payload). Standard Webhooks signatures in every format.
+    format: Literal["ripple", "cloudevents", "cloudevents-binary"] = "ripple"
 
     def __init__(self, url: str | None = None, /, **data: Any) -> None:
         if url is not None:
             data["url"] = url
         super().__init__(**data)
+
+    def to_row(self) -> dict[str, Any]:
+        """The stored form; the default `format` is left out, so rows stay as they were."""
+        row = super().to_row()
+        if row.get("format") == "ripple":
+            del row["format"]
+        return row
 
     @field_validator("secret")
     @classmethod

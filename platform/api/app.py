@@ -41,6 +41,7 @@ V1_ROUTES = (
     "deliveries",
     "schedules",
     "audit",
+    "cloudevents",
 )
 
 _DESCRIPTION = """
@@ -130,10 +131,11 @@ def create_app(
                 for route in getattr(module, "HOT_ROUTES", ())
             )
     if routes is None:
-        from ripple.platform.api import ops
+        from ripple.platform.api import asyncapi, ops
         from ripple.platform.ui.routes import mount_ui
 
         app.include_router(ops.router)
+        app.include_router(asyncapi.router)
         mount_ui(app)
     install_problem_handlers(app)
     # Innermost: publish and start skip FastAPI's per-request work once the limits passed.

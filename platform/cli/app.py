@@ -47,7 +47,11 @@ app.add_typer(subscriptions_app, name="subscriptions")
 app.add_typer(queues_app, name="queues")
 app.add_typer(deliveries_app, name="deliveries")
 app.add_typer(schedules_app, name="schedules")
-topics_app = typer.Typer(help="Topic contracts.", no_args_is_help=True, rich_markup_mode=None)
+topics_app = typer.Typer(
+    help="Topic contracts: schemas and the AsyncAPI document.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 topic_schemas_app = typer.Typer(
     help="Register, check and show topic schemas.", no_args_is_help=True, rich_markup_mode=None
 )

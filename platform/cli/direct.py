@@ -80,6 +80,14 @@ class ClientOperator:
     async def explain(self, topic: str, payload: Json) -> Json:
         return _json(results.explanation_out(await self._client.explain(topic, payload)))
 
+    async def asyncapi(self) -> Json:
+        from ripple.platform.events.contracts.asyncapi import build_asyncapi
+
+        client = self._client
+        return build_asyncapi(
+            await client.topics.latest_schemas(), await client.list_subscriptions()
+        )
+
     async def signal_matching(self, event: str, payload: Json, idempotency_key: str | None) -> Json:
         resumed = await self._client.signal_matching(
             event, payload, idempotency_key=idempotency_key

@@ -90,6 +90,9 @@ class ApiOperator:
                 return None
             raise
 
+    async def asyncapi(self) -> Json:
+        return await self._call("GET", "/asyncapi.json")
+
     async def explain(self, topic: str, payload: Json) -> Json:
         import json
 

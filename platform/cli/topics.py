@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ripple.platform.cli.app import app
+from ripple.platform.cli.app import app, topics_app
 from ripple.platform.cli.operate import operate
 from ripple.platform.cli.options import (
     PayloadArg,
@@ -17,7 +17,7 @@ from ripple.platform.cli.options import (
 )
 from ripple.platform.cli.output import emit, out, print_json, table, target_text
 
-__all__ = ["explain", "publish", "signal"]
+__all__ = ["asyncapi", "explain", "publish", "signal"]
 
 TopicArg = Annotated[str, typer.Argument(help="Topic, e.g. user.signup.")]
 
@@ -87,3 +87,9 @@ def signal(
         lambda op: op.signal_matching(event, value, idempotency_key),
     )
     emit(remote.as_json, result, lambda r: f"resumed {r['resumed']} run(s)")
+
+
+@operator_command(topics_app.command("asyncapi"))
+def asyncapi(remote: Remote) -> None:
+    """Print the AsyncAPI 3.0.0 document of the topics that have a schema (JSON)."""
+    print_json(operate(remote, lambda op: op.asyncapi(), writes=False))

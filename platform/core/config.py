@@ -74,6 +74,8 @@ class Settings(BaseSettings):
     #: CIDRs webhooks may target although they are not public (e.g. `127.0.0.0/8`).
     webhook_allowed_networks: Annotated[list[str], NoDecode] = Field(default_factory=list)
     webhook_timeout: Annotated[float, Field(gt=0, le=300)] = 15.0
+    #: The `source` of the CloudEvents webhooks send (`format="cloudevents"`): a URI-reference.
+    event_source: Annotated[str, Field(min_length=1, max_length=1024)] = "ripple"
     webhook_concurrency: Annotated[int, Field(ge=1, le=10_000)] = 50
     webhook_endpoint_concurrency: Annotated[int, Field(ge=1, le=1000)] = 8
     #: Open connections per webhook origin (scheme, host, port) across all its subscriptions.

@@ -16,22 +16,26 @@ __all__ = [
     "get_event",
     "insert_events",
     "paths_carried",
+    "recent_events",
+    "topic_activity",
 ]
 
 # $1 the events, a JSON array of {id, topic, payload (JSON text, encoded once by publish), key
 # (idempotency key or null), trace, version (the subscription set each event was matched
-# against), schema (the topic schema version it was validated against, or null)}. Events whose
-# key exists already (or repeats earlier in the batch) are skipped and not returned. `waited`:
-# whether some workflow wait listens to the event's topic (a probe that spares the wait
-# resolver's statements for topics nobody waits on, in the same round trip).
+# against), schema (the topic schema version it was validated against, or null), ce
+# (CloudEvents attributes or null)}. Events whose key exists already (or repeats earlier in the
+# batch) are skipped and not returned. `waited`: whether some workflow wait listens to the
+# event's topic (a probe that spares the wait resolver's statements for topics nobody waits on,
+# in the same round trip).
 INSERT_EVENTS: Final = """
 WITH inserted AS (
     INSERT INTO ripple_events
-        (id, topic, payload, idempotency_key, trace, subscriptions_version, schema_version)
-    SELECT e.id, e.topic, e.payload::jsonb, e.key, e.trace, e.version, e.schema
+        (id, topic, payload, idempotency_key, trace, subscriptions_version, schema_version,
+         cloudevent)
+    SELECT e.id, e.topic, e.payload::jsonb, e.key, e.trace, e.version, e.schema, e.ce
     FROM jsonb_to_recordset($1::jsonb)
         AS e(id uuid, topic text, payload text, key text, trace jsonb, version bigint,
-             schema integer)
+             schema integer, ce jsonb)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, topic, created_at
 )
@@ -45,13 +49,26 @@ SELECT id, idempotency_key FROM ripple_events WHERE idempotency_key = ANY($1::te
 """
 # $1 id
 SELECT_EVENT: Final = """
-SELECT id, topic, payload, idempotency_key, trace, created_at, schema_version
+SELECT id, topic, payload, idempotency_key, trace, created_at, schema_version, cloudevent
 FROM ripple_events WHERE id = $1
 """
 # $1 topic, $2 a path of keys (text[]): whether a stored event of the topic has a value there
 # (a schema registration asks before declaring a property an open model never declared).
 SELECT_PATH_CARRIED: Final = """
 SELECT EXISTS (SELECT 1 FROM ripple_events WHERE topic = $1 AND payload #> $2::text[] IS NOT NULL)
+"""
+
+# $1 since (timestamptz), $2 most topics. Per topic: events since then and the newest one's time
+# (the created_at index bounds the scan to the window).
+SELECT_TOPIC_ACTIVITY: Final = """
+SELECT topic, count(*) AS events, max(created_at) AS last_at
+FROM ripple_events WHERE created_at >= $1
+GROUP BY topic ORDER BY topic LIMIT $2
+"""
+# $1 topic, $2 limit: its newest events (the (topic, created_at) index).
+SELECT_RECENT_EVENTS: Final = """
+SELECT id, topic, payload, idempotency_key, trace, created_at, schema_version, cloudevent
+FROM ripple_events WHERE topic = $1 ORDER BY created_at DESC LIMIT $2
 """
 
 
@@ -67,6 +84,8 @@ class EventRecord:
     created_at: datetime
     #: The topic schema version the payload was validated against (None: no schema).
     schema_version: int | None = None
+    #: The CloudEvents context attributes it was ingested with (None if not a CloudEvent).
+    cloudevent: dict[str, Any] | None = None
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> EventRecord:
@@ -78,6 +97,7 @@ class EventRecord:
             trace=row["trace"],
             created_at=row["created_at"],
             schema_version=row["schema_version"],
+            cloudevent=row["cloudevent"],
         )
 
 
@@ -95,9 +115,11 @@ async def insert_events(
     traces: list[dict[str, str] | None],
     versions: list[int | None],
     schema_versions: list[int | None] | None = None,
+    cloudevents: list[dict[str, Any] | None] | None = None,
 ) -> dict[str, tuple[datetime, bool]]:
-    """Insert events (`payloads` as JSON text); for those inserted (repeated keys are left
-    out), by id: the creation time and whether a workflow wait listens to the topic."""
+    """Insert events (`payloads` as JSON text, `cloudevents` their CloudEvents attributes); for
+    those inserted (repeated keys are left out), by id: the creation time and whether a
+    workflow wait listens to the topic."""
     # One JSON document, not six parallel arrays: asyncpg checks each array element's type
     # in Python (two to three isinstance checks of abstract classes apiece).
     schemas = schema_versions if schema_versions is not None else [None] * len(ids)
@@ -107,6 +129,10 @@ async def insert_events(
             ids, topics, payloads, keys, traces, versions, schemas, strict=True
         )
     ]
+    if cloudevents is not None:
+        for row, ce in zip(doc, cloudevents, strict=True):
+            if ce is not None:
+                row["ce"] = ce
     rows = await conn.fetch(INSERT_EVENTS, doc)
     return {str(row[0]): (row[1], row[2]) for row in rows}
 
@@ -122,3 +148,19 @@ async def paths_carried(
 ) -> list[tuple[str, ...]]:
     """The key paths some stored event of `topic` has a value at."""
     return [path for path in paths if await conn.fetchval(SELECT_PATH_CARRIED, topic, list(path))]
+
+
+async def topic_activity(
+    conn: Connection, since: datetime, limit: int
+) -> dict[str, tuple[int, datetime]]:
+    """Per topic with events since `since` (at most `limit` topics): how many, and the last's
+    time."""
+    rows = await conn.fetch(SELECT_TOPIC_ACTIVITY, since, limit)
+    return {row["topic"]: (row["events"], row["last_at"]) for row in rows}
+
+
+async def recent_events(conn: Connection, topic: str, limit: int) -> list[EventRecord]:
+    """The newest `limit` events of `topic`, newest first."""
+    return [
+        EventRecord.from_row(row) for row in await conn.fetch(SELECT_RECENT_EVENTS, topic, limit)
+    ]

@@ -149,12 +149,14 @@ class Publisher:
         idempotency_key: str | None = None,
         *,
         conn: db.Connection | None = None,
+        cloudevent: dict[str, Any] | None = None,
     ) -> PublishResult:
         """Write the event and its deliveries in one transaction (the caller's, with `conn`).
 
         A repeated `idempotency_key` returns the first event's id and writes nothing. When the
         topic has a schema, `payload` (also a pydantic model instance) is validated against its
         latest version first: `InvalidInput` naming each violation's JSON pointer.
+        `cloudevent`: the CloudEvents context attributes it was ingested with, kept with it.
         """
         if isinstance(payload, BaseModel):
             payload = payload.model_dump(mode="json", by_alias=True)
@@ -164,8 +166,18 @@ class Publisher:
         if self._contracts is not None:
             schema_version = await self._contracts.check(topic, payload, deadline, text=text)
         targets, version = await self._subscriptions.targets_at(topic, payload, deadline)
-        item = PendingEvent(new_id(), topic, payload, text, idempotency_key, None, targets, version)
-        item.schema_version = schema_version
+        item = PendingEvent(
+            new_id(),
+            topic,
+            payload,
+            text,
+            idempotency_key,
+            None,
+            targets,
+            version,
+            schema_version=schema_version,
+            cloudevent=cloudevent,
+        )
         if not tracing.recording():  # no tracer provider: no span, no context to store
             written = await self._write(item, conn, deadline)
         else:

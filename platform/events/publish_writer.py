@@ -65,6 +65,8 @@ class PendingEvent:
     subscriptions_version: int | None = None
     #: The topic schema version the payload was validated against (None: no schema).
     schema_version: int | None = None
+    #: The CloudEvents context attributes of an ingested CloudEvent (stored with the event).
+    cloudevent: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,7 @@ async def write_events(
         [i.trace for i in items],
         [i.subscriptions_version for i in items],
         [i.schema_version for i in items],
+        [i.cloudevent for i in items],
     )
     firsts: dict[str, str] = {}
     dup_keys = [k for i in items if i.event_id not in inserted and (k := i.idempotency_key)]

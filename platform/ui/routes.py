@@ -594,10 +594,13 @@ def mount_ui(app: FastAPI) -> None:
     async def root() -> Response:
         return RedirectResponse(f"{PREFIX}/", status_code=307)
 
+    from ripple.platform.ui import catalogue  # imports this module's helpers
+
     app.add_exception_handler(_Redirect, on_redirect)
     app.add_api_route("/", root, include_in_schema=False)
     app.add_api_route(PREFIX, root, include_in_schema=False)
     app.include_router(router)
+    app.include_router(catalogue.router)
     from ripple.platform.ui import audit_page  # it builds on this module's session and render
 
     app.include_router(audit_page.router)

@@ -24,6 +24,7 @@ import structlog
 
 from ripple.platform.core.config import Settings
 from ripple.platform.core.logs import get_logger
+from ripple.platform.events import cloudevents
 from ripple.platform.ops.tracing import recording, span
 from ripple.subscribers.webhooks import delivery_store as store
 from ripple.subscribers.webhooks.outcomes import Decision, decide, schedule_for
@@ -33,7 +34,7 @@ from ripple.subscribers.webhooks.slots import Slots
 from ripple.subscribers.webhooks.ssrf import AddressPolicy, Resolver, check_literal_url
 from ripple.subscribers.webhooks.transport import open_session
 
-__all__ = ["DELIVERED", "AttemptSender", "message_body", "signing_secrets"]
+__all__ = ["DELIVERED", "AttemptSender", "message", "message_body", "signing_secrets"]
 
 log = get_logger("ripple.webhooks")
 
@@ -64,6 +65,27 @@ def message_body(
     stamp = event_time.astimezone(UTC).isoformat()
     tail = "" if schema_version is None else f',"schemaVersion":{int(schema_version)}'
     return f'{{"type":{head},"timestamp":"{stamp}","data":{payload_json}{tail}}}'.encode()
+
+
+def message(delivery: store.ClaimedDelivery, source: str) -> tuple[bytes, dict[str, str]]:
+    """The body and content headers of a delivery in its target's `format`: Ripple's own
+    envelope (`message_body`), a structured CloudEvent, or a binary one (`ce-*` headers, body =
+    the payload). The signature headers are added over exactly this body."""
+    fmt = delivery.target.get("format", "ripple")
+    if fmt == "cloudevents":
+        body = cloudevents.structured_body(
+            delivery.event_id, delivery.topic, delivery.event_time, delivery.payload_json, source
+        )
+        return body, {"content-type": cloudevents.STRUCTURED_MEDIA_TYPE}
+    if fmt == "cloudevents-binary":
+        headers = cloudevents.binary_headers(
+            delivery.event_id, delivery.topic, delivery.event_time, source
+        )
+        return delivery.payload_json.encode(), headers
+    body = message_body(
+        delivery.topic, delivery.event_time, delivery.payload_json, delivery.schema_version
+    )
+    return body, {"content-type": "application/json"}
 
 
 def signing_secrets(target: Mapping[str, Any], now: datetime) -> list[str]:
@@ -219,19 +241,14 @@ class AttemptSender:
             url = str(target["url"])
             # Host names are resolved and checked once, when a connection is opened.
             self._check_literal(url)
-            body = message_body(
-                delivery.topic, delivery.event_time, delivery.payload_json, delivery.schema_version
-            )
+            body, headers = message(delivery, self._settings.event_source)
             stamp = int(time.time())
             msg_id = "msg_" + delivery.id.replace("-", "")
-            headers = {
-                "content-type": "application/json",
-                "webhook-id": msg_id,
-                "webhook-timestamp": str(stamp),
-                "webhook-signature": signature_header(
-                    msg_id, stamp, body, signing_secrets(target, started_at)
-                ),
-            }
+            headers["webhook-id"] = msg_id
+            headers["webhook-timestamp"] = str(stamp)
+            headers["webhook-signature"] = signature_header(
+                msg_id, stamp, body, signing_secrets(target, started_at)
+            )
             async with self._client().post(
                 url, data=body, headers=headers, allow_redirects=False
             ) as response:

@@ -13,7 +13,7 @@ import builtins
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ripple.platform.access import audit_store
 from ripple.platform.core.config import Settings
@@ -54,7 +54,17 @@ __all__ = [
     "WebhookKind",
 ]
 
+#: The webhook body formats (`WebhookTarget.format`), the default first.
+WEBHOOK_FORMATS: Final = ("ripple", "cloudevents", "cloudevents-binary")
+
 log = get_logger("ripple.webhooks")
+
+
+def _check_format(target: dict[str, Any]) -> None:
+    if target.get("format", "ripple") not in WEBHOOK_FORMATS:
+        raise InvalidInput(
+            f"webhook `format` must be one of {', '.join(WEBHOOK_FORMATS)}", field="format"
+        )
 
 
 def __getattr__(name: str) -> Any:
@@ -127,6 +137,7 @@ class WebhookKind:
                 raise InvalidInput(
                     f"webhook `retry` is not a retry policy: {exc}", field="retry"
                 ) from exc
+        _check_format(target)
         out["type"] = self.kind
         return out
 

@@ -62,3 +62,14 @@ async def test_cli_in_process__a_write_still_wakes_other_processes(client: Clien
         await assert_eventually(listener.take)
     [message] = await client.queues.receive("cli-lean", max_messages=5)
     assert message.body == {"n": 2}
+
+
+async def test_cli_in_process__topics_asyncapi_prints_the_document(client: Client) -> None:
+    await client.pool.execute(
+        "INSERT INTO ripple_topic_schemas (topic, version, schema, fingerprint)"
+        " VALUES ('cli.typed', 1, '{\"type\": \"object\"}'::jsonb, 'f1')"
+    )
+    doc, loaded = await asyncio.to_thread(_run, client.settings, "topics", "asyncapi")
+    assert doc["asyncapi"] == "3.0.0"
+    assert doc["channels"]["cli.typed"]["address"] == "cli.typed"
+    assert loaded == []

@@ -42,6 +42,8 @@ ROUTES = [
     ("post", "/v1/runs/retry"),
     ("post", "/v1/subscriptions/{subscription_id}/replay"),
     ("get", "/v1/audit"),
+    ("post", "/v1/events"),
+    ("get", "/asyncapi.json"),
     ("get", "/metrics"),
     ("get", "/healthz"),
     ("get", "/readyz"),
@@ -159,3 +161,13 @@ def test_api_models__numbers_still_take_integral_floats_and_ints() -> None:
 
     assert StartRun.model_validate({"priority": 2.0, "version": 1}).priority == 2
     assert ReceiveIn.model_validate({"wait": 1, "maxMessages": 3.0}).wait == 1.0
+
+
+def test_api_openapi__cloudevents_ingest_documents_its_modes(openapi: dict[str, Any]) -> None:
+    operation = openapi["paths"]["/v1/events"]["post"]
+    content = operation["requestBody"]["content"]
+    assert set(content) == {"application/cloudevents+json", "application/cloudevents-batch+json"}
+    event = content["application/cloudevents+json"]["schema"]
+    assert event["required"] == ["specversion", "id", "source", "type"]
+    assert "ce-specversion" in operation["description"]  # binary mode
+    assert "400" in operation["responses"]
