@@ -39,6 +39,7 @@ V1_ROUTES = (
     "queues",
     "deliveries",
     "schedules",
+    "wakes",
 )
 
 _DESCRIPTION = """

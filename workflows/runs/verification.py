@@ -158,7 +158,9 @@ def load_runs(text: str) -> list[RecordedRun]:
     try:
         doc = json.loads(text)
     except ValueError as exc:
-        raise InvalidInput(f"not a runs export (invalid JSON: {exc}): use `ripple runs export`") from None
+        raise InvalidInput(
+            f"not a runs export (invalid JSON: {exc}): use `ripple runs export`"
+        ) from None
     if not isinstance(doc, dict) or doc.get("format") != EXPORT_FORMAT:
         raise InvalidInput(f'not a runs export: expected "format": {EXPORT_FORMAT!r}')
     version = doc.get("version")

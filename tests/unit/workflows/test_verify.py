@@ -100,7 +100,9 @@ async def test_verify__a_patched_step_and_the_same_code_pass() -> None:
     runs = await recorded(code_a, completed=2, waiting=2)
     assert (await verify_runs(runs, [code_a])).divergences == []
     report = await verify_runs(runs, [code_c])
-    assert report.ok and report.divergences == [] and report.runs_checked == 4
+    assert report.ok
+    assert report.divergences == []
+    assert report.runs_checked == 4
     assert calls == {}
 
 
