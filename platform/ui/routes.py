@@ -591,3 +591,6 @@ def mount_ui(app: FastAPI) -> None:
     app.add_api_route("/", root, include_in_schema=False)
     app.add_api_route(PREFIX, root, include_in_schema=False)
     app.include_router(router)
+    from ripple.platform.ui import deploys
+
+    app.include_router(deploys.router)

@@ -161,3 +161,11 @@ async def test_verify__a_reorder_fails_waiting_runs_and_a_patch_passes_reading_o
     by_workflow = await ripple_cli("runs", "export", "--workflow", "ship", "--since", "1h", env=env)
     assert len(json.loads(by_workflow.stdout)["runs"]) == 5
     assert effects.read_text() == ran
+
+    # The worker of code A is gone: its three waiting runs have no live worker.
+    versions = json.loads((await ripple_cli("workflows", "versions", "--json", env=env)).stdout)
+    [ship] = versions
+    assert ship["workflow"] == "ship"
+    assert ship["stranded"] is True
+    assert ship["versions"][0]["activeRuns"] == 3
+    assert ship["versions"][0]["byStatus"] == {"waiting": 3}
