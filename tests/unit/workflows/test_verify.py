@@ -123,3 +123,68 @@ async def test_verify__the_export_format_round_trips() -> None:
         (r.run_id, r.status, [e.key for e in r.journal]) for r in runs
     ]
     assert (await verify_runs(again, [code_b])).runs_checked == 2
+
+
+@workflow(name="quote")
+async def race_a(ctx: WorkflowContext) -> Any:
+    return await ctx.step.race(
+        "answer-or-timeout",
+        {
+            "answer": lambda: ctx.step.wait_for_event("answer"),
+            "timeout": lambda: ctx.step.sleep("cool-off", timedelta(days=1)),
+        },
+    )
+
+
+@workflow(name="quote")
+async def race_renamed_branch(ctx: WorkflowContext) -> Any:
+    return await ctx.step.race(
+        "answer-or-timeout",
+        {
+            "reply": lambda: ctx.step.wait_for_event("answer"),
+            "timeout": lambda: ctx.step.sleep("cool-off", timedelta(days=1)),
+        },
+    )
+
+
+@workflow(name="quote")
+async def race_renamed_step(ctx: WorkflowContext) -> Any:
+    return await ctx.step.race(
+        "answer-or-timeout",
+        {
+            "answer": lambda: ctx.step.wait_for_event("reply"),
+            "timeout": lambda: ctx.step.sleep("cool-off", timedelta(days=1)),
+        },
+    )
+
+
+async def recorded_race(*, finished: bool) -> list[RecordedRun]:
+    runs = MemoryRuns([race_a])
+    run_id = runs.start(race_a)
+    await runs.execute(run_id)
+    if finished:
+        runs.signal(run_id, "answer", {"yes": True})
+        await runs.execute(run_id)
+    run = runs.run(run_id)
+    return [RecordedRun(run.run_id, run.workflow, run.version, run.status, None, run.entries)]
+
+
+async def test_verify__a_race_in_flight_checks_its_branches_and_their_steps() -> None:
+    waiting = await recorded_race(finished=False)
+    assert waiting[0].status == RunStatus.WAITING
+    assert (await verify_runs(waiting, [race_a])).divergences == []
+    [branch] = (await verify_runs(waiting, [race_renamed_branch])).divergences
+    assert "'answer'" in branch.expected
+    assert "'reply'" in branch.actual
+    [step] = (await verify_runs(waiting, [race_renamed_step])).divergences
+    assert step.expected == "wait 'answer-or-timeout/answer/answer'"
+    assert step.actual == "no such call"
+
+
+async def test_verify__a_finished_race_checks_its_winner_is_still_a_branch() -> None:
+    done = await recorded_race(finished=True)
+    assert done[0].status == RunStatus.COMPLETED
+    assert (await verify_runs(done, [race_a])).divergences == []
+    [winner] = (await verify_runs(done, [race_renamed_branch])).divergences
+    assert winner.status == RunStatus.COMPLETED
+    assert "'answer'" in winner.expected
