@@ -1,6 +1,6 @@
 """`make bench`: run the benchmark suites against the local Postgres and Redis.
 
-python -m bench [--only workflows,waits,publish,queues,webhooks,flow,rest,operations,cli]
+python -m bench [--only workflows,waits,publish,queues,webhooks,flow,rest,operations,verify,cli]
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ SUITES = [
     "flow",
     "rest",
     "operations",
+    "verify",
     "cli",
 ]
 #: Suites whose module is named differently from the suite.
