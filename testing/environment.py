@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import tempfile
 import uuid
 from collections.abc import Sequence
@@ -15,7 +16,9 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from ripple.platform.client import Client
+from ripple.platform.core import migrate
 from ripple.platform.core.config import load_settings
+from ripple.platform.core.db import create_pool
 from ripple.platform.core.embedded import EmbeddedServices, start_embedded
 from ripple.platform.errors import RippleError
 from ripple.workflows.authoring.definition import WorkflowDefinition
@@ -26,7 +29,6 @@ __all__ = ["Environment"]
 
 #: The embedded Postgres shared by every Environment of this process without a server.
 _embedded: list[EmbeddedServices] = []
-_PARKED = (RunStatus.SLEEPING, RunStatus.WAITING)
 
 
 def _with_database(url: str, name: str) -> str:
@@ -45,6 +47,35 @@ async def _admin(url: str, statement: str) -> None:
     conn = await asyncpg.connect(url)
     try:
         await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+async def _template(server: str) -> str:
+    """A database on `server` with this build's migrations applied, named after their
+    checksums: built once (under a temporary name, renamed when complete) and cloned by every
+    Environment, so a test pays a copy instead of the migrations."""
+    digest = hashlib.sha256(
+        "".join(f"{m.version}:{m.checksum}" for m in migrate.load_migrations()).encode()
+    ).hexdigest()[:16]
+    name = f"ripple_testing_tpl_{digest}"
+    conn = await asyncpg.connect(server)
+    try:
+        if await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
+            return name
+        building = f"{name}_{uuid.uuid4().hex[:8]}"
+        await conn.execute(f'CREATE DATABASE "{building}"')
+        settings = load_settings(database_url=_with_database(server, building), redis_url=None)
+        pool = await create_pool(settings, min_size=0, max_size=1)
+        try:
+            await migrate.apply_migrations(pool)
+        finally:
+            await pool.close()
+        try:
+            await conn.execute(f'ALTER DATABASE "{building}" RENAME TO "{name}"')
+        except asyncpg.DuplicateDatabaseError:  # another process built it meanwhile
+            await conn.execute(f'DROP DATABASE IF EXISTS "{building}"')
+        return name
     finally:
         await conn.close()
 
@@ -94,7 +125,8 @@ class Environment:
         if server is None:
             server = await asyncio.to_thread(_embedded_server)
         name = f"ripple_test_{uuid.uuid4().hex[:16]}"
-        await _admin(server, f'CREATE DATABASE "{name}"')
+        template = await _template(server)
+        await _admin(server, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
         self._server = server
         self._name = name
         self._database = _with_database(server, name)
@@ -105,6 +137,7 @@ class Environment:
                 "poll_interval": 0.2,
                 "pool_min_size": 1,
                 "pool_max_size": 5,
+                "shutdown_grace": 1.0,
             }
             settings = load_settings(**(options | self._overrides))
             client = Client(settings=settings)
@@ -142,32 +175,40 @@ class Environment:
                         self._server, f'DROP DATABASE IF EXISTS "{self._name}" WITH (FORCE)'
                     )
 
-    async def fire_timers(self, run_id: str | None = None, *, settle: float = 10.0) -> int:
-        """Fire every pending sleep and wait timeout now (of `run_id`, else of every run),
-        journaled as fired early; the number of runs woken. Runs still executing are given
-        up to `settle` seconds to park first."""
-        client = self.client
+    async def settle(self, run_id: str | None = None, *, timeout: float = 10.0) -> None:
+        """Wait until the run (every active run when None) is at rest: ended, or parked and
+        not due now. Raises TimeoutError after `timeout` seconds."""
         run_ids = [run_id] if run_id is not None else await self._active_runs()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + settle
-        woken = 0
+        deadline = loop.time() + timeout
         for rid in run_ids:
             while True:
-                run = await client.get_run(rid)
-                if run is None:
-                    raise RippleError(f"no run {rid}: check the run id")
-                if run.status != RunStatus.RUNNING and run.status != RunStatus.PENDING:
+                if await self.client.deploys.settled(rid):
                     break
                 if loop.time() >= deadline:
-                    break
+                    raise TimeoutError(f"run {rid} did not come to rest within {timeout} s")
                 await asyncio.sleep(0.02)
-            if run.status in _PARKED and await client.wake(rid):
+
+    async def fire_timers(self, run_id: str | None = None, *, settle: float = 10.0) -> int:
+        """Fire every pending sleep and wait timeout now (of `run_id`, else of every active
+        run), journaled as fired early; the number of runs woken. Waits up to `settle` seconds
+        for the runs to come to rest first (see `settle`)."""
+        run_ids = [run_id] if run_id is not None else await self._active_runs()
+        woken = 0
+        for rid in run_ids:
+            await self.settle(rid, timeout=settle)
+            if await self.client.wake(rid):
                 woken += 1
         return woken
 
     async def _active_runs(self) -> list[str]:
         out: list[str] = []
-        for status in (RunStatus.PENDING, RunStatus.RUNNING, *_PARKED):
+        for status in (
+            RunStatus.PENDING,
+            RunStatus.RUNNING,
+            RunStatus.SLEEPING,
+            RunStatus.WAITING,
+        ):
             cursor = None
             while True:
                 page = await self.client.list_runs(status=status, limit=500, cursor=cursor)

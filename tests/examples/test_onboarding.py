@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from examples import onboarding
 from ripple.testing import Environment
-from ripple.workflows.runs.records import RunStatus
-from tests.helpers import assert_eventually
 
 
 async def test_onboarding__signup_then_verification_completes_the_run(pg_admin_url: str) -> None:
@@ -17,12 +15,7 @@ async def test_onboarding__signup_then_verification_completes_the_run(pg_admin_u
         [run] = (await env.client.list_runs(onboarding.onboard_user.name)).items
         run_id = run.run_id
         assert await env.fire_timers(run_id) == 1  # the 3-second welcome delay
-
-        async def waiting() -> bool:
-            run = await env.client.get_run(run_id)
-            return run is not None and run.status == RunStatus.WAITING
-
-        await assert_eventually(waiting)
+        await env.settle(run_id)  # now waiting for the verification
         await env.client.publish("user.verified", {"userId": 42})
         output = await env.client.handle(run_id).result(timeout=10)
         assert output["verified"] is True
@@ -37,12 +30,6 @@ async def test_onboarding__without_verification_the_timeout_fires_and_nudges(
     async with Environment([onboarding.onboard_user], database_url=pg_admin_url) as env:
         handle = await env.client.start(onboarding.onboard_user, {"userId": 7})
         assert await env.fire_timers(handle.run_id) == 1  # the sleep
-
-        async def waiting() -> bool:
-            run = await env.client.get_run(handle.run_id)
-            return run is not None and run.status == RunStatus.WAITING
-
-        await assert_eventually(waiting)
         assert await env.fire_timers() == 1  # the hour-long verification timeout
         output = await handle.result(timeout=10)
         assert output["verified"] is False

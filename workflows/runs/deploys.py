@@ -190,6 +190,15 @@ class Deploys:
             for workflow, versions in sorted(table.items())
         ]
 
+    async def settled(self, run_id: str) -> bool:
+        """Whether the run is at rest: ended, or parked and not due now (a worker is not about
+        to resume it). Raises NotFound."""
+        async with self.pool.acquire() as conn:
+            settled = await recorded.run_settled(conn, run_id=run_id)
+        if settled is None:
+            raise NotFound(f"no run {run_id}: check the run id")
+        return settled
+
     async def wake(self, run_id: str, step: str | None = None) -> bool:
         """Fire the run's pending sleeps and wait timeouts now (only `step` when given),
         journaled as fired early; True if any fired. Audited as `run.wake`."""

@@ -16,6 +16,7 @@ __all__ = [
     "VersionRow",
     "WorkerServing",
     "load_full_journals",
+    "run_settled",
     "select_recorded_runs",
     "select_runs_by_id",
     "select_version_runs",
@@ -102,6 +103,11 @@ woken AS (
     RETURNING r.run_id
 )
 SELECT key FROM fired
+"""
+
+# $1 run id: its status, and whether it is due only later (a parked run that is not)
+_SELECT_SETTLED: Final = """
+SELECT status, available_at > now() AS later FROM ripple_runs WHERE run_id = $1
 """
 
 # no parameters: active runs by (workflow, version, status), with the oldest's creation.
@@ -215,6 +221,17 @@ async def wake_run(conn: Executor, *, run_id: str, step: str | None) -> list[str
     """Fire the parked run's future sleeps and wait timeouts now (only `step` when given);
     the keys fired. Call inside a transaction."""
     return [row["key"] for row in await conn.fetch(_WAKE_RUN, run_id, step)]
+
+
+async def run_settled(conn: Executor, *, run_id: str) -> bool | None:
+    """Whether the run is at rest: ended, or parked until a later time or an outside event
+    (not running, not due now); None when there is no such run."""
+    row = await conn.fetchrow(_SELECT_SETTLED, run_id)
+    if row is None:
+        return None
+    return row["status"] in ("completed", "failed", "canceled") or (
+        row["status"] != "running" and bool(row["later"])
+    )
 
 
 async def select_version_runs(conn: Executor) -> list[VersionRow]:

@@ -13,8 +13,7 @@ import pytest
 from ripple.platform.errors import NotFound
 from ripple.testing import Environment
 from ripple.workflows import WorkflowContext, workflow
-from ripple.workflows.runs.records import RunStatus
-from tests.helpers import assert_eventually, rest_client
+from tests.helpers import rest_client
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -42,19 +41,10 @@ async def deadline(ctx: WorkflowContext) -> Any:
     )
 
 
-async def parked(env: Environment, run_id: str) -> None:
-    async def check() -> bool:
-        run = await env.client.get_run(run_id)
-        return run is not None and run.status in (RunStatus.SLEEPING, RunStatus.WAITING)
-
-    await assert_eventually(check)
-
-
 async def test_fire_timers__sleep_and_sleep_until_fire_now(pg_admin_url: str) -> None:
     async with Environment([nap], database_url=pg_admin_url) as env:
         handle = await env.client.start(nap, None)
         assert await env.fire_timers(handle.run_id) == 1  # the day-long sleep
-        await parked(env, handle.run_id)
         assert await env.fire_timers() == 1  # sleep_until a date centuries away
         assert await handle.result(timeout=10) == "rested"
         steps = {s.key: s for s in await env.client.list_steps(handle.run_id)}
@@ -77,7 +67,7 @@ async def test_fire_timers__the_timer_wins_a_race_against_a_wait(pg_admin_url: s
         assert await handle.result(timeout=10) == ["deadline", None]
         # and a signal before the timer fires wins instead
         other = await env.client.start(deadline, None)
-        await parked(env, other.run_id)
+        await env.settle(other.run_id)
         await env.client.signal(other.run_id, "answer", {"yes": True})
         assert await other.result(timeout=10) == ["answer", {"yes": True}]
 
@@ -87,7 +77,7 @@ async def test_wake__rest_route_skips_the_sleep_and_records_an_audit_row(
 ) -> None:
     async with Environment([nap], database_url=pg_admin_url) as env:
         handle = await env.client.start(nap, None)
-        await parked(env, handle.run_id)
+        await env.settle(handle.run_id)
         async with rest_client(env.client) as http:
             woke = await http.post(f"/v1/runs/{handle.run_id}/wake", json={"step": "nope"})
             assert woke.json() == {"runId": handle.run_id, "woken": False}
