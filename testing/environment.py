@@ -22,7 +22,7 @@ from ripple.platform.core.db import create_pool
 from ripple.platform.core.embedded import EmbeddedServices, start_embedded
 from ripple.platform.errors import RippleError
 from ripple.workflows.authoring.definition import WorkflowDefinition
-from ripple.workflows.runs.records import RunStatus
+from ripple.workflows.runs.records import ACTIVE
 from ripple.workflows.runtime.worker import Worker
 
 __all__ = ["Environment"]
@@ -202,18 +202,12 @@ class Environment:
         return woken
 
     async def _active_runs(self) -> list[str]:
+        # One listing of every run (a run moving between statuses is never missed).
         out: list[str] = []
-        for status in (
-            RunStatus.PENDING,
-            RunStatus.RUNNING,
-            RunStatus.SLEEPING,
-            RunStatus.WAITING,
-        ):
-            cursor = None
-            while True:
-                page = await self.client.list_runs(status=status, limit=500, cursor=cursor)
-                out += [r.run_id for r in page.items]
-                cursor = page.next_cursor
-                if cursor is None:
-                    break
-        return out
+        cursor = None
+        while True:
+            page = await self.client.list_runs(limit=500, cursor=cursor)
+            out += [r.run_id for r in page.items if r.status in ACTIVE]
+            cursor = page.next_cursor
+            if cursor is None:
+                return out
