@@ -1,7 +1,7 @@
 """Deploy commands: `ripple verify`, `ripple runs export` and `ripple workflows versions`.
 
-All three only read, on the database (`RIPPLE_DATABASE_URL`, or `RIPPLE_DATABASE_READ_URL`
-for the runs they load: a replica works).
+All three only read, on `RIPPLE_DATABASE_READ_URL` when set, else `RIPPLE_DATABASE_URL` (a
+replica or a read-only role works); unlike other commands they apply no pending migration.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ripple.platform.cli.operate import settings
 from ripple.platform.cli.output import err, fail, out, print_json, table
 
 if TYPE_CHECKING:
-    from ripple.platform.client import Client
+    from ripple.workflows.runs.deploys import Deploys
 
 __all__ = ["parse_duration", "runs_export", "verify", "workflows_versions"]
 
@@ -41,18 +41,27 @@ def parse_duration(text: str, what: str) -> timedelta:
     return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2) or "s"])
 
 
-def _run(action: Callable[[Client], Awaitable[T]]) -> T:
+def _run(action: Callable[[Deploys], Awaitable[T]]) -> T:
+    """Run `action` on a pool of one connection to the read URL (else the database URL), with
+    no migration on connect: these commands never write, even for a newer build's schema."""
     import asyncio
 
     from ripple.platform.client import Client
+    from ripple.platform.core.db import create_pool
     from ripple.platform.core.logs import configure_logging
+    from ripple.platform.core.wake import NullWaker
     from ripple.platform.errors import RippleError
+    from ripple.workflows.runs.deploys import Deploys
 
     configure_logging(level="warning")
+    resolved = Client.for_command(settings=settings(), writes=False).settings
 
     async def go() -> T:
-        async with Client.for_command(settings=settings(), writes=False) as client:
-            return await action(client)
+        pool = await create_pool(resolved, dsn=resolved.database_read_url, min_size=1, max_size=1)
+        try:
+            return await action(Deploys(pool, pool, NullWaker()))
+        finally:
+            await pool.close()
 
     try:
         return asyncio.run(go())
@@ -89,8 +98,8 @@ def verify(
             raise fail(f"{app_path} defines no workflow {', '.join(sorted(unknown))}", 2)
         definitions = [d for d in definitions if d.name in workflow]
 
-    async def action(client: Client) -> Any:
-        runs = await client.deploys.recorded_runs(definitions, since=window, limit=limit)
+    async def action(deploys: Deploys) -> Any:
+        runs = await deploys.recorded_runs(definitions, since=window, limit=limit)
         if as_json or not sys.stderr.isatty():
             return await verify_runs(runs, definitions)
         from rich.progress import Progress
@@ -141,9 +150,7 @@ def runs_export(
         raise fail("name run ids, or a workflow with --workflow", 2)
     window = parse_duration(since, "--since")
     runs = _run(
-        lambda client: client.deploys.export(
-            run_ids or (), workflow=workflow, since=window, limit=limit
-        )
+        lambda deploys: deploys.export(run_ids or (), workflow=workflow, since=window, limit=limit)
     )
     sys.stdout.write(dump_runs(runs) + "\n")
 
@@ -158,7 +165,7 @@ def workflows_versions(
 
     config = settings()
     live = config.lease_seconds * LIVE_LEASES
-    result = _run(lambda client: client.deploys.versions(live_seconds=live))
+    result = _run(lambda deploys: deploys.versions(live_seconds=live))
     if as_json:
         print_json([w.to_json() for w in result])
         return
