@@ -3,8 +3,12 @@ a run that sleeps 3 s and waits an hour completes in milliseconds."""
 
 from __future__ import annotations
 
+import pytest
+
 from examples import onboarding
 from ripple.testing import Environment
+
+pytestmark = pytest.mark.timeout(120)
 
 
 async def test_onboarding__signup_then_verification_completes_the_run(pg_admin_url: str) -> None:
