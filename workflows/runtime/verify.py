@@ -6,7 +6,7 @@ where the code reaches a call the journal has no result for (the frontier of an 
 call blocks instead of running, and once every call is blocked the replay stops there, as a
 suspension would. The first disagreement is reported as a `Divergence` instead of failing the
 run: a different call at a top-level position, a different kind under a key, a call past the
-end of a finished run, a run that ends before its journal does, a race or join whose branch
+end of a completed run, a run that ends before its journal does, a race or join whose branch
 set no longer covers its recorded branches, and recorded calls inside an entered branch or loop
 iteration that the code no longer makes. No step body runs; no I/O.
 """
@@ -33,7 +33,7 @@ from ripple.workflows.runtime.ports import ChildSpec, WaitSpec
 
 __all__ = ["ReplayWriter", "VerifyExecution", "verify_run", "verify_runs"]
 
-#: Kinds whose unrecorded calls past a finished run's journal are not a divergence: values a
+#: Kinds whose unrecorded calls past a completed run's journal are not a divergence: values a
 #: replay makes (`ctx.now()`, ...) and patch markers.
 _FREE_KINDS = frozenset({"patch", "now", "uuid", "random"})
 
@@ -144,7 +144,9 @@ class VerifyExecution(RunExecution):
             resolve=resolve,
         )
         self.recorded = run
-        self._finished_run = not run.active
+        # Only a completed run reached its end: a failed or canceled one stopped where its
+        # journal stops (a retry resumes there), so a call past it is its frontier.
+        self._finished_run = run.status == "completed"
         self._divergence: Divergence | None = None
         self._consumed: set[str] = set()
         self._entered: set[str] = set()
