@@ -6,7 +6,7 @@ UV ?= $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 VENV := .venv
 BIN := $(VENV)/bin
 export UV_PROJECT_ENVIRONMENT := $(VENV)
-CODE := platform subscribers workflows
+CODE := platform subscribers workflows testing
 # mypy also checks tests/ (pyproject.toml relaxes two rules there).
 TYPED := $(CODE) tests
 

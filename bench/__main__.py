@@ -1,7 +1,7 @@
 """`make bench`: run the benchmark suites against the local Postgres and Redis.
 
 python -m bench [--only workflows,waits,publish,queues,webhooks,flow,rest,cloudevents,operations,
-                        cli]
+                        verify,cli]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ SUITES = [
     "rest",
     "cloudevents",
     "operations",
+    "verify",
     "cli",
 ]
 #: Suites whose module is named differently from the suite.

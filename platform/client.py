@@ -42,9 +42,11 @@ from ripple.subscribers.webhooks.webhook import Deliveries, WebhookKind
 from ripple.subscribers.workflow import WorkflowKind
 from ripple.workflows.authoring.definition import WorkflowDefinition
 from ripple.workflows.runs.client import WorkflowClient
+from ripple.workflows.runs.deploys import Deploys
 from ripple.workflows.runs.handle import RunHandle
 from ripple.workflows.runs.operations import RunFilter, RunOperations, WaitOutcome
 from ripple.workflows.runs.records import Page, Run, SignalResult, StepRecord
+from ripple.workflows.runs.verification import VerifyReport
 
 __all__ = ["Client"]
 
@@ -122,6 +124,8 @@ class Client:
         self.deliveries: Deliveries = Deliveries(pool, waker, self.settings, read_pool=read_pool)
         #: The audit trail: `list` (the audited actions write it themselves).
         self.audit: Audit = Audit(pool, self.settings)
+        #: Recorded runs for `verify` and exports, versions in use, early wakes.
+        self.deploys: Deploys = Deploys(pool, read_pool, waker)
         #: Refreshes the gauges computed from Postgres (call before exposing `/metrics`).
         self.gauges: GaugeCollector = GaugeCollector(
             pool, self.settings, runs=self.workflows.upkeep
@@ -348,6 +352,26 @@ class Client:
     async def cancel(self, run_id: str) -> bool:
         """Cancel a run (and its active children); True if it was still active."""
         return await self.workflows.cancel(run_id)
+
+    async def verify(
+        self,
+        workflows: Sequence[WorkflowDefinition[Any, Any]],
+        *,
+        since: timedelta | float = timedelta(days=7),
+        limit: int = 1000,
+    ) -> VerifyReport:
+        """Replay the recorded runs of each workflow's version (all active ones, completed and
+        failed ones that ended within `since`, at most `limit` each) against this code: no step
+        body runs and nothing is written. `report.ok` when no active run diverges."""
+        from ripple.workflows.runtime.verify import verify_runs
+
+        runs = await self.deploys.recorded_runs(workflows, since=since, limit=limit)
+        return await verify_runs(runs, workflows)
+
+    async def wake(self, run_id: str, step: str | None = None) -> bool:
+        """Fire the run's pending sleeps and wait timeouts now (only `step` when given); True
+        if anything fired. Raises NotFound."""
+        return await self.deploys.wake(run_id, step)
 
     async def retry(self, run_id: str) -> RunHandle[Any]:
         """Resume a failed or canceled run in place (same id): steps with a recorded result keep

@@ -42,6 +42,7 @@ V1_ROUTES = (
     "schedules",
     "audit",
     "cloudevents",
+    "wakes",
 )
 
 _DESCRIPTION = """

@@ -604,3 +604,6 @@ def mount_ui(app: FastAPI) -> None:
     from ripple.platform.ui import audit_page  # it builds on this module's session and render
 
     app.include_router(audit_page.router)
+    from ripple.platform.ui import deploys
+
+    app.include_router(deploys.router)

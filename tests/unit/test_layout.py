@@ -17,6 +17,7 @@ FOLDERS = {
     "platform": "ripple.platform",
     "subscribers": "ripple.subscribers",
     "workflows": "ripple.workflows",
+    "testing": "ripple.testing",
 }
 
 
