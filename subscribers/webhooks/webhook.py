@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, transaction
 from ripple.platform.core.ids import new_ids
+from ripple.platform.core.limits import RateLimit
 from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import DeliveriesReady, SubscriptionsChanged, Waker
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
 from ripple.platform.events import subscription_store
 from ripple.platform.events.fanout import FanOutItem, PublishedEvent, SubscriptionRow
+from ripple.subscribers.targets import DEFAULT_MAX_IN_FLIGHT
 from ripple.subscribers.webhooks import delivery_store as store
 from ripple.subscribers.webhooks.delivery_store import (
     Attempt,
@@ -70,6 +72,8 @@ def __getattr__(name: str) -> Any:
 RESOLVE_TIMEOUT = 5.0
 #: Longest per-attempt timeout a target may ask for, in seconds.
 MAX_TIMEOUT = 300.0
+#: Largest `maxInFlight` a target may ask for.
+MAX_IN_FLIGHT = 1000
 
 
 class WebhookKind:
@@ -98,7 +102,8 @@ class WebhookKind:
             log.warning("webhook_host_unresolved", url=url, error=str(exc) or "timed out")
         except ValueError as exc:
             raise InvalidInput(str(exc), field="url") from exc
-        out = dict(target)
+        # The limits are stored camelCase (`_limits`), whichever spelling came in.
+        out = {k: v for k, v in target.items() if k not in ("max_in_flight", "rate_limit")}
         secret = target.get("secret")
         if secret is None:
             out["secret"] = generate_secret()
@@ -126,6 +131,7 @@ class WebhookKind:
                 raise InvalidInput(
                     f"webhook `retry` is not a retry policy: {exc}", field="retry"
                 ) from exc
+        out.update(_limits(target))
         out["type"] = self.kind
         return out
 
@@ -155,6 +161,33 @@ class WebhookKind:
         """Wake dispatchers. Never raises."""
         if subscriptions and self._waker is not None:
             self._waker.notify(DeliveriesReady())
+
+
+def _limits(target: dict[str, Any]) -> dict[str, Any]:
+    """A target's `maxInFlight` (default 10) and `rateLimit` ({limit, perSeconds}), checked."""
+    out: dict[str, Any] = {}
+    cap = target.get("maxInFlight", target.get("max_in_flight", DEFAULT_MAX_IN_FLIGHT))
+    if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_IN_FLIGHT:
+        raise InvalidInput(
+            f"webhook `maxInFlight` must be an integer from 1 to {MAX_IN_FLIGHT}, got {cap!r}",
+            field="maxInFlight",
+        )
+    out["maxInFlight"] = cap
+    rate = target.get("rateLimit", target.get("rate_limit"))
+    if rate is not None:
+        if isinstance(rate, RateLimit):
+            limit = rate
+        elif isinstance(rate, dict) and set(rate) <= {"limit", "perSeconds", "per"}:
+            per: Any = rate.get("perSeconds", rate.get("per", 1.0))
+            count: Any = rate.get("limit")
+            limit = RateLimit(count, per)  # RateLimit checks both
+        else:
+            raise InvalidInput(
+                "webhook `rateLimit` must be {limit, perSeconds}, e.g. {limit: 100, perSeconds: 1}",
+                field="rateLimit",
+            )
+        out["rateLimit"] = {"limit": limit.limit, "perSeconds": limit.seconds}
+    return out
 
 
 def _uuid(value: str | uuid.UUID, what: str) -> uuid.UUID:
