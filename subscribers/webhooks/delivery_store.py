@@ -23,13 +23,18 @@ from ripple.platform.events import subscription_store
 
 __all__ = [
     "Attempt",
+    "Breaker",
     "Claim",
     "ClaimedDelivery",
     "Delivery",
     "DeliveryPage",
     "DeliveryStatus",
+    "EndpointHealth",
     "FinishedAttempt",
     "claim_due",
+    "close_circuit",
+    "due_now",
+    "endpoints",
     "disable_subscription",
     "fail_orphans",
     "finish_attempts",
@@ -226,7 +231,8 @@ WHERE d.id = ANY($1::uuid[]) AND d.id = c.id AND d.claim_token = c.token
 
 # $1 the finished attempts, a JSON array of objects with the keys the record type below names
 # (one document instead of thirteen parallel arrays: asyncpg type-checks every array element in
-# Python, a cost per attempt), $2 disable-after seconds.
+# Python, a cost per attempt), $2 disable-after seconds, $3 consecutive failures that open an
+# endpoint's circuit, $4 seconds from a failure of an open circuit to its next probe.
 # One statement for many finished attempts: end each claim still held (`d`), record its attempt
 # (`a`) and fold the batch's outcomes into each endpoint's health row (`h`: a success in the
 # batch makes it healthy; ON CONFLICT may touch a row once, hence the per-subscription
@@ -263,16 +269,21 @@ WITH i AS (
            i.response_body
     FROM i JOIN d ON d.id = i.id
 ), per_sub AS (
-    SELECT d.subscription_id, bool_or(i.healthy) AS any_ok, bool_and(i.healthy) AS all_ok
+    SELECT d.subscription_id, bool_or(i.healthy) AS any_ok, bool_and(i.healthy) AS all_ok,
+           count(*) FILTER (WHERE NOT i.healthy) AS failures
     FROM i JOIN d ON d.id = i.id
     GROUP BY d.subscription_id
 ), h AS (
     INSERT INTO ripple_webhook_health AS h
-        (subscription_id, failing_since, last_success_at, last_failure_at)
+        (subscription_id, failing_since, last_success_at, last_failure_at,
+         consecutive_failures, circuit_open_until)
     SELECT p.subscription_id,
            CASE WHEN p.any_ok THEN NULL ELSE now() END,
            CASE WHEN p.any_ok THEN now() END,
-           CASE WHEN p.all_ok THEN NULL ELSE now() END
+           CASE WHEN p.all_ok THEN NULL ELSE now() END,
+           CASE WHEN p.any_ok THEN 0 ELSE p.failures END,
+           CASE WHEN NOT p.any_ok AND p.failures >= $3::int
+                THEN now() + make_interval(secs => $4::float8) END
     FROM per_sub p
     -- An endpoint known healthy for under a second is not touched at all: ON CONFLICT locks
     -- the row before its WHERE is tested, and concurrent batches queued behind that lock.
@@ -285,7 +296,15 @@ WITH i AS (
         failing_since = CASE WHEN EXCLUDED.last_success_at IS NOT NULL THEN NULL
                              ELSE COALESCE(h.failing_since, now()) END,
         last_success_at = COALESCE(EXCLUDED.last_success_at, h.last_success_at),
-        last_failure_at = COALESCE(EXCLUDED.last_failure_at, h.last_failure_at)
+        last_failure_at = COALESCE(EXCLUDED.last_failure_at, h.last_failure_at),
+        -- the circuit breaker: a success closes it; the $3-th failure in a row opens it (or
+        -- keeps it open: the next probe waits $4 seconds from this failure)
+        consecutive_failures = CASE WHEN EXCLUDED.last_success_at IS NOT NULL THEN 0
+            ELSE h.consecutive_failures + EXCLUDED.consecutive_failures END,
+        circuit_open_until = CASE WHEN EXCLUDED.last_success_at IS NOT NULL THEN NULL
+            WHEN h.consecutive_failures + EXCLUDED.consecutive_failures >= $3::int
+            THEN now() + make_interval(secs => $4::float8)
+            ELSE h.circuit_open_until END
     -- a healthy endpoint's row is rewritten at most once a second (not once per batch)
     WHERE h.failing_since IS NOT NULL OR EXCLUDED.last_failure_at IS NOT NULL
        OR h.last_success_at IS NULL OR h.last_success_at < now() - interval '1 second'
@@ -343,6 +362,37 @@ SELECT target FROM ripple_subscriptions WHERE id = $1 AND kind = 'webhook' FOR U
 # $1 subscription id, $2 target
 UPDATE_TARGET: Final = """
 UPDATE ripple_subscriptions SET target = $2, updated_at = now() WHERE id = $1
+"""
+
+# $1 subscription ids uuid[]: each endpoint's health, budget and held claims (no row: healthy,
+# nothing held).
+SELECT_ENDPOINTS: Final = """
+SELECT s.id AS subscription_id, h.failing_since, h.last_success_at, h.last_failure_at,
+       COALESCE(h.consecutive_failures, 0) AS consecutive_failures, h.circuit_open_until,
+       (SELECT count(*) FROM ripple_webhook_deliveries c
+        WHERE c.subscription_id = s.id AND c.claim_token IS NOT NULL
+          AND c.next_attempt_at > now())::int AS in_flight
+FROM unnest($1::uuid[]) WITH ORDINALITY AS s(id, n)
+LEFT JOIN ripple_webhook_health h ON h.subscription_id = s.id
+ORDER BY s.n
+"""
+
+# $1 subscription id. Closes the endpoint's circuit (a failure opens it again only after the
+# full count of failures in a row); returns whether it was open.
+CLOSE_CIRCUIT: Final = """
+UPDATE ripple_webhook_health n SET consecutive_failures = 0, circuit_open_until = NULL
+FROM ripple_webhook_health o
+WHERE n.subscription_id = $1 AND o.subscription_id = n.subscription_id
+RETURNING o.circuit_open_until IS NOT NULL AS was_open
+"""
+
+# $1 subscription id. Its pending deliveries that wait (for a retry, or behind the circuit) are
+# due now; claimed ones are left to their claim.
+DUE_NOW: Final = """
+UPDATE ripple_webhook_deliveries
+SET next_attempt_at = now(), updated_at = now()
+WHERE subscription_id = $1 AND status = 'pending' AND claim_token IS NULL
+  AND next_attempt_at > now()
 """
 
 # $1 id. Back to pending with a fresh attempt budget, due now.
@@ -608,8 +658,24 @@ class FinishedAttempt:
     healthy: bool
 
 
+@dataclass(frozen=True, slots=True)
+class Breaker:
+    """The circuit breaker's settings: `failures` in a row open an endpoint's circuit; an open
+    one lets one probe through every `probe_interval` seconds."""
+
+    failures: int
+    probe_interval: float
+
+
+#: The settings' defaults (`webhook_circuit_failures`, `webhook_circuit_probe_interval`).
+DEFAULT_BREAKER: Final = Breaker(failures=5, probe_interval=30.0)
+
+
 async def finish_attempts(
-    conn: Connection, attempts: Sequence[FinishedAttempt], disable_after: float
+    conn: Connection,
+    attempts: Sequence[FinishedAttempt],
+    disable_after: float,
+    breaker: Breaker | None = None,
 ) -> list[tuple[bool, bool]]:
     """End claims with their outcomes, record the attempts and the endpoints' health.
 
@@ -619,7 +685,14 @@ async def finish_attempts(
     """
     if not attempts:
         return []
-    rows = await conn.fetch(FINISH_ATTEMPTS, finish_document(attempts), disable_after)
+    breaker = breaker or DEFAULT_BREAKER
+    rows = await conn.fetch(
+        FINISH_ATTEMPTS,
+        finish_document(attempts),
+        disable_after,
+        breaker.failures,
+        breaker.probe_interval,
+    )
     by_id = {str(row["id"]): (bool(row["owned"]), bool(row["exhausted"])) for row in rows}
     return [by_id[a.delivery.id] for a in attempts]
 
@@ -697,6 +770,55 @@ async def get_delivery(conn: Connection, delivery_id: uuid.UUID) -> Delivery | N
 async def list_attempts(conn: Connection, delivery_id: uuid.UUID) -> list[Attempt]:
     """Every attempt of a delivery, oldest first."""
     return [Attempt.from_row(row) for row in await conn.fetch(LIST_ATTEMPTS, delivery_id)]
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointHealth:
+    """A webhook subscription's endpoint as the dispatcher sees it: its circuit breaker
+    (`circuit`: "closed", or "open" until `next_probe_at`), failures in a row and deliveries
+    in flight (held claims, across every dispatcher)."""
+
+    subscription_id: str
+    circuit: str
+    consecutive_failures: int
+    next_probe_at: datetime | None
+    in_flight: int
+    failing_since: datetime | None
+    last_success_at: datetime | None
+    last_failure_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> EndpointHealth:
+        probe = row["circuit_open_until"]
+        return cls(
+            subscription_id=str(row["subscription_id"]),
+            circuit="closed" if probe is None else "open",
+            consecutive_failures=row["consecutive_failures"],
+            next_probe_at=probe,
+            in_flight=row["in_flight"],
+            failing_since=row["failing_since"],
+            last_success_at=row["last_success_at"],
+            last_failure_at=row["last_failure_at"],
+        )
+
+
+async def endpoints(
+    conn: Connection, subscription_ids: Sequence[uuid.UUID]
+) -> list[EndpointHealth]:
+    """The endpoint health of each subscription, in order."""
+    rows = await conn.fetch(SELECT_ENDPOINTS, list(subscription_ids))
+    return [EndpointHealth.from_row(row) for row in rows]
+
+
+async def close_circuit(conn: Connection, subscription_id: uuid.UUID) -> bool:
+    """Close the endpoint's circuit; whether it was open."""
+    return bool(await conn.fetchval(CLOSE_CIRCUIT, subscription_id))
+
+
+async def due_now(conn: Connection, subscription_id: uuid.UUID) -> int:
+    """Make the subscription's waiting (unclaimed) pending deliveries due now; how many."""
+    status = await conn.execute(DUE_NOW, subscription_id)
+    return int(status.rsplit(" ", 1)[-1])
 
 
 async def redrive(conn: Connection, delivery_id: uuid.UUID) -> bool:

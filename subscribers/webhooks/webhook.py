@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ripple.platform.access import audit_store
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, transaction
 from ripple.platform.core.ids import new_ids
@@ -31,6 +32,7 @@ from ripple.subscribers.webhooks.delivery_store import (
     Delivery,
     DeliveryPage,
     DeliveryStatus,
+    EndpointHealth,
 )
 from ripple.subscribers.webhooks.signing import decode_secret, generate_secret
 from ripple.subscribers.webhooks.ssrf import (
@@ -51,6 +53,7 @@ __all__ = [
     "Delivery",
     "DeliveryPage",
     "DeliveryStatus",
+    "EndpointHealth",
     "WebhookDispatcher",
     "WebhookKind",
 ]
@@ -190,6 +193,13 @@ def _limits(target: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+async def _webhook_subscription(conn: Connection, subscription_id: str) -> None:
+    """Raise `NotFound` unless `subscription_id` is a webhook subscription."""
+    record = await subscription_store.get_subscription(conn, subscription_id)
+    if record is None or record.kind != "webhook":
+        raise NotFound(f"no webhook subscription {subscription_id}")
+
+
 def _uuid(value: str | uuid.UUID, what: str) -> uuid.UUID:
     if isinstance(value, uuid.UUID):
         return value
@@ -295,6 +305,38 @@ class Deliveries:
         if count:
             self._hint()
         return count
+
+    async def endpoint(self, subscription_id: str) -> EndpointHealth:
+        """The endpoint of a webhook subscription: its circuit breaker, failures in a row and
+        deliveries in flight. Raises `NotFound`."""
+        sub = _uuid(subscription_id, "subscription")
+        async with transaction(self._pool) as conn:
+            await _webhook_subscription(conn, subscription_id)
+            (health,) = await store.endpoints(conn, [sub])
+        return health
+
+    async def endpoints(self, subscription_ids: Sequence[str]) -> builtins.list[EndpointHealth]:
+        """The endpoint of each of these webhook subscriptions, in order (for listings)."""
+        subs = [_uuid(s, "subscription") for s in subscription_ids]
+        async with transaction(self._read_pool) as conn:
+            return await store.endpoints(conn, subs)
+
+    async def resume_endpoint(self, subscription_id: str) -> EndpointHealth:
+        """Resume a webhook endpoint now: close its circuit and make its waiting deliveries
+        (retries, and those held back by the circuit) due at once. Returns the endpoint as it
+        is now. Raises `NotFound`."""
+        sub = _uuid(subscription_id, "subscription")
+        async with transaction(self._pool) as conn:
+            await _webhook_subscription(conn, subscription_id)
+            was_open = await store.close_circuit(conn, sub)
+            due = await store.due_now(conn, sub)
+            await audit_store.record(
+                conn, "endpoint.resume", subscription_id, {"wasOpen": was_open, "due": due}
+            )
+            (health,) = await store.endpoints(conn, [sub])
+        log.info("webhook_endpoint_resumed", subscription_id=subscription_id, was_open=was_open)
+        self._hint()
+        return health
 
     async def rotate_secret(
         self,

@@ -190,6 +190,10 @@ async def test_webhook_dispatcher__exhausted_then_redriven(
         page = await ops.list(status="failed", subscription_id=sub.id)
         assert len(page.items) == 3
 
+        # Six failures in a row opened the endpoint's circuit: resuming it sends what is
+        # redriven at once instead of at the next probe.
+        assert (await ops.endpoint(sub.id)).circuit == "open"
+        await ops.resume_endpoint(sub.id)
         healthy = True
         first = str(rows[0]["id"])
         redriven = await ops.redrive(first)

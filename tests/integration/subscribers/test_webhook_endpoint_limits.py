@@ -6,14 +6,19 @@ from __future__ import annotations
 import asyncio
 import bisect
 import time
+import uuid
 from datetime import UTC, datetime
+
+import pytest
 
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Pool, transaction
 from ripple.platform.core.ids import new_id
 from ripple.platform.core.wake import NullWaker
+from ripple.platform.errors import NotFound
 from ripple.platform.events.fanout import PublishedEvent, SubscriptionRow
 from ripple.subscribers.webhooks.dispatcher import WebhookDispatcher
+from ripple.subscribers.webhooks.webhook import Deliveries
 from tests.integration.subscribers.conftest import Hooks
 from tests.integration.subscribers.webhook_sink import Received, Reply, Sink
 
@@ -85,3 +90,57 @@ async def test_in_flight_cap__holds_across_dispatchers(
 
     assert received == 40
     assert peak == 3  # reached, never passed (each dispatcher alone would allow 8)
+
+
+async def test_circuit_breaker__opens_after_failures_in_a_row_probes_once_and_resumes(
+    pool: Pool, hook_settings: Settings, hooks: Hooks, ops: Deliveries
+) -> None:
+    healthy = False
+
+    def flaky(_req: Received, _n: int) -> Reply:
+        return Reply(204 if healthy else 500)
+
+    settings = hook_settings.model_copy(
+        update={"webhook_circuit_failures": 3, "webhook_circuit_probe_interval": 3600.0}
+    )
+    retry_at_once = {"maxAttempts": 100, "initialInterval": 0, "jitter": 0}
+    async with Sink(flaky) as broken, Sink() as fine:
+        broken_sub = await hooks.subscribe(broken.url(), maxInFlight=1, retry=retry_at_once)
+        fine_sub = await hooks.subscribe(fine.url())
+        await publish_many(hooks, [broken_sub, fine_sub], 5)
+
+        # Three failures in a row open the circuit: nothing more is sent to it, while the
+        # other endpoint gets everything.
+        await WebhookDispatcher(pool, NullWaker(), settings).run_until_idle()
+        assert len(broken.received) == 3
+        assert len(fine.received) == 5
+        health = await ops.endpoint(broken_sub.id)
+        assert (health.circuit, health.consecutive_failures) == ("open", 3)
+        assert health.next_probe_at is not None
+
+        # Its probe time comes (moved in SQL instead of waiting): exactly one probe goes; it
+        # fails, so the circuit stays open until the next probe time.
+        await pool.execute(
+            "UPDATE ripple_webhook_health SET circuit_open_until = now() "
+            "WHERE subscription_id = $1",
+            uuid.UUID(broken_sub.id),
+        )
+        await WebhookDispatcher(pool, NullWaker(), settings).run_until_idle()
+        assert len(broken.received) == 4
+        health = await ops.endpoint(broken_sub.id)
+        assert (health.circuit, health.consecutive_failures) == ("open", 4)
+
+        # "Resume now": closed, and every waiting delivery goes at once.
+        healthy = True
+        resumed = await ops.resume_endpoint(broken_sub.id)
+        assert (resumed.circuit, resumed.consecutive_failures) == ("closed", 0)
+        await WebhookDispatcher(pool, NullWaker(), settings).run_until_idle()
+    assert {r["status"] for r in await hooks.deliveries(broken_sub)} == {"delivered"}
+    assert (await ops.endpoint(broken_sub.id)).circuit == "closed"
+
+
+async def test_resume_endpoint__of_an_unknown_subscription_is_not_found(ops: Deliveries) -> None:
+    with pytest.raises(NotFound):
+        await ops.resume_endpoint(str(uuid.uuid4()))
+    with pytest.raises(NotFound):
+        await ops.endpoint("not-a-uuid")
