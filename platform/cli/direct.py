@@ -186,6 +186,14 @@ class ClientOperator:
         await self._client.deliveries.redrive(delivery_id)
         return _json(results.Redriven(redriven=1))
 
+    async def endpoint(self, subscription_id: str, *, resume: bool = False) -> Json:
+        deliveries = self._client.deliveries
+        if resume:
+            health = await deliveries.resume_endpoint(subscription_id)
+        else:
+            health = await deliveries.endpoint(subscription_id)
+        return _json(results.EndpointOut.model_validate(jsonable(health)))
+
     # -- schedules --------------------------------------------------------------------------
 
     async def schedules(self) -> Json:

@@ -201,6 +201,12 @@ class ApiOperator:
             return await self._call("POST", "/v1/deliveries/redrive")
         return await self._call("POST", f"/v1/deliveries/{delivery_id}/redrive")
 
+    async def endpoint(self, subscription_id: str, *, resume: bool = False) -> Json:
+        path = f"/v1/subscriptions/{subscription_id}/endpoint"
+        if resume:
+            return await self._call("POST", f"{path}/resume")
+        return await self._call("GET", path)
+
     async def schedules(self) -> Json:
         return await self._call("GET", "/v1/schedules")
 
