@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import timedelta
 
@@ -112,3 +113,27 @@ async def test_cli_operator__shows_and_resumes_an_endpoint(client: Client) -> No
     assert _endpoint_line(shown).startswith(f"{sub.id}: circuit open, 5 failure(s)")
     resumed = await op.endpoint(sub.id, resume=True)
     assert resumed["circuit"] == "closed"
+
+
+async def test_dashboard__shows_an_open_circuit_and_resumes_it(client: Client) -> None:
+    from ripple.platform.api.app import create_app
+
+    sub = await client.subscribe("order.*", WebhookTarget(URL, max_in_flight=4))
+    await _open_circuit(client, sub.id)
+    transport = httpx.ASGITransport(app=create_app(client))
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as ui:
+        page = await ui.get("/ui/topics")
+        assert page.status_code == 200
+        assert "circuit open" in page.text
+        assert "0/4 in flight" in page.text
+        assert f"/ui/subscriptions/{sub.id}/endpoint/resume" in page.text
+        found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert found is not None
+        done = await ui.post(
+            f"/ui/subscriptions/{sub.id}/endpoint/resume", data={"csrf": found.group(1)}
+        )
+        assert done.status_code == 303
+        assert (await client.deliveries.endpoint(sub.id)).circuit == "closed"
+        page = await ui.get("/ui/topics")
+        assert "circuit closed" in page.text
+        assert "Resume now" not in page.text
