@@ -150,10 +150,20 @@ class ClientOperator:
         return _json(results.Sent(id=str(sent)))
 
     async def queue_receive(
-        self, queue: str, max_messages: int, visibility_timeout: float, wait: float, ack: bool
+        self,
+        queue: str,
+        max_messages: int,
+        visibility_timeout: float,
+        wait: float,
+        ack: bool,
+        fair: bool = False,
     ) -> Json:
         messages = await self._client.queues.receive(
-            queue, max_messages=max_messages, visibility_timeout=visibility_timeout, wait=wait
+            queue,
+            max_messages=max_messages,
+            visibility_timeout=visibility_timeout,
+            wait=wait,
+            fair=fair,
         )
         if ack:
             for message in messages:

@@ -172,9 +172,21 @@ class ApiOperator:
         return await self._call("POST", f"/v1/queues/{queue}/messages", json=data)
 
     async def queue_receive(
-        self, queue: str, max_messages: int, visibility_timeout: float, wait: float, ack: bool
+        self,
+        queue: str,
+        max_messages: int,
+        visibility_timeout: float,
+        wait: float,
+        ack: bool,
+        fair: bool = False,
     ) -> Json:
-        data = {"maxMessages": max_messages, "visibilityTimeout": visibility_timeout, "wait": wait}
+        data: dict[str, Any] = {
+            "maxMessages": max_messages,
+            "visibilityTimeout": visibility_timeout,
+            "wait": wait,
+        }
+        if fair:
+            data["fair"] = True
         result = await self._call("POST", f"/v1/queues/{queue}/messages/receive", json=data)
         messages = result["messages"]
         if ack:
