@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import defaultdict
 
 import httpx
@@ -13,6 +14,7 @@ from ripple.platform.client import Client
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Pool
 from ripple.platform.core.wake import NullWaker
+from ripple.subscribers.queues import queue_store
 from ripple.subscribers.queues.queues import Message, OutgoingMessage, Queues
 
 SMALL = [f"small-{i}" for i in range(5)]
@@ -143,3 +145,33 @@ async def test_fair_receive__over_rest_and_the_cli_operator(
     assert groups == {None, *SMALL}
     again = await ClientOperator(client).queue_receive("q", 3, 30.0, 0.0, False, True)
     assert {m.get("groupId") for m in again} == {None}  # every group is in flight
+
+
+async def test_fair_receive__reads_per_group_not_the_backlog(queues: Queues, pool: Pool) -> None:
+    # A group of 5,000 beside three small ones: the statement reads a few index entries per
+    # group (skipping through the group index, then at most max_messages each), never the
+    # big group's backlog.
+    await send(queues, "big", 5000)
+    for group in ("a", "b", "c"):
+        await send(queues, group, 2)
+    await pool.execute("ANALYZE ripple_queue_messages")
+    async with pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        try:
+            plan = await conn.fetchval(
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + queue_store.CLAIM_FAIR, "q", 10, 30.0, 10
+            )
+        finally:
+            await tx.rollback()
+    doc = json.loads(plan) if isinstance(plan, str) else plan
+    read = 0
+    stack = [doc[0]["Plan"]]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.get("Plans", []))
+        if node.get("Relation Name") == "ripple_queue_messages" and "Scan" in node["Node Type"]:
+            read += node["Actual Rows"] * node["Actual Loops"] + node.get(
+                "Rows Removed by Filter", 0
+            )
+    assert read < 200, read
