@@ -1,4 +1,5 @@
-"""Queue benchmark: send→receive→ack throughput with 4 consumers, batches of 100.
+"""Queue benchmark: send→receive→ack throughput with 4 consumers, batches of 100; then the fair
+receive against the plain one on a queue with one big group and many small ones.
 
 Baseline: bare asyncpg sending the same batches, then `SKIP LOCKED` receive plus delete. Each
 figure is the median of ROUNDS alternating rounds, printed with the baseline's; for both it
@@ -22,6 +23,7 @@ from bench.common import (
     report_vs,
 )
 from ripple.platform.client import Client
+from ripple.subscribers.queues.queues import OutgoingMessage
 
 MESSAGES = 50_000
 BATCH = 100
@@ -71,6 +73,70 @@ async def run() -> None:
         "  CPU per message",
         f"{_at_median(ripple, cpu['ripple'])}; bare asyncpg: {_at_median(bare, cpu['bare'])}",
     )
+    await _fairness()
+
+
+#: The fairness rounds: a big group's backlog, small groups of SMALL_EACH messages, batches of
+#: FAIR_BATCH, and the messages each round receives and acks.
+BIG_GROUP = 20_000
+SMALL_GROUPS = 100
+SMALL_EACH = 10
+FAIR_BATCH = 10
+FAIR_RECEIVED = 2_000
+
+
+async def _fairness() -> None:
+    rounds = {}
+    for fair in (False, True):
+        async with bench_database() as db, Client(settings=db.settings) as client:
+            rounds[fair] = await _grouped_round(client, fair=fair)
+    (plain_rate, plain_ms, plain_turns), (fair_rate, fair_ms, fair_turns) = (
+        rounds[False],
+        rounds[True],
+    )
+    report_vs(
+        "queue fair receive+ack, 1 big + 100 small groups",
+        fair_rate,
+        plain_rate,
+        "msgs/s",
+        f"the baseline is the plain receive; {BIG_GROUP:,} messages in the big group, "
+        f"{SMALL_EACH} in each small one, batches of {FAIR_BATCH}",
+    )
+    report(
+        "  per receive; batches until all groups served",
+        f"fair {fair_ms:.1f} ms, plain {plain_ms:.1f} ms; fair {fair_turns}, plain {plain_turns}",
+    )
+
+
+async def _grouped_round(client: Client, *, fair: bool) -> tuple[float, float, int]:
+    """(msgs/s, ms per receive, batches until every group gave a message) over FAIR_RECEIVED
+    messages received and acked one batch at a time."""
+    queues = client.queues
+    for start in range(0, BIG_GROUP, 1000):
+        await queues.send_batch(
+            "fair", [OutgoingMessage({"n": n}, group_id="big") for n in range(start, start + 1000)]
+        )
+    small = [
+        OutgoingMessage({"n": n}, group_id=f"small-{g}")
+        for g in range(SMALL_GROUPS)
+        for n in range(SMALL_EACH)
+    ]
+    for start in range(0, len(small), 1000):
+        await queues.send_batch("fair", small[start : start + 1000])
+    served: set[str | None] = set()
+    turns = 0
+    batches = received = 0
+    started = time.perf_counter()
+    while received < FAIR_RECEIVED:
+        msgs = await queues.receive("fair", max_messages=FAIR_BATCH, fair=fair)
+        batches += 1
+        served.update(m.group_id for m in msgs)
+        if not turns and len(served) == SMALL_GROUPS + 1:
+            turns = batches
+        await queues.ack_batch("fair", [m.receipt for m in msgs])
+        received += len(msgs)
+    elapsed = time.perf_counter() - started
+    return received / elapsed, elapsed / batches * 1000, turns
 
 
 def _at_median(rates: list[QueueRates], cpu: list[str]) -> str:

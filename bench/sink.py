@@ -1,15 +1,21 @@
-"""A minimal local HTTP sink for webhook benchmarks: `python -m bench.sink PORT` answers 204."""
+"""A minimal local HTTP sink for webhook benchmarks: `python -m bench.sink PORT [SLOW]` answers
+204, after SLOW seconds for paths that start with `/slow` (a slow endpoint on the same host)."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 
+#: Seconds a `/slow` path takes to answer.
+SLOW = 0.0
+
 
 async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
+            if SLOW and head.split(b" ", 2)[1].startswith(b"/slow"):
+                await asyncio.sleep(SLOW)
             length = 0
             for line in head.split(b"\r\n"):
                 if line.lower().startswith(b"content-length:"):
@@ -32,4 +38,6 @@ async def main(port: int) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 2:
+        SLOW = float(sys.argv[2])
     asyncio.run(main(int(sys.argv[1])))

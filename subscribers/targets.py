@@ -19,10 +19,18 @@ from pydantic import (
     field_validator,
 )
 
+from ripple.platform.core.limits import RateLimit
 from ripple.subscribers.webhooks.signing import SECRET_PATTERN, decode_secret, generate_secret
 from ripple.workflows.authoring.retry import RetryPolicy
 
-__all__ = ["QueueTarget", "Target", "WebhookTarget", "WorkflowTarget", "new_webhook_secret"]
+__all__ = [
+    "DEFAULT_MAX_IN_FLIGHT",
+    "QueueTarget",
+    "Target",
+    "WebhookTarget",
+    "WorkflowTarget",
+    "new_webhook_secret",
+]
 
 
 def new_webhook_secret() -> str:
@@ -86,6 +94,41 @@ _Retry = Annotated[
 ]
 
 
+def _to_rate_limit(value: Any) -> RateLimit | None:
+    if value is None or isinstance(value, RateLimit):
+        return value
+    if isinstance(value, dict) and set(value) <= {"limit", "perSeconds", "per"}:
+        per = value.get("perSeconds", value.get("per", 1.0))
+        try:
+            return RateLimit(value.get("limit"), per)  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise ValueError(f"invalid rate limit: {exc}") from exc
+    raise ValueError("rate_limit must be a RateLimit or {limit, perSeconds}")
+
+
+_Rate = Annotated[
+    RateLimit | None,
+    PlainValidator(_to_rate_limit),
+    PlainSerializer(
+        lambda r: {"limit": r.limit, "perSeconds": r.seconds} if r is not None else None
+    ),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "nullable": True,
+            "properties": {
+                "limit": {"type": "integer", "minimum": 1},
+                "perSeconds": {"type": "number", "exclusiveMinimum": 0},
+            },
+            "required": ["limit"],
+        }
+    ),
+]
+
+#: Deliveries one webhook subscription may have in flight when its target does not say.
+DEFAULT_MAX_IN_FLIGHT: Final = 10
+
+
 class _Target(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
@@ -138,6 +181,12 @@ class WebhookTarget(_Target):
     #: The body: Ripple's `{type, timestamp, data}`, a structured CloudEvent, or a binary one
     #: (`ce-*` headers, body = the payload). Standard Webhooks signatures in every format.
     format: Literal["ripple", "cloudevents", "cloudevents-binary"] = "ripple"
+    #: Most deliveries of this subscription in flight at once, across every dispatcher.
+    max_in_flight: int = Field(default=DEFAULT_MAX_IN_FLIGHT, ge=1, le=1000, alias="maxInFlight")
+    #: Most deliveries started per period, across every dispatcher (None: no limit).
+    rate_limit: _Rate = Field(default=None, alias="rateLimit")
+
+    model_config = ConfigDict(populate_by_name=True)
 
     def __init__(self, url: str | None = None, /, **data: Any) -> None:
         if url is not None:
@@ -145,8 +194,9 @@ class WebhookTarget(_Target):
         super().__init__(**data)
 
     def to_row(self) -> dict[str, Any]:
-        """The stored form; the default `format` is left out, so rows stay as they were."""
-        row = super().to_row()
+        """The stored form (camelCase limits); the default `format` is left out, so rows stay
+        as they were."""
+        row = self.model_dump(mode="json", exclude_none=True, by_alias=True)
         if row.get("format") == "ripple":
             del row["format"]
         return row

@@ -1,4 +1,5 @@
-"""Routes for webhook deliveries: list, attempts, redrive (one or all failed)."""
+"""Routes for webhook deliveries: list, attempts, redrive (one or all failed); a webhook
+endpoint's circuit breaker (read, resume now)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pydantic import Field
 from ripple.platform.api.deps import ClientDep, Limit, UuidPath
 from ripple.platform.api.models import UUID_PATTERN, ApiModel, DateTimeIn, OutModel, jsonable
 from ripple.platform.api.problems import ProblemError, problem_responses
-from ripple.platform.api.results import DeliveryPage, Redriven
+from ripple.platform.api.results import DeliveryPage, EndpointOut, Redriven
 
 __all__ = ["router"]
 
@@ -97,3 +98,24 @@ async def redrive_failed(client: ClientDep, body: RedriveFailedIn | None = None)
         subscription_id=body.subscription_id, since=body.since
     )
     return Redriven(redriven=int(count))
+
+
+@router.get(
+    "/subscriptions/{subscription_id}/endpoint",
+    response_model=EndpointOut,
+    responses=problem_responses(404),
+)
+async def get_endpoint(subscription_id: UuidPath, client: ClientDep) -> EndpointOut:
+    """A webhook subscription's endpoint: circuit breaker state, failures in a row, in flight."""
+    return EndpointOut.model_validate(jsonable(await client.deliveries.endpoint(subscription_id)))
+
+
+@router.post(
+    "/subscriptions/{subscription_id}/endpoint/resume",
+    response_model=EndpointOut,
+    responses=problem_responses(404),
+)
+async def resume_endpoint(subscription_id: UuidPath, client: ClientDep) -> EndpointOut:
+    """Resume a webhook endpoint now: close its circuit, send its waiting deliveries at once."""
+    health = await client.deliveries.resume_endpoint(subscription_id)
+    return EndpointOut.model_validate(jsonable(health))

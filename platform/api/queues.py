@@ -80,6 +80,11 @@ class ReceiveIn(ApiModel):
         description="Seconds (0: visible again at once, as in SQS).",
     )
     wait: JsonFloat = Field(default=0.0, ge=0, le=20, description="Long-poll seconds (≤ 20).")
+    fair: bool = Field(
+        default=False,
+        description="Round robin across `groupId`s (ungrouped messages are one more group), "
+        "FIFO within each: a group with a huge backlog cannot starve the others.",
+    )
 
 
 class NackIn(ApiModel):
@@ -124,6 +129,7 @@ async def receive(queue: Queue, body: ReceiveIn, client: ClientDep) -> Received:
         max_messages=body.max_messages,
         visibility_timeout=body.visibility_timeout,
         wait=body.wait,
+        fair=body.fair,
     )
     return Received(messages=[MessageOut.model_validate(jsonable(m)) for m in messages])
 

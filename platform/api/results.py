@@ -36,6 +36,7 @@ __all__ = [
     "DeadLetterOut",
     "DeliveryOut",
     "DeliveryPage",
+    "EndpointOut",
     "ExplanationOut",
     "MessageOut",
     "Received",
@@ -284,6 +285,21 @@ class DeliveryOut(OutModel):
 class DeliveryPage(OutModel):
     items: list[DeliveryOut]
     next_cursor: str | None = None
+
+
+class EndpointOut(OutModel):
+    """A webhook subscription's endpoint: its circuit breaker and deliveries in flight."""
+
+    subscription_id: str
+    circuit: str = Field(
+        examples=["open"], description="closed, or open (one probe per interval) until resumed."
+    )
+    consecutive_failures: int
+    next_probe_at: datetime | None = Field(default=None, description="When an open circuit probes.")
+    in_flight: int = Field(description="Deliveries in flight across every dispatcher.")
+    failing_since: datetime | None = None
+    last_success_at: datetime | None = None
+    last_failure_at: datetime | None = None
 
 
 class Triggered(OutModel):

@@ -11,7 +11,12 @@ from ripple.platform.cli.operate import operate
 from ripple.platform.cli.options import Remote, operator_command
 from ripple.platform.cli.output import emit, fail, print_json, table
 
-__all__ = ["deliveries_list", "deliveries_redrive"]
+__all__ = [
+    "deliveries_endpoint",
+    "deliveries_list",
+    "deliveries_redrive",
+    "deliveries_resume",
+]
 
 
 @operator_command(deliveries_app.command("list"))
@@ -51,3 +56,31 @@ def deliveries_redrive(
         raise fail("give a delivery id or --all-failed", 2)
     result = operate(remote, lambda op: op.delivery_redrive(delivery_id))
     emit(remote.as_json, result, lambda r: f"redrove {r['redriven']} delivery(ies)")
+
+
+def _endpoint_line(e: dict[str, object]) -> str:
+    line = f"{e['subscriptionId']}: circuit {e['circuit']}, {e['consecutiveFailures']} failure(s)"
+    line += f" in a row, {e['inFlight']} in flight"
+    if e.get("nextProbeAt"):
+        line += f", next probe at {e['nextProbeAt']}"
+    return line
+
+
+@operator_command(deliveries_app.command("endpoint"))
+def deliveries_endpoint(
+    remote: Remote,
+    subscription_id: Annotated[str, typer.Argument(help="Webhook subscription id.")],
+) -> None:
+    """Show a webhook endpoint's circuit breaker and deliveries in flight."""
+    result = operate(remote, lambda op: op.endpoint(subscription_id), writes=False)
+    emit(remote.as_json, result, _endpoint_line)
+
+
+@operator_command(deliveries_app.command("resume"))
+def deliveries_resume(
+    remote: Remote,
+    subscription_id: Annotated[str, typer.Argument(help="Webhook subscription id.")],
+) -> None:
+    """Resume a webhook endpoint now: close its circuit, send its waiting deliveries at once."""
+    result = operate(remote, lambda op: op.endpoint(subscription_id, resume=True))
+    emit(remote.as_json, result, lambda e: "resumed " + _endpoint_line(e))

@@ -186,10 +186,20 @@ class ClientOperator:
         return _json(results.Sent(id=str(sent)))
 
     async def queue_receive(
-        self, queue: str, max_messages: int, visibility_timeout: float, wait: float, ack: bool
+        self,
+        queue: str,
+        max_messages: int,
+        visibility_timeout: float,
+        wait: float,
+        ack: bool,
+        fair: bool = False,
     ) -> Json:
         messages = await self._client.queues.receive(
-            queue, max_messages=max_messages, visibility_timeout=visibility_timeout, wait=wait
+            queue,
+            max_messages=max_messages,
+            visibility_timeout=visibility_timeout,
+            wait=wait,
+            fair=fair,
         )
         if ack:
             for message in messages:
@@ -221,6 +231,14 @@ class ClientOperator:
             return _json(results.Redriven(redriven=count))
         await self._client.deliveries.redrive(delivery_id)
         return _json(results.Redriven(redriven=1))
+
+    async def endpoint(self, subscription_id: str, *, resume: bool = False) -> Json:
+        deliveries = self._client.deliveries
+        if resume:
+            health = await deliveries.resume_endpoint(subscription_id)
+        else:
+            health = await deliveries.endpoint(subscription_id)
+        return _json(results.EndpointOut.model_validate(jsonable(health)))
 
     # -- schedules --------------------------------------------------------------------------
 

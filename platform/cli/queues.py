@@ -37,11 +37,14 @@ def queues_receive(
     visibility_timeout: Annotated[float, typer.Option(help="Seconds invisible.")] = 30.0,
     wait: Annotated[float, typer.Option(help="Long-poll seconds.", max=20)] = 0.0,
     ack: Annotated[bool, typer.Option("--ack/--no-ack", help="Ack what was received.")] = False,
+    fair: Annotated[
+        bool, typer.Option("--fair", help="Round robin across groups, FIFO within each.")
+    ] = False,
 ) -> None:
     """Receive messages from QUEUE (and ack them with --ack)."""
     messages = operate(
         remote,
-        lambda op: op.queue_receive(queue, max_messages, visibility_timeout, wait, ack),
+        lambda op: op.queue_receive(queue, max_messages, visibility_timeout, wait, ack, fair),
     )
     if remote.as_json:
         print_json(messages)

@@ -194,9 +194,21 @@ class ApiOperator:
         return await self._call("POST", f"/v1/queues/{queue}/messages", json=data)
 
     async def queue_receive(
-        self, queue: str, max_messages: int, visibility_timeout: float, wait: float, ack: bool
+        self,
+        queue: str,
+        max_messages: int,
+        visibility_timeout: float,
+        wait: float,
+        ack: bool,
+        fair: bool = False,
     ) -> Json:
-        data = {"maxMessages": max_messages, "visibilityTimeout": visibility_timeout, "wait": wait}
+        data: dict[str, Any] = {
+            "maxMessages": max_messages,
+            "visibilityTimeout": visibility_timeout,
+            "wait": wait,
+        }
+        if fair:
+            data["fair"] = True
         result = await self._call("POST", f"/v1/queues/{queue}/messages/receive", json=data)
         messages = result["messages"]
         if ack:
@@ -222,6 +234,12 @@ class ApiOperator:
         if delivery_id is None:
             return await self._call("POST", "/v1/deliveries/redrive")
         return await self._call("POST", f"/v1/deliveries/{delivery_id}/redrive")
+
+    async def endpoint(self, subscription_id: str, *, resume: bool = False) -> Json:
+        path = f"/v1/subscriptions/{subscription_id}/endpoint"
+        if resume:
+            return await self._call("POST", f"{path}/resume")
+        return await self._call("GET", path)
 
     async def schedules(self) -> Json:
         return await self._call("GET", "/v1/schedules")

@@ -82,6 +82,10 @@ class Settings(BaseSettings):
     webhook_origin_concurrency: Annotated[int, Field(ge=1, le=10_000)] = 16
     #: Seconds of continuous failure after which a webhook subscription is disabled (5 days).
     webhook_disable_after: Annotated[float, Field(gt=0)] = 5 * 24 * 3600.0
+    #: Consecutive failed attempts after which a webhook endpoint's circuit opens.
+    webhook_circuit_failures: Annotated[int, Field(ge=1, le=1000)] = 5
+    #: Seconds between the probes (one delivery each) of an endpoint whose circuit is open.
+    webhook_circuit_probe_interval: Annotated[float, Field(gt=0, le=86_400)] = 30.0
     #: Largest request body the API accepts, in bytes (413 above it).
     max_body_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = 1024 * 1024
     #: Deepest nesting of JSON accepted in payloads and inputs.

@@ -435,11 +435,15 @@ async def topics(
             error = f"The payload is not valid JSON: {exc}"
         except RippleError as exc:
             error = str(exc)
+    subscriptions = await client.list_subscriptions()
+    hooks = [s.id for s in subscriptions if s.kind == "webhook"]
+    endpoints = {e.subscription_id: e for e in await client.deliveries.endpoints(hooks)}
     return render(
         request,
         nonce,
         "topics.html",
-        subscriptions=await client.list_subscriptions(),
+        subscriptions=subscriptions,
+        endpoints=endpoints,
         topic=topic or "",
         payload=payload or "",
         explanation=explanation,
@@ -460,6 +464,15 @@ async def set_paused(subscription_id: str, action: str, form: Form, client: Clie
     except _REFUSED as exc:
         return back(f"{PREFIX}/topics", f"Not {action}d: {exc.message}")
     return back(f"{PREFIX}/topics", f"Subscription {action}d.")
+
+
+@router.post("/subscriptions/{subscription_id}/endpoint/resume")
+async def resume_endpoint(subscription_id: str, form: Form, client: ClientDep) -> Response:
+    try:
+        await client.deliveries.resume_endpoint(subscription_id)
+    except _REFUSED as exc:
+        return back(f"{PREFIX}/topics", f"Not resumed: {exc.message}")
+    return back(f"{PREFIX}/topics", "Endpoint resumed: its waiting deliveries go now.")
 
 
 # -- queues -----------------------------------------------------------------------------------

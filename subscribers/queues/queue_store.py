@@ -112,6 +112,75 @@ SELECT id::text, body, NULLIF(headers, '{}'::jsonb) AS headers, group_id, receiv
     id::text || '.' || receive_count::text AS receipt, dead
 FROM claimed ORDER BY id
 """
+# $1 queue, $2 max messages, $3 visibility timeout (seconds), $4 default max receives
+# The fair receive: a round robin across lanes, each FIFO group (`group_id`) one lane and the
+# ungrouped messages one more, so a group with a huge backlog takes one message per turn like
+# any other. Steps: `groups` lists the queue's groups by skipping through the group index
+# (one probe per group, whatever their backlogs); `grouped` takes each group's first $2 live
+# messages and keeps the run of visible ones from its head (FIFO: nothing behind a message in
+# flight or delayed), ranked 1, 2, ... within the group; `ready` ranks the visible ungrouped
+# messages the same way; `turns` takes $2 in turn order (every lane's first, then every lane's
+# second, ...; oldest first within a turn); `locked` locks them, skipping rows other receivers
+# hold and re-checking visibility; `picked` keeps, per group, only an unbroken run from its head
+# (a skipped message drops those behind it). The rest is CLAIM_MESSAGES', rows in turn order.
+CLAIM_FAIR: Final = """
+WITH RECURSIVE groups AS (
+    (SELECT group_id FROM ripple_queue_messages
+     WHERE queue = $1 AND dead_at IS NULL AND group_id IS NOT NULL
+     ORDER BY group_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.group_id FROM ripple_queue_messages m
+            WHERE m.queue = $1 AND m.dead_at IS NULL AND m.group_id IS NOT NULL
+              AND m.group_id > g.group_id
+            ORDER BY m.group_id LIMIT 1)
+    FROM groups g WHERE g.group_id IS NOT NULL
+), grouped AS (
+    SELECT f.id, f.rank FROM groups g CROSS JOIN LATERAL (
+        SELECT x.id, row_number() OVER (ORDER BY x.id) AS rank,
+               bool_and(x.visible_at <= now()) OVER (ORDER BY x.id) AS run
+        FROM (SELECT m.id, m.visible_at FROM ripple_queue_messages m
+              WHERE m.queue = $1 AND m.dead_at IS NULL AND m.group_id = g.group_id
+              ORDER BY m.id LIMIT $2) AS x
+    ) AS f
+    WHERE g.group_id IS NOT NULL AND f.run
+), ready AS (
+    SELECT r.id, row_number() OVER (ORDER BY r.visible_at, r.id) AS rank
+    FROM (SELECT id, visible_at FROM ripple_queue_messages
+          WHERE queue = $1 AND dead_at IS NULL AND group_id IS NULL AND visible_at <= now()
+          ORDER BY visible_at LIMIT $2) AS r
+), turns AS (
+    SELECT u.id, u.rank
+    FROM (SELECT id, rank FROM grouped UNION ALL SELECT id, rank FROM ready) AS u
+    ORDER BY u.rank, u.id
+    LIMIT $2
+), locked AS (
+    SELECT m.id, m.group_id, t.rank FROM ripple_queue_messages m JOIN turns t ON t.id = m.id
+    WHERE m.visible_at <= now() AND m.dead_at IS NULL
+    FOR UPDATE OF m SKIP LOCKED
+), picked AS (
+    SELECT p.id, p.rank FROM (
+        SELECT l.id, l.rank, l.group_id,
+               row_number() OVER (PARTITION BY l.group_id ORDER BY l.rank) AS k
+        FROM locked l
+    ) AS p
+    WHERE p.group_id IS NULL OR p.k = p.rank
+), lim AS MATERIALIZED (
+    SELECT coalesce((SELECT max_receives FROM ripple_queues WHERE name = $1), $4) AS n
+), claimed AS (
+UPDATE ripple_queue_messages m SET
+    receive_count = CASE WHEN m.receive_count < lim.n
+                         THEN m.receive_count + 1 ELSE m.receive_count END,
+    visible_at = CASE WHEN m.receive_count < lim.n
+                      THEN now() + make_interval(secs => $3) ELSE m.visible_at END,
+    dead_at = CASE WHEN m.receive_count < lim.n THEN NULL ELSE now() END
+FROM lim
+WHERE m.id = ANY(ARRAY(SELECT id FROM picked))
+RETURNING m.id, m.body, m.headers, m.group_id, m.receive_count, m.dead_at IS NOT NULL AS dead
+)
+SELECT c.id::text, c.body, NULLIF(c.headers, '{}'::jsonb) AS headers, c.group_id,
+    c.receive_count, c.id::text || '.' || c.receive_count::text AS receipt, c.dead
+FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.rank, c.id
+"""
 # $1 queue, $2 receipts ("{id}.{receive count}") joined by ",", checked by the caller: one
 # text, not a text[] (asyncpg checks every array element in Python). Deletes the messages
 # they match; returns the receipts that matched.
@@ -333,11 +402,19 @@ async def find_by_dedup(conn: Connection, queue: str, dedup_ids: list[str]) -> d
 
 
 async def claim_messages(
-    conn: Connection, queue: str, limit: int, visibility: float, max_receives: int
+    conn: Connection,
+    queue: str,
+    limit: int,
+    visibility: float,
+    max_receives: int,
+    *,
+    fair: bool = False,
 ) -> list[asyncpg.Record]:
     """Claimed rows: CLAIM_MESSAGES's columns, read by position (a Record is already a
-    tuple; wrapping each row in another object cost more than the rest of the claim's Python)."""
-    return await conn.fetch(CLAIM_MESSAGES, queue, limit, visibility, max_receives)
+    tuple; wrapping each row in another object cost more than the rest of the claim's Python).
+    `fair`: round robin across groups (CLAIM_FAIR), in turn order."""
+    statement = CLAIM_FAIR if fair else CLAIM_MESSAGES
+    return await conn.fetch(statement, queue, limit, visibility, max_receives)
 
 
 async def ack_receipts(conn: Connection, queue: str, receipts: str) -> set[str]:

@@ -268,38 +268,48 @@ class Queues:
         max_messages: int = 10,
         visibility_timeout: timedelta | float = 30,
         wait: timedelta | float = 0,
+        *,
+        fair: bool = False,
     ) -> list[Message]:
         """Receive up to `max_messages`, invisible to others for `visibility_timeout`.
 
         With `wait`, long-polls: returns as soon as messages arrive, or `[]` after `wait`.
         A message already received max_receives times moves to the dead letters instead.
+        With `fair`, takes messages in a round robin across groups (`group_id`; the ungrouped
+        messages count as one more group), FIFO within each: every group's next message,
+        then every group's second, ..., so a huge group cannot starve the others. A group's
+        messages then come as a run from its head, several per batch, and the group gives
+        nothing more until they are all acked (or visible again).
         """
         validate_queue_name(queue)
         if not isinstance(max_messages, int) or not 1 <= max_messages <= MAX_BATCH:
             raise InvalidInput(f"max_messages must be 1-{MAX_BATCH}", field="max_messages")
         visibility = _seconds(visibility_timeout, "visibility_timeout", MAX_VISIBILITY)
         waiting = _seconds(wait, "wait", MAX_WAIT)
-        messages = await self._claim(queue, max_messages, visibility)
+        messages = await self._claim(queue, max_messages, visibility, fair)
         if messages or waiting <= 0:
             return messages
         deadline = time.monotonic() + waiting
         async with self._waker.listen(queue_channel(queue)) as listener:
             while True:
                 # Registered before this check, so a send between check and wait wakes us.
-                messages = await self._claim(queue, max_messages, visibility)
+                messages = await self._claim(queue, max_messages, visibility, fair)
                 remaining = deadline - time.monotonic()
                 if messages or remaining <= 0:
                     return messages
                 await listener.wait(remaining)
 
-    async def _claim(self, queue: str, limit: int, visibility: float) -> list[Message]:
+    async def _claim(
+        self, queue: str, limit: int, visibility: float, fair: bool = False
+    ) -> list[Message]:
         while True:
             with db.map_errors():
                 async with self._pool.acquire() as conn:
                     claimed = await queue_store.claim_messages(
-                        conn, queue, limit, visibility, DEFAULT_MAX_RECEIVES
+                        conn, queue, limit, visibility, DEFAULT_MAX_RECEIVES, fair=fair
                     )
-            # Rows by position (see claim_messages), oldest id first, receipt built by SQL;
+            # Rows by position (see claim_messages), oldest id (fair: turn) first, receipt built
+            # by SQL;
             # headers are NULL for none (no JSON text to decode).
             delivered = [
                 Message(row[0], row[1], row[2] or {}, row[3], row[4], row[5])

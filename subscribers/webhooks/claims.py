@@ -79,6 +79,8 @@ class ClaimBuffer:
         #: tasks giving unsent claims back (stale, purged or shut down)
         self.releasers: set[asyncio.Task[None]] = set()
         self._claimed_at = float("-inf")
+        #: when (monotonic) a rate-limited endpoint may have its next delivery (None: none waits)
+        self._rate_at: float | None = None
 
     def __len__(self) -> int:
         return len(self._buffer)
@@ -100,10 +102,19 @@ class ClaimBuffer:
         """How long the dispatcher may wait: a deferred refill's wait, at most until the
         oldest buffered delivery goes stale (it is released then)."""
         timeout = REFILL_WAIT if self._deferring(self._wanted(free), sending) else default
+        rate = self.rate_wait()
+        if rate is not None:
+            timeout = rate if timeout is None else min(timeout, rate)
         if self._buffer:
             expiry = max(0.0, self._buffer[0][0] + BUFFER_MAX_AGE - time.monotonic())
             timeout = expiry if timeout is None else min(timeout, expiry)
         return timeout
+
+    def rate_wait(self) -> float | None:
+        """Seconds until a rate-limited endpoint may have its next delivery (None: none waits)."""
+        if self._rate_at is None:
+            return None
+        return max(0.0, self._rate_at - time.monotonic())
 
     async def claim(
         self, free: int, sending: bool, in_flight: dict[str, int], *, raise_errors: bool
@@ -126,7 +137,7 @@ class ClaimBuffer:
         try:
             with map_errors():
                 async with self._pool.acquire() as conn:
-                    claimed = await store.claim_due(
+                    claim = await store.claim_due(
                         conn,
                         limit=wanted,
                         endpoint_limit=self._settings.webhook_endpoint_concurrency
@@ -134,6 +145,7 @@ class ClaimBuffer:
                         in_flight=counts,
                         default_timeout=self._settings.webhook_timeout,
                         lease_margin=LEASE_MARGIN,
+                        probe_interval=self._settings.webhook_circuit_probe_interval,
                     )
         except RippleError as exc:
             if raise_errors:
@@ -141,6 +153,8 @@ class ClaimBuffer:
             log.warning("webhook_claim_failed", error=str(exc))
             await asyncio.sleep(self._settings.poll_interval)
             return None
+        claimed = claim.deliveries
+        self._rate_at = None if claim.rate_wait is None else time.monotonic() + claim.rate_wait
         buffered = self._buffered
         for delivery in claimed:
             sub = delivery.subscription_id
@@ -162,7 +176,7 @@ class ClaimBuffer:
         while free > 0 and i < len(buffer):
             delivery = buffer[i][1]
             sub = delivery.subscription_id
-            if in_flight.get(sub, 0) >= cap:
+            if in_flight.get(sub, 0) >= min(cap, delivery.target.get("maxInFlight", cap)):
                 i += 1
                 continue
             del buffer[i]

@@ -23,13 +23,19 @@ from ripple.platform.events import subscription_store
 
 __all__ = [
     "Attempt",
+    "Breaker",
+    "Claim",
     "ClaimedDelivery",
     "Delivery",
     "DeliveryPage",
     "DeliveryStatus",
+    "EndpointHealth",
     "FinishedAttempt",
     "claim_due",
+    "close_circuit",
     "disable_subscription",
+    "due_now",
+    "endpoints",
     "fail_orphans",
     "finish_attempts",
     "finish_document",
@@ -76,47 +82,140 @@ ON CONFLICT (event_id, subscription_id, replay_id) DO NOTHING
 RETURNING event_id
 """
 
-# $1 batch size, $2 subscription ids to skip (saturated endpoints), $3/$4 in-flight counts
-# (subscription ids uuid[], counts int[]), $5 per-endpoint limit, $6 claim token,
-# $7 default timeout seconds, $8 lease margin seconds
-# One statement: lock due deliveries of active subscriptions (skipping rows others hold), keep
-# at most $5 in flight per subscription, and claim them. The claim counts the attempt (a
-# dispatcher that keeps dying still uses up the budget) and pushes next_attempt_at to the lease
-# expiry, so a dead dispatcher's delivery becomes due again by itself. Active subscriptions are
-# an id list computed once, not a join: with a join the planner sorted the whole backlog on
-# every claim instead of reading the due index in order.
-# "Due" is `next_attempt_at <= now()` alone (NULL once finished, migration 0014): with a
-# `status = 'pending'` test as well, a table not analyzed since it filled got the same sort.
+# $1 due deliveries to look at, $2 subscription ids to skip (saturated in this process),
+# $3 the advisory lock class of claims.
+# The first statement of a claim's transaction: the subscriptions with due deliveries whose
+# budget allows a claim now, each locked for the rest of the transaction
+# (`pg_try_advisory_xact_lock`: one claimer per subscription at a time, another skips it). A
+# subscription whose budget is spent is left out before the due index is read, so its backlog
+# never hides the deliveries of others: its circuit is open until a probe is due, its rate
+# limit lets nothing through yet, or its held claims (`held`, across every dispatcher) reach its
+# `maxInFlight`. Also returns the seconds until the soonest rate limit lets a delivery through
+# (NULL: none waits), so a dispatcher can claim again then.
+LOCK_CLAIMABLE: Final = """
+WITH held AS (
+    SELECT subscription_id, count(*) AS n FROM ripple_webhook_deliveries
+    WHERE claim_token IS NOT NULL AND next_attempt_at > now()
+    GROUP BY subscription_id
+), open AS (
+    SELECT s.id FROM ripple_subscriptions s
+    LEFT JOIN ripple_webhook_health h ON h.subscription_id = s.id
+    LEFT JOIN held ON held.subscription_id = s.id
+    WHERE s.status = 'active' AND s.kind = 'webhook'
+      AND NOT (s.id = ANY($2::uuid[]))
+      AND (h.circuit_open_until IS NULL OR h.circuit_open_until <= now())
+      AND (h.rate_open_at IS NULL OR h.rate_open_at <= now())
+      AND COALESCE(held.n, 0) < COALESCE((s.target->>'maxInFlight')::int, 10)
+), due AS (
+    SELECT DISTINCT d.subscription_id FROM (
+        SELECT d.subscription_id FROM ripple_webhook_deliveries d
+        WHERE d.next_attempt_at <= now()
+          AND d.subscription_id = ANY(ARRAY(SELECT id FROM open))
+        ORDER BY d.next_attempt_at
+        LIMIT $1
+    ) AS d
+)
+SELECT ARRAY(
+           SELECT subscription_id FROM due
+           WHERE pg_try_advisory_xact_lock($3::int, hashtext(subscription_id::text))
+       ) AS subs,
+       (SELECT extract(epoch FROM min(rate_open_at) - now())::float8
+        FROM ripple_webhook_health WHERE rate_open_at > now()) AS rate_wait
+"""
+
+# $1 batch size, $2 the subscriptions LOCK_CLAIMABLE locked, $3/$4 in-flight counts in this
+# process (subscription ids uuid[], counts int[]), $5 per-endpoint limit in this process,
+# $6 claim token, $7 default timeout seconds, $8 lease margin seconds, $9 seconds between
+# probes of an open circuit, $10 rate margin (share of a period), $11 rate burst (share of a
+# period).
+# The second statement (a fresh snapshot, so it sees every claim committed by the claimers that
+# held these locks before): lock due deliveries of the locked subscriptions (skipping rows others
+# hold) and claim, per subscription, at most its `budget`: what its `maxInFlight` leaves beside
+# the claims it holds, one probe if its circuit is open, and what its rate limit allows now. The
+# rate limit is a GCRA schedule in `rate_open_at`: deliveries are spaced `period / limit *
+# (1 + $10)` apart with a burst of `period * $11`, so that even with the jitter between a claim
+# and its request no receiver sees more than `limit` in any period. The claim counts the attempt
+# (a dispatcher that keeps dying still uses up the budget) and pushes next_attempt_at to the
+# lease expiry, so a dead dispatcher's delivery becomes due again by itself; the health row
+# records the new rate schedule and, for a probe, when the next probe may go.
 CLAIM_DUE: Final = """
-WITH due AS (
+WITH subs AS (
+    SELECT s.id,
+           COALESCE((s.target->>'maxInFlight')::int, 10) - (
+               SELECT count(*) FROM ripple_webhook_deliveries c
+               WHERE c.subscription_id = s.id AND c.claim_token IS NOT NULL
+                 AND c.next_attempt_at > now()) AS room,
+           h.circuit_open_until,
+           (s.target->'rateLimit'->>'perSeconds')::float8
+               * (1 + $10::float8) / (s.target->'rateLimit'->>'limit')::float8 AS spacing,
+           (s.target->'rateLimit'->>'perSeconds')::float8 * $11::float8 AS burst,
+           h.rate_open_at
+    FROM ripple_subscriptions s
+    LEFT JOIN ripple_webhook_health h ON h.subscription_id = s.id
+    WHERE s.id = ANY($2::uuid[]) AND s.status = 'active' AND s.kind = 'webhook'
+), budget AS (
+    SELECT subs.id, subs.spacing, subs.burst, subs.circuit_open_until, t.tat,
+           least(
+               subs.room,
+               CASE WHEN subs.circuit_open_until IS NULL THEN subs.room
+                    WHEN subs.circuit_open_until <= now() THEN 1 ELSE 0 END,
+               CASE WHEN subs.spacing IS NULL THEN subs.room
+                    ELSE floor(extract(epoch FROM now() - t.tat) / subs.spacing
+                               + subs.burst / subs.spacing)::int + 1 END
+           ) AS n
+    FROM subs, LATERAL (
+        SELECT greatest(
+            now(),
+            subs.rate_open_at + make_interval(secs => COALESCE(subs.burst, 0))) AS tat
+    ) AS t
+), due AS (
     SELECT d.id, d.subscription_id, d.next_attempt_at
     FROM ripple_webhook_deliveries d
     WHERE d.next_attempt_at <= now()
-      AND NOT (d.subscription_id = ANY($2::uuid[]))
-      AND d.subscription_id = ANY(ARRAY(
-          SELECT id FROM ripple_subscriptions WHERE status = 'active' AND kind = 'webhook'))
+      AND d.subscription_id = ANY(ARRAY(SELECT id FROM budget WHERE n > 0))
     ORDER BY d.next_attempt_at
     LIMIT $1
     FOR UPDATE OF d SKIP LOCKED
 ), busy AS (
     SELECT b.sub, b.n FROM unnest($3::uuid[], $4::int[]) AS b(sub, n)
 ), ranked AS (
-    SELECT due.id,
+    SELECT due.id, due.subscription_id,
            row_number() OVER (PARTITION BY due.subscription_id ORDER BY due.next_attempt_at)
-             + COALESCE(busy.n, 0) AS slot
-    FROM due LEFT JOIN busy ON busy.sub = due.subscription_id
+             AS rank
+    FROM due
+), claimed AS (
+    UPDATE ripple_webhook_deliveries d
+    SET attempts = d.attempts + 1,
+        claim_token = $6,
+        next_attempt_at = now() + make_interval(
+            secs => COALESCE((s.target->>'timeout')::float8, $7) + $8),
+        updated_at = now()
+    FROM ranked r
+    JOIN budget b ON b.id = r.subscription_id
+    LEFT JOIN busy ON busy.sub = r.subscription_id
+    JOIN ripple_subscriptions s ON s.id = r.subscription_id
+    WHERE d.id = r.id AND r.rank <= b.n AND r.rank + COALESCE(busy.n, 0) <= $5
+    RETURNING d.id, d.subscription_id, d.event_id, d.topic,
+              COALESCE(d.payload::text, 'null') AS payload, d.event_time, d.attempts,
+              d.claim_token, d.trace, s.target::text AS target, d.schema_version
+), counts AS (
+    SELECT subscription_id, count(*) AS n FROM claimed GROUP BY subscription_id
+), spent AS (
+    INSERT INTO ripple_webhook_health AS h (subscription_id, rate_open_at, circuit_open_until)
+    SELECT b.id,
+           CASE WHEN b.spacing IS NOT NULL THEN b.tat
+               + make_interval(secs => c.n * b.spacing - b.burst) END,
+           CASE WHEN b.circuit_open_until IS NOT NULL
+               THEN now() + make_interval(secs => $9::float8) END
+    FROM budget b JOIN counts c ON c.subscription_id = b.id
+    WHERE b.spacing IS NOT NULL OR b.circuit_open_until IS NOT NULL
+    ORDER BY b.id
+    ON CONFLICT (subscription_id) DO UPDATE SET
+        rate_open_at = EXCLUDED.rate_open_at,
+        circuit_open_until = CASE WHEN h.circuit_open_until IS NULL THEN NULL
+                                  ELSE EXCLUDED.circuit_open_until END
 )
-UPDATE ripple_webhook_deliveries d
-SET attempts = d.attempts + 1,
-    claim_token = $6,
-    next_attempt_at = now() + make_interval(
-        secs => COALESCE((s.target->>'timeout')::float8, $7) + $8),
-    updated_at = now()
-FROM ranked r, ripple_subscriptions s
-WHERE d.id = r.id AND r.slot <= $5 AND s.id = d.subscription_id
-RETURNING d.id, d.subscription_id, d.event_id, d.topic,
-          COALESCE(d.payload::text, 'null') AS payload, d.event_time, d.attempts,
-          d.claim_token, d.trace, s.target::text AS target, d.schema_version
+SELECT * FROM claimed
 """
 
 # $1 delivery ids uuid[], $2 their claim tokens uuid[], $3 attempts to give back (1: the claims
@@ -134,7 +233,8 @@ WHERE d.id = ANY($1::uuid[]) AND d.id = c.id AND d.claim_token = c.token
 
 # $1 the finished attempts, a JSON array of objects with the keys the record type below names
 # (one document instead of thirteen parallel arrays: asyncpg type-checks every array element in
-# Python, a cost per attempt), $2 disable-after seconds.
+# Python, a cost per attempt), $2 disable-after seconds, $3 consecutive failures that open an
+# endpoint's circuit, $4 seconds from a failure of an open circuit to its next probe.
 # One statement for many finished attempts: end each claim still held (`d`), record its attempt
 # (`a`) and fold the batch's outcomes into each endpoint's health row (`h`: a success in the
 # batch makes it healthy; ON CONFLICT may touch a row once, hence the per-subscription
@@ -171,16 +271,21 @@ WITH i AS (
            i.response_body
     FROM i JOIN d ON d.id = i.id
 ), per_sub AS (
-    SELECT d.subscription_id, bool_or(i.healthy) AS any_ok, bool_and(i.healthy) AS all_ok
+    SELECT d.subscription_id, bool_or(i.healthy) AS any_ok, bool_and(i.healthy) AS all_ok,
+           count(*) FILTER (WHERE NOT i.healthy) AS failures
     FROM i JOIN d ON d.id = i.id
     GROUP BY d.subscription_id
 ), h AS (
     INSERT INTO ripple_webhook_health AS h
-        (subscription_id, failing_since, last_success_at, last_failure_at)
+        (subscription_id, failing_since, last_success_at, last_failure_at,
+         consecutive_failures, circuit_open_until)
     SELECT p.subscription_id,
            CASE WHEN p.any_ok THEN NULL ELSE now() END,
            CASE WHEN p.any_ok THEN now() END,
-           CASE WHEN p.all_ok THEN NULL ELSE now() END
+           CASE WHEN p.all_ok THEN NULL ELSE now() END,
+           CASE WHEN p.any_ok THEN 0 ELSE p.failures END,
+           CASE WHEN NOT p.any_ok AND p.failures >= $3::int
+                THEN now() + make_interval(secs => $4::float8) END
     FROM per_sub p
     -- An endpoint known healthy for under a second is not touched at all: ON CONFLICT locks
     -- the row before its WHERE is tested, and concurrent batches queued behind that lock.
@@ -193,7 +298,15 @@ WITH i AS (
         failing_since = CASE WHEN EXCLUDED.last_success_at IS NOT NULL THEN NULL
                              ELSE COALESCE(h.failing_since, now()) END,
         last_success_at = COALESCE(EXCLUDED.last_success_at, h.last_success_at),
-        last_failure_at = COALESCE(EXCLUDED.last_failure_at, h.last_failure_at)
+        last_failure_at = COALESCE(EXCLUDED.last_failure_at, h.last_failure_at),
+        -- the circuit breaker: a success closes it; the $3-th failure in a row opens it (or
+        -- keeps it open: the next probe waits $4 seconds from this failure)
+        consecutive_failures = CASE WHEN EXCLUDED.last_success_at IS NOT NULL THEN 0
+            ELSE h.consecutive_failures + EXCLUDED.consecutive_failures END,
+        circuit_open_until = CASE WHEN EXCLUDED.last_success_at IS NOT NULL THEN NULL
+            WHEN h.consecutive_failures + EXCLUDED.consecutive_failures >= $3::int
+            THEN now() + make_interval(secs => $4::float8)
+            ELSE h.circuit_open_until END
     -- a healthy endpoint's row is rewritten at most once a second (not once per batch)
     WHERE h.failing_since IS NOT NULL OR EXCLUDED.last_failure_at IS NOT NULL
        OR h.last_success_at IS NULL OR h.last_success_at < now() - interval '1 second'
@@ -251,6 +364,37 @@ SELECT target FROM ripple_subscriptions WHERE id = $1 AND kind = 'webhook' FOR U
 # $1 subscription id, $2 target
 UPDATE_TARGET: Final = """
 UPDATE ripple_subscriptions SET target = $2, updated_at = now() WHERE id = $1
+"""
+
+# $1 subscription ids uuid[]: each endpoint's health, budget and held claims (no row: healthy,
+# nothing held).
+SELECT_ENDPOINTS: Final = """
+SELECT s.id AS subscription_id, h.failing_since, h.last_success_at, h.last_failure_at,
+       COALESCE(h.consecutive_failures, 0) AS consecutive_failures, h.circuit_open_until,
+       (SELECT count(*) FROM ripple_webhook_deliveries c
+        WHERE c.subscription_id = s.id AND c.claim_token IS NOT NULL
+          AND c.next_attempt_at > now())::int AS in_flight
+FROM unnest($1::uuid[]) WITH ORDINALITY AS s(id, n)
+LEFT JOIN ripple_webhook_health h ON h.subscription_id = s.id
+ORDER BY s.n
+"""
+
+# $1 subscription id. Closes the endpoint's circuit (a failure opens it again only after the
+# full count of failures in a row); returns whether it was open.
+CLOSE_CIRCUIT: Final = """
+UPDATE ripple_webhook_health n SET consecutive_failures = 0, circuit_open_until = NULL
+FROM ripple_webhook_health o
+WHERE n.subscription_id = $1 AND o.subscription_id = n.subscription_id
+RETURNING o.circuit_open_until IS NOT NULL AS was_open
+"""
+
+# $1 subscription id. Its pending deliveries that wait (for a retry, or behind the circuit) are
+# due now; claimed ones are left to their claim.
+DUE_NOW: Final = """
+UPDATE ripple_webhook_deliveries
+SET next_attempt_at = now(), updated_at = now()
+WHERE subscription_id = $1 AND status = 'pending' AND claim_token IS NULL
+  AND next_attempt_at > now()
 """
 
 # $1 id. Back to pending with a fresh attempt budget, due now.
@@ -442,6 +586,25 @@ async def insert_deliveries_batch(
     return Counter(str(row[0]) for row in rows)
 
 
+#: The advisory lock class of webhook claims (LOCK_CLAIMABLE's $3; the object is a hash of
+#: the subscription id).
+CLAIM_LOCK_CLASS: Final = 0x52575048
+#: The rate limit paces deliveries this share of a period slower than `limit / period`, and
+#: lets a burst of BURST_SHARE of a period go at once: the margin absorbs the burst and the
+#: jitter between a claim and its request, so a receiver never counts more than `limit`.
+RATE_MARGIN: Final = 0.1
+RATE_BURST: Final = 0.03
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What one claim took, and how long until a rate limit lets the next one through."""
+
+    deliveries: list[ClaimedDelivery]
+    #: seconds until the soonest rate-limited endpoint may have another delivery (None: none)
+    rate_wait: float | None
+
+
 async def claim_due(
     conn: Connection,
     *,
@@ -450,26 +613,37 @@ async def claim_due(
     in_flight: Mapping[str, int],
     default_timeout: float,
     lease_margin: float,
-) -> list[ClaimedDelivery]:
-    """Claim up to `limit` due deliveries (one statement; no transaction needed).
+    probe_interval: float,
+) -> Claim:
+    """Claim up to `limit` due deliveries (one transaction of two statements).
 
-    A subscription (one endpoint) gets at most `endpoint_limit` deliveries in flight, counting
-    `in_flight` (this process's attempts in progress).
+    A subscription (one endpoint) gets at most `endpoint_limit` deliveries in flight in this
+    process, counting `in_flight` (this process's attempts in progress), and at most what its
+    budget (`maxInFlight`, `rateLimit`, circuit breaker) allows across every process.
     """
     subs = list(in_flight)
     saturated = [uuid.UUID(s) for s in subs if in_flight[s] >= endpoint_limit]
-    rows = await conn.fetch(
-        CLAIM_DUE,
-        limit,
-        saturated,
-        [uuid.UUID(s) for s in subs],
-        [in_flight[s] for s in subs],
-        endpoint_limit,
-        uuid.uuid4(),
-        default_timeout,
-        lease_margin,
-    )
-    return [ClaimedDelivery.from_row(row) for row in rows]
+    async with conn.transaction():
+        row = await conn.fetchrow(LOCK_CLAIMABLE, limit, saturated, CLAIM_LOCK_CLASS)
+        assert row is not None
+        locked, rate_wait = row["subs"], row["rate_wait"]
+        if not locked:
+            return Claim([], rate_wait)
+        rows = await conn.fetch(
+            CLAIM_DUE,
+            limit,
+            locked,
+            [uuid.UUID(s) for s in subs],
+            [in_flight[s] for s in subs],
+            endpoint_limit,
+            uuid.uuid4(),
+            default_timeout,
+            lease_margin,
+            probe_interval,
+            RATE_MARGIN,
+            RATE_BURST,
+        )
+    return Claim([ClaimedDelivery.from_row(row) for row in rows], rate_wait)
 
 
 @dataclass(frozen=True, slots=True)
@@ -493,8 +667,24 @@ class FinishedAttempt:
     healthy: bool
 
 
+@dataclass(frozen=True, slots=True)
+class Breaker:
+    """The circuit breaker's settings: `failures` in a row open an endpoint's circuit; an open
+    one lets one probe through every `probe_interval` seconds."""
+
+    failures: int
+    probe_interval: float
+
+
+#: The settings' defaults (`webhook_circuit_failures`, `webhook_circuit_probe_interval`).
+DEFAULT_BREAKER: Final = Breaker(failures=5, probe_interval=30.0)
+
+
 async def finish_attempts(
-    conn: Connection, attempts: Sequence[FinishedAttempt], disable_after: float
+    conn: Connection,
+    attempts: Sequence[FinishedAttempt],
+    disable_after: float,
+    breaker: Breaker | None = None,
 ) -> list[tuple[bool, bool]]:
     """End claims with their outcomes, record the attempts and the endpoints' health.
 
@@ -504,7 +694,14 @@ async def finish_attempts(
     """
     if not attempts:
         return []
-    rows = await conn.fetch(FINISH_ATTEMPTS, finish_document(attempts), disable_after)
+    breaker = breaker or DEFAULT_BREAKER
+    rows = await conn.fetch(
+        FINISH_ATTEMPTS,
+        finish_document(attempts),
+        disable_after,
+        breaker.failures,
+        breaker.probe_interval,
+    )
     by_id = {str(row["id"]): (bool(row["owned"]), bool(row["exhausted"])) for row in rows}
     return [by_id[a.delivery.id] for a in attempts]
 
@@ -582,6 +779,55 @@ async def get_delivery(conn: Connection, delivery_id: uuid.UUID) -> Delivery | N
 async def list_attempts(conn: Connection, delivery_id: uuid.UUID) -> list[Attempt]:
     """Every attempt of a delivery, oldest first."""
     return [Attempt.from_row(row) for row in await conn.fetch(LIST_ATTEMPTS, delivery_id)]
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointHealth:
+    """A webhook subscription's endpoint as the dispatcher sees it: its circuit breaker
+    (`circuit`: "closed", or "open" until `next_probe_at`), failures in a row and deliveries
+    in flight (held claims, across every dispatcher)."""
+
+    subscription_id: str
+    circuit: str
+    consecutive_failures: int
+    next_probe_at: datetime | None
+    in_flight: int
+    failing_since: datetime | None
+    last_success_at: datetime | None
+    last_failure_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> EndpointHealth:
+        probe = row["circuit_open_until"]
+        return cls(
+            subscription_id=str(row["subscription_id"]),
+            circuit="closed" if probe is None else "open",
+            consecutive_failures=row["consecutive_failures"],
+            next_probe_at=probe,
+            in_flight=row["in_flight"],
+            failing_since=row["failing_since"],
+            last_success_at=row["last_success_at"],
+            last_failure_at=row["last_failure_at"],
+        )
+
+
+async def endpoints(
+    conn: Connection, subscription_ids: Sequence[uuid.UUID]
+) -> list[EndpointHealth]:
+    """The endpoint health of each subscription, in order."""
+    rows = await conn.fetch(SELECT_ENDPOINTS, list(subscription_ids))
+    return [EndpointHealth.from_row(row) for row in rows]
+
+
+async def close_circuit(conn: Connection, subscription_id: uuid.UUID) -> bool:
+    """Close the endpoint's circuit; whether it was open."""
+    return bool(await conn.fetchval(CLOSE_CIRCUIT, subscription_id))
+
+
+async def due_now(conn: Connection, subscription_id: uuid.UUID) -> int:
+    """Make the subscription's waiting (unclaimed) pending deliveries due now; how many."""
+    status = await conn.execute(DUE_NOW, subscription_id)
+    return int(status.rsplit(" ", 1)[-1])
 
 
 async def redrive(conn: Connection, delivery_id: uuid.UUID) -> bool:

@@ -142,7 +142,12 @@ class WebhookDispatcher:
                     finally:
                         freed.cancel()
                 elif not busy:
-                    return sender.started - started
+                    # A rate-limited endpoint's due deliveries are not "idle": claim them when
+                    # its limit lets the next one through.
+                    wait = self._buffer.rate_wait()
+                    if wait is None:
+                        return sender.started - started
+                    await asyncio.sleep(wait)
         finally:
             self._buffer.release_all()
             if sender.claims:

@@ -65,6 +65,9 @@ class OutcomeRecorder:
         self._settings = settings
         self._slots = slots
         self._purge = purge
+        self._breaker = store.Breaker(
+            settings.webhook_circuit_failures, settings.webhook_circuit_probe_interval
+        )
         #: finished attempts waiting for the next batched write, and the tasks writing them
         self._unrecorded: list[_Outcome] = []
         self.writers: set[asyncio.Task[None]] = set()
@@ -118,7 +121,7 @@ class OutcomeRecorder:
         try:
             async with transaction(self._pool) as conn:
                 ((owned, _exhausted),) = await store.finish_attempts(
-                    conn, [outcome.finished], self._settings.webhook_disable_after
+                    conn, [outcome.finished], self._settings.webhook_disable_after, self._breaker
                 )
                 if not owned:
                     raise _ClaimLost
@@ -166,6 +169,7 @@ class OutcomeRecorder:
                                 conn,
                                 [o.finished for o in batch],
                                 self._settings.webhook_disable_after,
+                                self._breaker,
                             )
                 except Exception as exc:
                     for o in batch:

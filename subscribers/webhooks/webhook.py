@@ -19,17 +19,20 @@ from ripple.platform.access import audit_store
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, transaction
 from ripple.platform.core.ids import new_ids
+from ripple.platform.core.limits import RateLimit
 from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import DeliveriesReady, SubscriptionsChanged, Waker
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
 from ripple.platform.events import subscription_store
 from ripple.platform.events.fanout import FanOutItem, PublishedEvent, SubscriptionRow
+from ripple.subscribers.targets import DEFAULT_MAX_IN_FLIGHT
 from ripple.subscribers.webhooks import delivery_store as store
 from ripple.subscribers.webhooks.delivery_store import (
     Attempt,
     Delivery,
     DeliveryPage,
     DeliveryStatus,
+    EndpointHealth,
 )
 from ripple.subscribers.webhooks.signing import decode_secret, generate_secret
 from ripple.subscribers.webhooks.ssrf import (
@@ -50,6 +53,7 @@ __all__ = [
     "Delivery",
     "DeliveryPage",
     "DeliveryStatus",
+    "EndpointHealth",
     "WebhookDispatcher",
     "WebhookKind",
 ]
@@ -81,6 +85,8 @@ def __getattr__(name: str) -> Any:
 RESOLVE_TIMEOUT = 5.0
 #: Longest per-attempt timeout a target may ask for, in seconds.
 MAX_TIMEOUT = 300.0
+#: Largest `maxInFlight` a target may ask for.
+MAX_IN_FLIGHT = 1000
 
 
 class WebhookKind:
@@ -109,7 +115,8 @@ class WebhookKind:
             log.warning("webhook_host_unresolved", url=url, error=str(exc) or "timed out")
         except ValueError as exc:
             raise InvalidInput(str(exc), field="url") from exc
-        out = dict(target)
+        # The limits are stored camelCase (`_limits`), whichever spelling came in.
+        out = {k: v for k, v in target.items() if k not in ("max_in_flight", "rate_limit")}
         secret = target.get("secret")
         if secret is None:
             out["secret"] = generate_secret()
@@ -138,6 +145,7 @@ class WebhookKind:
                     f"webhook `retry` is not a retry policy: {exc}", field="retry"
                 ) from exc
         _check_format(target)
+        out.update(_limits(target))
         out["type"] = self.kind
         return out
 
@@ -168,6 +176,40 @@ class WebhookKind:
         """Wake dispatchers. Never raises."""
         if subscriptions and self._waker is not None:
             self._waker.notify(DeliveriesReady())
+
+
+def _limits(target: dict[str, Any]) -> dict[str, Any]:
+    """A target's `maxInFlight` (default 10) and `rateLimit` ({limit, perSeconds}), checked."""
+    out: dict[str, Any] = {}
+    cap = target.get("maxInFlight", target.get("max_in_flight", DEFAULT_MAX_IN_FLIGHT))
+    if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_IN_FLIGHT:
+        raise InvalidInput(
+            f"webhook `maxInFlight` must be an integer from 1 to {MAX_IN_FLIGHT}, got {cap!r}",
+            field="maxInFlight",
+        )
+    out["maxInFlight"] = cap
+    rate = target.get("rateLimit", target.get("rate_limit"))
+    if rate is not None:
+        if isinstance(rate, RateLimit):
+            limit = rate
+        elif isinstance(rate, dict) and set(rate) <= {"limit", "perSeconds", "per"}:
+            per: Any = rate.get("perSeconds", rate.get("per", 1.0))
+            count: Any = rate.get("limit")
+            limit = RateLimit(count, per)  # RateLimit checks both
+        else:
+            raise InvalidInput(
+                "webhook `rateLimit` must be {limit, perSeconds}, e.g. {limit: 100, perSeconds: 1}",
+                field="rateLimit",
+            )
+        out["rateLimit"] = {"limit": limit.limit, "perSeconds": limit.seconds}
+    return out
+
+
+async def _webhook_subscription(conn: Connection, subscription_id: str) -> None:
+    """Raise `NotFound` unless `subscription_id` is a webhook subscription."""
+    record = await subscription_store.get_subscription(conn, subscription_id)
+    if record is None or record.kind != "webhook":
+        raise NotFound(f"no webhook subscription {subscription_id}")
 
 
 def _uuid(value: str | uuid.UUID, what: str) -> uuid.UUID:
@@ -286,6 +328,38 @@ class Deliveries:
         if count:
             self._hint()
         return count
+
+    async def endpoint(self, subscription_id: str) -> EndpointHealth:
+        """The endpoint of a webhook subscription: its circuit breaker, failures in a row and
+        deliveries in flight. Raises `NotFound`."""
+        sub = _uuid(subscription_id, "subscription")
+        async with transaction(self._pool) as conn:
+            await _webhook_subscription(conn, subscription_id)
+            (health,) = await store.endpoints(conn, [sub])
+        return health
+
+    async def endpoints(self, subscription_ids: Sequence[str]) -> builtins.list[EndpointHealth]:
+        """The endpoint of each of these webhook subscriptions, in order (for listings)."""
+        subs = [_uuid(s, "subscription") for s in subscription_ids]
+        async with transaction(self._read_pool) as conn:
+            return await store.endpoints(conn, subs)
+
+    async def resume_endpoint(self, subscription_id: str) -> EndpointHealth:
+        """Resume a webhook endpoint now: close its circuit and make its waiting deliveries
+        (retries, and those held back by the circuit) due at once. Returns the endpoint as it
+        is now. Raises `NotFound`."""
+        sub = _uuid(subscription_id, "subscription")
+        async with transaction(self._pool) as conn:
+            await _webhook_subscription(conn, subscription_id)
+            was_open = await store.close_circuit(conn, sub)
+            due = await store.due_now(conn, sub)
+            await audit_store.record(
+                conn, "endpoint.resume", subscription_id, {"wasOpen": was_open, "due": due}
+            )
+            (health,) = await store.endpoints(conn, [sub])
+        log.info("webhook_endpoint_resumed", subscription_id=subscription_id, was_open=was_open)
+        self._hint()
+        return health
 
     async def rotate_secret(
         self,

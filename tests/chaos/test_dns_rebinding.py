@@ -55,7 +55,12 @@ async def test_dns_rebinding__connections_go_to_the_checked_address_never_loopba
     attacker = await AbusiveReceiver(LOOPBACK).start(port=admitted.port)
     resolver = RebindingResolver()
     settings = chaos_client.settings.model_copy(
-        update={"webhook_allowed_networks": [f"{ADMITTED}/32"], "webhook_concurrency": 4}
+        update={
+            "webhook_allowed_networks": [f"{ADMITTED}/32"],
+            "webhook_concurrency": 4,
+            # half the attempts are refused: the circuit breaker must not hold the rest back
+            "webhook_circuit_failures": 1000,
+        }
     )
     try:
         # The subscription itself is accepted: `rebind.test` does not resolve for the client.

@@ -95,6 +95,8 @@ async def test_webhook_receiver_abuse__attempts_bounded_excerpt_capped_memory_fl
         **chaos_env,
         "RIPPLE_WEBHOOK_ALLOWED_NETWORKS": LOOPBACK,
         "RIPPLE_WEBHOOK_ORIGIN_CONCURRENCY": str(8 * len(ABUSE) + 8),
+        # Every failing attempt is the point here: the circuit breaker must not hold them back.
+        "RIPPLE_WEBHOOK_CIRCUIT_FAILURES": "1000",
     }
     dispatcher = await start_dispatcher(env)
     try:

@@ -75,7 +75,7 @@ async def test_webhook_buffer__a_freed_slot_starts_a_buffered_delivery_without_a
     claims = 0
     both_sent = asyncio.Event()
 
-    async def first_claim_only(conn: Connection, **kw: Any) -> list[store.ClaimedDelivery]:
+    async def first_claim_only(conn: Connection, **kw: Any) -> store.Claim:
         nonlocal claims
         claims += 1
         if claims > 1:

@@ -17,6 +17,7 @@ import pytest
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, transaction
 from ripple.platform.core.wake import NullWaker
+from ripple.platform.events.fanout import SubscriptionRow
 from ripple.subscribers.webhooks import delivery_store as store
 from ripple.subscribers.webhooks.dispatcher import WebhookDispatcher
 from ripple.subscribers.webhooks.outcomes import Decision
@@ -371,18 +372,24 @@ async def test_webhook_claim__reads_due_index_in_order_on_a_table_never_analyzed
     # A backlog that arrived since the table was last analyzed (a fresh install, a burst after
     # a quiet hour): the claim must still read the due index in order and stop at its limit,
     # not fetch every pending delivery and sort them (8-12 ms per claim at 20,000).
-    await _unanalyzed_backlog(pool, hooks)
+    sub = await _unanalyzed_backlog(pool, hooks)
     async with transaction(pool) as conn:
         plan = await conn.fetchval(
             "EXPLAIN (FORMAT JSON) " + store.CLAIM_DUE,
             10,
-            [],
+            [uuid.UUID(sub.id)],
             [],
             [],
             8,
             uuid.uuid4(),
             15.0,
             10.0,
+            30.0,
+            store.RATE_MARGIN,
+            store.RATE_BURST,
+        )
+        lock_plan = await conn.fetchval(
+            "EXPLAIN (FORMAT JSON) " + store.LOCK_CLAIMABLE, 10, [], store.CLAIM_LOCK_CLASS
         )
     doc = _plan_doc(plan)
     nodes = list(_plan_nodes(doc[0]["Plan"]))
@@ -393,18 +400,29 @@ async def test_webhook_claim__reads_due_index_in_order_on_a_table_never_analyzed
         "Index Scan",
         "ripple_webhook_deliveries_due",
     ), lock
+    # Finding the claimable subscriptions reads the due index in order too, up to its limit.
+    nodes = list(_plan_nodes(_plan_doc(lock_plan)[0]["Plan"]))
+    limits = [n for n in nodes if n["Node Type"] == "Limit"]
+    assert any(
+        (child["Node Type"], child.get("Index Name"))
+        == ("Index Scan", "ripple_webhook_deliveries_due")
+        for limit in limits
+        for child in limit["Plans"]
+    ), limits
 
 
 async def _claim(conn: Connection, limit: int, endpoint_limit: int) -> list[store.ClaimedDelivery]:
     """Claim as a dispatcher with nothing in flight does (15 s timeout, 10 s lease margin)."""
-    return await store.claim_due(
+    claim = await store.claim_due(
         conn,
         limit=limit,
         endpoint_limit=endpoint_limit,
         in_flight={},
         default_timeout=15,
         lease_margin=10,
+        probe_interval=30,
     )
+    return claim.deliveries
 
 
 def _finished(
@@ -430,7 +448,7 @@ def _finished(
     )
 
 
-async def _unanalyzed_backlog(pool: Pool, hooks: Hooks) -> None:
+async def _unanalyzed_backlog(pool: Pool, hooks: Hooks) -> SubscriptionRow:
     """5,000 pending deliveries of one subscription that the table was never analyzed with
     (a fresh install, a burst after a quiet hour): statistics say the table is nearly empty."""
     sub = await hooks.subscribe("http://127.0.0.1:9/x")
@@ -442,6 +460,7 @@ async def _unanalyzed_backlog(pool: Pool, hooks: Hooks) -> None:
         """,
         uuid.UUID(sub.id),
     )
+    return sub
 
 
 def _plan_doc(plan: Any) -> Any:
@@ -633,7 +652,7 @@ async def test_webhook_finish_and_release__find_claims_by_id_on_a_table_never_an
     assert len(claimed) == 10
     finished = [_finished(c) for c in claimed]
     statements = [
-        (store.FINISH_ATTEMPTS, (store.finish_document(finished), 3600.0)),
+        (store.FINISH_ATTEMPTS, (store.finish_document(finished), 3600.0, 5, 30.0)),
         (
             store.RELEASE_CLAIMS,
             ([uuid.UUID(c.id) for c in claimed], [c.claim_token for c in claimed], 1),
