@@ -15,6 +15,7 @@ __all__ = [
     "ClaimedRun",
     "PlainClaim",
     "claim_runs",
+    "claim_runs_fair",
     "claim_runs_plain",
     "delete_worker",
     "heartbeat_worker",
@@ -25,24 +26,44 @@ __all__ = [
 
 # A workflow's flow-control options as its definition declares them (see workflows/authoring/flow.py
 # flow_control_row). $1 workflow, $2 concurrency limit, $3 its key path text[], $4 throttle
-# limit, $5 period seconds, $6 key path, $7 debounce period, $8 max wait, $9 key path
+# limit, $5 period seconds, $6 key path, $7 debounce period, $8 max wait, $9 key path,
+# $10 fairness bool, $11 its key path, $12 weights jsonb
 _UPSERT_FLOW_CONTROL: Final = """
 INSERT INTO ripple_flow_controls AS f (workflow, concurrency_limit, concurrency_key,
     throttle_limit, throttle_period, throttle_key, debounce_period, debounce_max_wait,
-    debounce_key)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+    debounce_key, fairness, fairness_key_path, fairness_weights)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb)
 ON CONFLICT (workflow) DO UPDATE
 SET concurrency_limit = excluded.concurrency_limit, concurrency_key = excluded.concurrency_key,
     throttle_limit = excluded.throttle_limit, throttle_period = excluded.throttle_period,
     throttle_key = excluded.throttle_key, debounce_period = excluded.debounce_period,
     debounce_max_wait = excluded.debounce_max_wait, debounce_key = excluded.debounce_key,
-    updated_at = now()
+    fairness = excluded.fairness, fairness_key_path = excluded.fairness_key_path,
+    fairness_weights = excluded.fairness_weights, updated_at = now()
 WHERE (f.concurrency_limit, f.concurrency_key, f.throttle_limit, f.throttle_period,
-       f.throttle_key, f.debounce_period, f.debounce_max_wait, f.debounce_key)
+       f.throttle_key, f.debounce_period, f.debounce_max_wait, f.debounce_key, f.fairness,
+       f.fairness_key_path, f.fairness_weights)
       IS DISTINCT FROM
       (excluded.concurrency_limit, excluded.concurrency_key, excluded.throttle_limit,
        excluded.throttle_period, excluded.throttle_key, excluded.debounce_period,
-       excluded.debounce_max_wait, excluded.debounce_key)
+       excluded.debounce_max_wait, excluded.debounce_key, excluded.fairness,
+       excluded.fairness_key_path, excluded.fairness_weights)
+"""
+
+# $1 workflow names text[]: they are not fair (any more). Their pending runs that a fair
+# version keyed go back to the plain claim (FIFO within a priority); none: two index probes
+# each (ripple_runs_fair, and ripple_runs_parked for the ones concurrency parked).
+_UNFAIR_RUNS: Final = """
+UPDATE ripple_runs SET fairness_key = NULL
+WHERE ctid = ANY(ARRAY(
+    SELECT r.ctid FROM ripple_runs r
+    WHERE r.workflow = ANY($1::text[]) AND r.status = 'pending' AND r.fairness_key IS NOT NULL
+      AND r.available_at < 'infinity'
+    UNION ALL
+    SELECT r.ctid FROM ripple_runs r
+    WHERE r.workflow = ANY($1::text[]) AND r.status = 'pending' AND r.fairness_key IS NOT NULL
+      AND r.available_at = 'infinity' AND r.concurrency_key IS NOT NULL))
+  AND status = 'pending' AND fairness_key IS NOT NULL
 """
 
 # $1 workflow names text[]: they declare no flow control (any more).
@@ -91,6 +112,7 @@ WITH due AS (
         FROM ripple_runs r
         WHERE r.workflow = n.workflow
           AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
+          AND (r.fairness_key IS NULL OR r.status <> 'pending')
           AND r.available_at <= now()
           AND (r.version IS NULL OR (r.workflow, r.version) IN
                (SELECT p.w, p.v FROM unnest($5::text[], $6::int[]) AS p(w, v)))
@@ -110,6 +132,7 @@ WITH due AS (
         FROM ripple_runs r
         WHERE r.workflow = n.workflow
           AND r.status = 'pending' AND r.priority > 0 AND r.available_at < 'infinity'
+          AND r.fairness_key IS NULL
           AND r.available_at <= now()
           AND (r.version IS NULL OR (r.workflow, r.version) IN
                (SELECT p.w, p.v FROM unnest($5::text[], $6::int[]) AS p(w, v)))
@@ -223,10 +246,99 @@ WHERE r.ctid = ANY(ARRAY(SELECT row_ref FROM {source})) AND r.run_id = c.run_id
 RETURNING r.run_id, r.workflow, r.version, r.input, r.attempt, r.epoch, r.deadline, r.trace,
           r.step_count, r.created_at, r.parent_run_id, r.recoveries, c.prev_status,
           c.prev_owner, c.fresh, now() AS db_now, r.concurrency_key IS NOT NULL AS keyed,
-          r.suspect
+          r.suspect, r.fairness_key
 """
 
 _CLAIM_RUNS: Final = _CANDIDATES + _FLOW_CONTROL + _TAKE.format(source="ok")
+
+# The claim of a worker serving fair workflows ($8: their names): `_CLAIM_RUNS` whose
+# candidates also come from the workflows' fairness keys (stride scheduling, migration 0022).
+# fk: per fair workflow, the active keys (pending runs) with a due head run, smallest pass
+# first, at most $3 of them, locked (SKIP LOCKED: concurrent claimers serve other keys; a
+# key's pass only moves under its lock). alloc: the $3 smallest virtual finish times
+# `pass + j / weight` (j = 1..$3) of those keys say how many runs each key gets. fair: each
+# key's head runs in priority then FIFO order, that many, with their finish times, which rank
+# them in cand after the runs resuming (due, urgent) of the same priority. After the take,
+# each key's pass advances by the runs taken / its weight and its pending count drops by as
+# many, in the same statement. Cost: an index probe per active key up to $3 keys and a
+# descent per chosen key, whatever the backlog.
+_FAIR_RUN_FIELDS: Final = """r.ctid AS row_ref, r.run_id, r.workflow, r.status AS prev_status,
+               r.lease_owner AS prev_owner,
+               r.started_at IS NULL AS fresh, r.available_at, r.priority, r.concurrency_key,
+               r.concurrency_limit, r.throttle_key, r.throttle_limit, r.throttle_period,
+               r.suspect OR (r.status = 'running' AND r.lease_owner IS NOT NULL) AS suspect"""
+_FAIR_DUE: Final = """r.workflow = {w} AND r.fairness_key = {k} AND r.status = 'pending'
+                AND r.available_at < 'infinity' AND r.available_at <= now()
+                AND (r.version IS NULL OR (r.workflow, r.version) IN
+                     (SELECT p.w, p.v FROM unnest($5::text[], $6::int[]) AS p(w, v)))"""
+_FAIR_CANDIDATES: Final = f"""), fk AS (
+    SELECT k.workflow, k.key, k.pass, k.weight
+    FROM unnest($8::text[]) AS n(workflow)
+    CROSS JOIN LATERAL (
+        SELECT k.workflow, k.key, k.pass, k.weight FROM ripple_fair_keys k
+        WHERE k.workflow = n.workflow AND k.pending > 0
+          AND EXISTS (SELECT 1 FROM ripple_runs r
+                      WHERE {_FAIR_DUE.format(w="k.workflow", k="k.key")})
+        ORDER BY k.pass
+        LIMIT $3
+        FOR UPDATE OF k SKIP LOCKED
+    ) AS k
+), alloc AS (
+    SELECT s.workflow, s.key, min(s.pass) AS pass, min(s.weight) AS weight, count(*) AS n
+    FROM (
+        SELECT fk.workflow, fk.key, fk.pass, fk.weight
+        FROM fk CROSS JOIN generate_series(1, $3) AS j
+        ORDER BY fk.pass + j / fk.weight, fk.workflow, fk.key
+        LIMIT $3
+    ) AS s
+    GROUP BY s.workflow, s.key
+), fair AS (
+    SELECT x.*, a.pass + (row_number() OVER (PARTITION BY a.workflow, a.key
+                                             ORDER BY x.priority DESC, x.available_at))
+                         / a.weight AS fin
+    FROM alloc AS a
+    CROSS JOIN LATERAL (
+        SELECT {_FAIR_RUN_FIELDS}
+        FROM ripple_runs r
+        WHERE {_FAIR_DUE.format(w="a.workflow", k="a.key")}
+        ORDER BY r.priority DESC, r.available_at
+        LIMIT a.n
+        FOR UPDATE OF r SKIP LOCKED
+    ) AS x
+), cand AS (
+    SELECT u.* FROM (
+        SELECT v.*, NULL::float8 AS fin FROM (SELECT * FROM due UNION SELECT * FROM urgent) AS v
+        UNION ALL
+        SELECT * FROM fair
+    ) AS u
+    ORDER BY u.priority DESC, u.fin NULLS FIRST, u.available_at, u.run_id
+    LIMIT $3
+), isolated AS ("""  # noqa: S608
+
+_PLAIN_CAND: Final = """), cand AS (
+    SELECT u.* FROM (SELECT * FROM due UNION SELECT * FROM urgent) AS u
+    ORDER BY u.priority DESC, u.available_at, u.run_id
+    LIMIT $3
+), isolated AS ("""
+
+_ADVANCE: Final = """, taken AS (
+{take}), advanced AS (
+    UPDATE ripple_fair_keys k
+    SET pass = k.pass + t.n / k.weight, pending = greatest(k.pending - t.n, 0)
+    FROM (SELECT t.workflow, t.fairness_key AS key, count(*) AS n FROM taken AS t
+          WHERE t.fairness_key IS NOT NULL AND t.prev_status = 'pending'
+          GROUP BY t.workflow, t.fairness_key) AS t
+    WHERE k.workflow = t.workflow AND k.key = t.key
+)
+SELECT * FROM taken
+"""
+
+assert _PLAIN_CAND in _CANDIDATES
+_CLAIM_FAIR: Final = (
+    _CANDIDATES.replace(_PLAIN_CAND, _FAIR_CANDIDATES)
+    + _FLOW_CONTROL
+    + _ADVANCE.format(take=_TAKE.format(source="ok"))
+)
 
 #: Whether flow control decides about candidate `c` (else it passes it untouched).
 _GOVERNED: Final = """(c.throttle_key IS NOT NULL AND c.fresh AND c.prev_status = 'pending')
@@ -252,19 +364,29 @@ LEFT JOIN taken AS t ON true
 
 # $1 distinct workflow names text[], $2 names text[], $3 versions int[] (the served pairs):
 # seconds until the next run this worker may claim becomes available (NULL: none; negative:
-# due but held by another claimer). One index probe per served workflow.
+# due but held by another claimer). One index probe per served workflow, and one more for the
+# pending runs of its fairness keys.
 _NEXT_DUE: Final = """
 SELECT extract(epoch FROM min(x.available_at) - clock_timestamp())::float8
 FROM unnest($1::text[]) AS n(workflow)
 CROSS JOIN LATERAL (
-    SELECT r.available_at FROM ripple_runs r
-    WHERE r.workflow = n.workflow
-      AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
-      AND r.available_at < 'infinity'
-      AND (r.version IS NULL OR (r.workflow, r.version) IN
-           (SELECT p.w, p.v FROM unnest($2::text[], $3::int[]) AS p(w, v)))
-    ORDER BY r.available_at
-    LIMIT 1
+    (SELECT r.available_at FROM ripple_runs r
+     WHERE r.workflow = n.workflow
+       AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
+       AND (r.fairness_key IS NULL OR r.status <> 'pending')
+       AND r.available_at < 'infinity'
+       AND (r.version IS NULL OR (r.workflow, r.version) IN
+            (SELECT p.w, p.v FROM unnest($2::text[], $3::int[]) AS p(w, v)))
+     ORDER BY r.available_at
+     LIMIT 1)
+    UNION ALL
+    (SELECT r.available_at FROM ripple_runs r
+     WHERE r.workflow = n.workflow
+       AND r.status = 'pending' AND r.fairness_key IS NOT NULL AND r.available_at < 'infinity'
+       AND (r.version IS NULL OR (r.workflow, r.version) IN
+            (SELECT p.w, p.v FROM unnest($2::text[], $3::int[]) AS p(w, v)))
+     ORDER BY r.available_at
+     LIMIT 1)
 ) AS x
 """
 
@@ -385,6 +507,24 @@ async def claim_runs_plain(
     return PlainClaim(claimed, governed, waiting)
 
 
+async def claim_runs_fair(
+    conn: Executor,
+    *,
+    worker_id: str,
+    lease: float,
+    limit: int,
+    pairs: Sequence[tuple[str, int]],
+    fair: Sequence[str],
+    alone: bool = True,
+) -> list[ClaimedRun]:
+    """`claim_runs` for a worker serving fair workflows (`fair`: their names, among `pairs`):
+    their pending runs are claimed in a weighted round robin across fairness keys, in the
+    same statement as the other runs and under the same flow control."""
+    args = (*_claim_args(worker_id, lease, limit, pairs, alone), sorted(set(fair)))
+    rows = await conn.fetch(_CLAIM_FAIR, *args)
+    return [ClaimedRun.from_row(row) for row in rows]
+
+
 def _claim_args(
     worker_id: str, lease: float, limit: int, pairs: Sequence[tuple[str, int]], alone: bool
 ) -> tuple[Any, ...]:
@@ -415,6 +555,10 @@ async def sync_flow_controls(
             await conn.execute(_UPSERT_FLOW_CONTROL, name, *options)
     if gone:
         await conn.execute(_DELETE_FLOW_CONTROLS, gone)
+    # flow_control_row's 9th value: whether the workflow is fair
+    unfair = [name for name, options in rows if options is None or not options[8]]
+    if unfair:
+        await conn.execute(_UNFAIR_RUNS, unfair)
 
 
 async def register_worker(
