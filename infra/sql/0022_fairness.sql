@@ -13,20 +13,23 @@ ALTER TABLE ripple_flow_controls
     ADD COLUMN fairness_weights jsonb;
 
 -- One row per (workflow, fairness key) ever seen. `pass` is the key's virtual time: every run
--- the claim takes of the key advances it by 1 / weight, and the claim serves the keys with the
--- smallest pass first. `pending` counts the key's claimable pending runs (pending, not parked
--- by concurrency): a key with none is out of ripple_fair_keys_active and costs claims nothing.
--- A key that becomes active again starts at the smallest pass of the active keys (it neither
--- catches up for the time it was idle nor waits behind them).
+-- the claim takes of the key advances it by 1 / weight, and the claim serves the active keys
+-- with the smallest pass first. A key is `active` from its first claimable pending run (pending
+-- and not parked by concurrency) until a claim finds it has none left; only active keys cost
+-- claims anything. A key that becomes active again starts at the smallest pass of the active
+-- keys (it neither catches up for the time it was idle nor waits behind them). `touched`
+-- changes whenever a transaction makes a run of the key claimable: a claim retires a key only
+-- if it is unchanged since the claim's snapshot (else a run it cannot see may wait).
 CREATE TABLE ripple_fair_keys (
     workflow text NOT NULL,
     key      text NOT NULL,
     weight   double precision NOT NULL DEFAULT 1,
     pass     double precision NOT NULL DEFAULT 0,
-    pending  bigint NOT NULL DEFAULT 0,
+    active   boolean NOT NULL DEFAULT true,
+    touched  bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (workflow, key)
 );
-CREATE INDEX ripple_fair_keys_active ON ripple_fair_keys (workflow, pass) WHERE pending > 0;
+CREATE INDEX ripple_fair_keys_active ON ripple_fair_keys (workflow, pass, key) WHERE active;
 
 -- The claim's walk no longer passes over a fair backlog: fair pending runs leave the claim
 -- index (and the priority index) and are claimed per key from ripple_runs_fair.
@@ -45,35 +48,34 @@ CREATE INDEX ripple_runs_fair ON ripple_runs (workflow, fairness_key, priority D
 CREATE INDEX ripple_runs_fair_due ON ripple_runs (workflow, available_at)
     WHERE status = 'pending' AND fairness_key IS NOT NULL AND available_at < 'infinity';
 
--- Keep `pending` exact whatever path moves a fair run: creation, retries and releases back to
--- pending, concurrency parking and waking, cancellation, a debounce moving it to another key.
--- The claim's own pending -> running moves are counted by the claim statement (it advances
--- the key's pass in the same statement), so this trigger does not fire for them.
-CREATE FUNCTION ripple_count_fair_run() RETURNS trigger
+-- A run becoming claimable (created pending, retried or released back to pending, woken from
+-- a concurrency park, moved to another key by a debounce) activates its key and changes its
+-- `touched`, once per transaction and key: later runs of the same transaction see the row
+-- their transaction already wrote (its xmin) and stop at one index probe, so a bulk start of
+-- one key writes the key's row once.
+CREATE FUNCTION ripple_touch_fair_key() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+    vt double precision;
 BEGIN
-    IF TG_OP = 'UPDATE' AND OLD.fairness_key IS NOT NULL AND OLD.status = 'pending'
-       AND OLD.available_at < 'infinity' THEN
-        UPDATE ripple_fair_keys SET pending = greatest(pending - 1, 0)
-        WHERE workflow = OLD.workflow AND key = OLD.fairness_key;
+    PERFORM 1 FROM ripple_fair_keys
+    WHERE workflow = NEW.workflow AND key = NEW.fairness_key
+      AND xmin = pg_current_xact_id()::xid;
+    IF FOUND THEN
+        RETURN NULL;
     END IF;
-    IF NEW.fairness_key IS NOT NULL AND NEW.status = 'pending'
-       AND NEW.available_at < 'infinity' THEN
-        INSERT INTO ripple_fair_keys AS k (workflow, key, weight, pass, pending)
-        VALUES (
-            NEW.workflow, NEW.fairness_key,
-            coalesce((SELECT (f.fairness_weights ->> NEW.fairness_key)::float8
-                      FROM ripple_flow_controls f WHERE f.workflow = NEW.workflow), 1),
-            coalesce((SELECT min(a.pass) FROM ripple_fair_keys a
-                      WHERE a.workflow = NEW.workflow AND a.pending > 0), 0),
-            1)
-        ON CONFLICT (workflow, key) DO UPDATE
-        SET pending = k.pending + 1, weight = excluded.weight,
-            pass = CASE WHEN k.pending > 0 THEN k.pass
-                        ELSE coalesce((SELECT min(a.pass) FROM ripple_fair_keys a
-                                       WHERE a.workflow = k.workflow AND a.pending > 0), k.pass)
-                   END;
-    END IF;
+    SELECT a.pass INTO vt FROM ripple_fair_keys a
+    WHERE a.workflow = NEW.workflow AND a.active
+    ORDER BY a.pass LIMIT 1;
+    INSERT INTO ripple_fair_keys AS k (workflow, key, weight, pass)
+    VALUES (
+        NEW.workflow, NEW.fairness_key,
+        coalesce((SELECT (f.fairness_weights ->> NEW.fairness_key)::float8
+                  FROM ripple_flow_controls f WHERE f.workflow = NEW.workflow), 1),
+        coalesce(vt, 0))
+    ON CONFLICT (workflow, key) DO UPDATE
+    SET active = true, touched = k.touched + 1, weight = excluded.weight,
+        pass = CASE WHEN k.active THEN k.pass ELSE coalesce(vt, k.pass) END;
     RETURN NULL;
 END
 $$;
@@ -81,19 +83,15 @@ $$;
 CREATE TRIGGER ripple_runs_fair_insert
     AFTER INSERT ON ripple_runs
     FOR EACH ROW
-    WHEN (NEW.fairness_key IS NOT NULL)
-    EXECUTE FUNCTION ripple_count_fair_run();
+    WHEN (NEW.fairness_key IS NOT NULL AND NEW.status = 'pending'
+          AND NEW.available_at < 'infinity')
+    EXECUTE FUNCTION ripple_touch_fair_key();
 
 CREATE TRIGGER ripple_runs_fair_update
     AFTER UPDATE OF status, available_at, fairness_key ON ripple_runs
     FOR EACH ROW
-    WHEN ((OLD.fairness_key IS NOT NULL OR NEW.fairness_key IS NOT NULL)
-          AND ((OLD.fairness_key IS NOT NULL AND OLD.status = 'pending'
-                AND OLD.available_at < 'infinity')
-               IS DISTINCT FROM
-               (NEW.fairness_key IS NOT NULL AND NEW.status = 'pending'
-                AND NEW.available_at < 'infinity')
-               OR (OLD.status = 'pending' AND NEW.status = 'pending'
-                   AND OLD.fairness_key IS DISTINCT FROM NEW.fairness_key))
-          AND NOT (OLD.status = 'pending' AND NEW.status = 'running'))
-    EXECUTE FUNCTION ripple_count_fair_run();
+    WHEN (NEW.fairness_key IS NOT NULL AND NEW.status = 'pending'
+          AND NEW.available_at < 'infinity'
+          AND (OLD.status <> 'pending' OR OLD.available_at = 'infinity'
+               OR OLD.fairness_key IS DISTINCT FROM NEW.fairness_key))
+    EXECUTE FUNCTION ripple_touch_fair_key();

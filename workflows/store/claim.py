@@ -259,9 +259,16 @@ _CLAIM_RUNS: Final = _CANDIDATES + _FLOW_CONTROL + _TAKE.format(source="ok")
 # `pass + j / weight` (j = 1..$3) of those keys say how many runs each key gets. fair: each
 # key's head runs in priority then FIFO order, that many, with their finish times, which rank
 # them in cand after the runs resuming (due, urgent) of the same priority. After the take,
-# each key's pass advances by the runs taken / its weight and its pending count drops by as
-# many, in the same statement. Cost: an index probe per active key up to $3 keys and a
-# descent per chosen key, whatever the backlog.
+# each key's pass advances by the runs taken / its weight, in the same statement.
+# front: per fair workflow the 2 x $3 active keys with the smallest pass, whether each has a
+# due head run, and if not, whether it has no claimable pending run at all (empty). fk: the
+# $3 first that have one, locked. settling/settled: the front's keys without a due run are
+# settled: an empty one leaves the active keys, only if no transaction made one of its runs
+# claimable since this statement's snapshot (`touched` unchanged: FOR UPDATE rechecks the join
+# on the newest row) and none is doing so now (SKIP LOCKED); one whose runs are all due later
+# (throttled, backing off) moves to the back of the front (the front's largest pass), so keys
+# waiting for time never fill the front. Cost: two index probes per front key (2 x $3) and a
+# descent per chosen key, whatever the backlog and the number of keys.
 _FAIR_RUN_FIELDS: Final = """r.ctid AS row_ref, r.run_id, r.workflow, r.status AS prev_status,
                r.lease_owner AS prev_owner,
                r.started_at IS NULL AS fresh, r.available_at, r.priority, r.concurrency_key,
@@ -271,18 +278,29 @@ _FAIR_DUE: Final = """r.workflow = {w} AND r.fairness_key = {k} AND r.status = '
                 AND r.available_at < 'infinity' AND r.available_at <= now()
                 AND (r.version IS NULL OR (r.workflow, r.version) IN
                      (SELECT p.w, p.v FROM unnest($5::text[], $6::int[]) AS p(w, v)))"""
-_FAIR_CANDIDATES: Final = f"""), fk AS (
-    SELECT k.workflow, k.key, k.pass, k.weight
-    FROM unnest($8::text[]) AS n(workflow)
-    CROSS JOIN LATERAL (
-        SELECT k.workflow, k.key, k.pass, k.weight FROM ripple_fair_keys k
-        WHERE k.workflow = n.workflow AND k.pending > 0
-          AND EXISTS (SELECT 1 FROM ripple_runs r
-                      WHERE {_FAIR_DUE.format(w="k.workflow", k="k.key")})
-        ORDER BY k.pass
-        LIMIT $3
-        FOR UPDATE OF k SKIP LOCKED
-    ) AS k
+_FAIR_CANDIDATES: Final = f"""), front AS (
+    SELECT g.*, NOT g.due AND NOT EXISTS (
+               SELECT 1 FROM ripple_runs r
+               WHERE r.workflow = g.workflow AND r.fairness_key = g.key
+                 AND r.status = 'pending' AND r.available_at < 'infinity') AS empty
+    FROM (
+        SELECT f.*, EXISTS (SELECT 1 FROM ripple_runs r
+                            WHERE {_FAIR_DUE.format(w="f.workflow", k="f.key")}) AS due
+        FROM unnest($8::text[]) AS n(workflow)
+        CROSS JOIN LATERAL (
+            SELECT k.ctid AS row_ref, k.workflow, k.key, k.pass, k.touched
+            FROM ripple_fair_keys k
+            WHERE k.workflow = n.workflow AND k.active
+            ORDER BY k.pass, k.key
+            LIMIT 2 * $3
+        ) AS f
+    ) AS g
+), fk AS (
+    SELECT k.workflow, k.key, k.pass, k.weight FROM ripple_fair_keys k
+    WHERE k.ctid = ANY(ARRAY(SELECT f.row_ref FROM front AS f WHERE f.due)) AND k.active
+    ORDER BY k.pass, k.key
+    LIMIT $3
+    FOR UPDATE OF k SKIP LOCKED
 ), alloc AS (
     SELECT s.workflow, s.key, min(s.pass) AS pass, min(s.weight) AS weight, count(*) AS n
     FROM (
@@ -323,12 +341,24 @@ _PLAIN_CAND: Final = """), cand AS (
 
 _ADVANCE: Final = """, taken AS (
 {take}), advanced AS (
-    UPDATE ripple_fair_keys k
-    SET pass = k.pass + t.n / k.weight, pending = greatest(k.pending - t.n, 0)
+    UPDATE ripple_fair_keys k SET pass = k.pass + t.n / k.weight
     FROM (SELECT t.workflow, t.fairness_key AS key, count(*) AS n FROM taken AS t
           WHERE t.fairness_key IS NOT NULL AND t.prev_status = 'pending'
           GROUP BY t.workflow, t.fairness_key) AS t
     WHERE k.workflow = t.workflow AND k.key = t.key
+), settling AS (
+    SELECT k.ctid AS row_ref, f.empty FROM ripple_fair_keys k
+    JOIN front AS f ON f.workflow = k.workflow AND f.key = k.key
+    WHERE k.ctid = ANY(ARRAY(SELECT f2.row_ref FROM front AS f2 WHERE NOT f2.due))
+      AND k.active AND (NOT f.empty OR k.touched = f.touched)
+    FOR UPDATE OF k SKIP LOCKED
+), settled AS (
+    UPDATE ripple_fair_keys k
+    SET active = NOT s.empty,
+        pass = CASE WHEN s.empty THEN k.pass
+                    ELSE greatest(k.pass, (SELECT max(f.pass) FROM front AS f)) END
+    FROM settling AS s
+    WHERE k.ctid = ANY(ARRAY(SELECT row_ref FROM settling)) AND k.ctid = s.row_ref
 )
 SELECT * FROM taken
 """

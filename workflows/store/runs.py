@@ -338,7 +338,8 @@ async def insert_child_run(
 async def start_runs(conn: Executor, *, starts: Sequence[dict[str, Any]]) -> set[str]:
     """Create the runs of many starts in one statement (the start group commit); each start is
     `{run_id, workflow, version, input, idempotency_key, deadline, retention_seconds, trace,
-    priority, fairness_key}`. Returns the ids of the runs created (a start whose key exists creates none)."""
+    priority, fairness_key}`. Returns the ids of the runs created (a start whose key exists
+    creates none)."""
     return {row[0] for row in await conn.fetch(_START_RUNS, starts)}
 
 
