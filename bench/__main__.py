@@ -1,6 +1,6 @@
 """`make bench`: run the benchmark suites against the local Postgres and Redis.
 
-python -m bench [--only workflows,waits,publish,queues,webhooks,flow,rest,operations,cli]
+python -m bench [--only workflows,waits,publish,queues,webhooks,flow,fairness,rest,operations,cli]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ SUITES = [
     "queues",
     "webhooks",
     "flow",
+    "fairness",
     "rest",
     "operations",
     "cli",

@@ -260,10 +260,9 @@ _CLAIM_RUNS: Final = _CANDIDATES + _FLOW_CONTROL + _TAKE.format(source="ok")
 # key's head runs in priority then FIFO order, that many, with their finish times, which rank
 # them in cand after the runs resuming (due, urgent) of the same priority. After the take,
 # each key's pass advances by the runs taken / its weight, in the same statement.
-# front: per fair workflow the 2 x $3 active keys with the smallest pass, whether each has a
-# due head run, and if not, whether it has no claimable pending run at all (empty). fk: the
-# $3 first that have one, locked. settling/settled: the front's keys without a due run are
-# settled: an empty one leaves the active keys, only if no transaction made one of its runs
+# front: per fair workflow the 2 x $3 active keys with the smallest pass, and whether each has
+# a due head run. fk: the $3 first that have one, locked. settling/settled: the front's keys
+# without a due run are settled: one without any claimable pending run (empty) leaves the active keys, only if no transaction made one of its runs
 # claimable since this statement's snapshot (`touched` unchanged: FOR UPDATE rechecks the join
 # on the newest row) and none is doing so now (SKIP LOCKED); one whose runs are all due later
 # (throttled, backing off) moves to the back of the front (the front's largest pass), so keys
@@ -279,22 +278,21 @@ _FAIR_DUE: Final = """r.workflow = {w} AND r.fairness_key = {k} AND r.status = '
                 AND (r.version IS NULL OR (r.workflow, r.version) IN
                      (SELECT p.w, p.v FROM unnest($5::text[], $6::int[]) AS p(w, v)))"""
 _FAIR_CANDIDATES: Final = f"""), front AS (
-    SELECT g.*, NOT g.due AND NOT EXISTS (
-               SELECT 1 FROM ripple_runs r
-               WHERE r.workflow = g.workflow AND r.fairness_key = g.key
-                 AND r.status = 'pending' AND r.available_at < 'infinity') AS empty
-    FROM (
-        SELECT f.*, EXISTS (SELECT 1 FROM ripple_runs r
-                            WHERE {_FAIR_DUE.format(w="f.workflow", k="f.key")}) AS due
-        FROM unnest($8::text[]) AS n(workflow)
-        CROSS JOIN LATERAL (
-            SELECT k.ctid AS row_ref, k.workflow, k.key, k.pass, k.touched
-            FROM ripple_fair_keys k
-            WHERE k.workflow = n.workflow AND k.active
-            ORDER BY k.pass, k.key
-            LIMIT 2 * $3
-        ) AS f
-    ) AS g
+    SELECT f.row_ref, f.workflow, f.key, f.pass, f.touched, d.due IS NOT NULL AS due
+    FROM unnest($8::text[]) AS n(workflow)
+    CROSS JOIN LATERAL (
+        SELECT k.ctid AS row_ref, k.workflow, k.key, k.pass, k.touched
+        FROM ripple_fair_keys k
+        WHERE k.workflow = n.workflow AND k.active
+        ORDER BY k.workflow, k.pass, k.key
+        LIMIT 2 * $3
+    ) AS f
+    LEFT JOIN LATERAL (
+        SELECT true AS due FROM ripple_runs r
+        WHERE {_FAIR_DUE.format(w="f.workflow", k="f.key")}
+        ORDER BY r.workflow, r.fairness_key, r.priority DESC, r.available_at
+        LIMIT 1
+    ) AS d ON true
 ), fk AS (
     SELECT k.workflow, k.key, k.pass, k.weight FROM ripple_fair_keys k
     WHERE k.ctid = ANY(ARRAY(SELECT f.row_ref FROM front AS f WHERE f.due)) AND k.active
@@ -305,7 +303,7 @@ _FAIR_CANDIDATES: Final = f"""), front AS (
     SELECT s.workflow, s.key, min(s.pass) AS pass, min(s.weight) AS weight, count(*) AS n
     FROM (
         SELECT fk.workflow, fk.key, fk.pass, fk.weight
-        FROM fk CROSS JOIN generate_series(1, $3) AS j
+        FROM fk CROSS JOIN unnest(ARRAY(SELECT generate_series(1, $3))) AS j
         ORDER BY fk.pass + j / fk.weight, fk.workflow, fk.key
         LIMIT $3
     ) AS s
@@ -319,7 +317,7 @@ _FAIR_CANDIDATES: Final = f"""), front AS (
         SELECT {_FAIR_RUN_FIELDS}
         FROM ripple_runs r
         WHERE {_FAIR_DUE.format(w="a.workflow", k="a.key")}
-        ORDER BY r.priority DESC, r.available_at
+        ORDER BY r.workflow, r.fairness_key, r.priority DESC, r.available_at
         LIMIT a.n
         FOR UPDATE OF r SKIP LOCKED
     ) AS x
@@ -347,10 +345,18 @@ _ADVANCE: Final = """, taken AS (
           GROUP BY t.workflow, t.fairness_key) AS t
     WHERE k.workflow = t.workflow AND k.key = t.key
 ), settling AS (
-    SELECT k.ctid AS row_ref, f.empty FROM ripple_fair_keys k
-    JOIN front AS f ON f.workflow = k.workflow AND f.key = k.key
-    WHERE k.ctid = ANY(ARRAY(SELECT f2.row_ref FROM front AS f2 WHERE NOT f2.due))
-      AND k.active AND (NOT f.empty OR k.touched = f.touched)
+    SELECT k.ctid AS row_ref, h.found IS NULL AS empty
+    FROM ripple_fair_keys k
+    LEFT JOIN LATERAL (
+        SELECT true AS found FROM ripple_runs r
+        WHERE r.workflow = k.workflow AND r.fairness_key = k.key
+          AND r.status = 'pending' AND r.available_at < 'infinity'
+        ORDER BY r.workflow, r.fairness_key, r.priority DESC, r.available_at
+        LIMIT 1
+    ) AS h ON true
+    WHERE k.ctid = ANY(ARRAY(SELECT f.row_ref FROM front AS f WHERE NOT f.due)) AND k.active
+      AND (h.found OR k.touched = (SELECT f.touched FROM front AS f
+                                   WHERE f.workflow = k.workflow AND f.key = k.key))
     FOR UPDATE OF k SKIP LOCKED
 ), settled AS (
     UPDATE ripple_fair_keys k
