@@ -253,21 +253,24 @@ _CLAIM_RUNS: Final = _CANDIDATES + _FLOW_CONTROL + _TAKE.format(source="ok")
 
 # The claim of a worker serving fair workflows ($8: their names): `_CLAIM_RUNS` whose
 # candidates also come from the workflows' fairness keys (stride scheduling, migration 0022).
-# fk: per fair workflow, the active keys (pending runs) with a due head run, smallest pass
-# first, at most $3 of them, locked (SKIP LOCKED: concurrent claimers serve other keys; a
-# key's pass only moves under its lock). alloc: the $3 smallest virtual finish times
-# `pass + j / weight` (j = 1..$3) of those keys say how many runs each key gets. fair: each
-# key's head runs in priority then FIFO order, that many, with their finish times, which rank
-# them in cand after the runs resuming (due, urgent) of the same priority. After the take,
-# each key's pass advances by the runs taken / its weight, in the same statement.
-# front: per fair workflow the 2 x $3 active keys with the smallest pass, and whether each has
-# a due head run. fk: the $3 first that have one, locked. settling/settled: the front's keys
-# without a due run are settled: one without any claimable pending run (empty) leaves the active keys, only if no transaction made one of its runs
-# claimable since this statement's snapshot (`touched` unchanged: FOR UPDATE rechecks the join
-# on the newest row) and none is doing so now (SKIP LOCKED); one whose runs are all due later
-# (throttled, backing off) moves to the back of the front (the front's largest pass), so keys
-# waiting for time never fill the front. Cost: two index probes per front key (2 x $3) and a
-# descent per chosen key, whatever the backlog and the number of keys.
+# front: per fair workflow, the few active keys with the smallest pass (enough turns for $3
+# runs, and two more), and whether each has a due head run. fk: those that have one, locked
+# (SKIP LOCKED: concurrent claimers serve other keys; a key's pass only moves under its lock).
+# alloc: turns of FAIR_QUANTUM runs, ordered by their virtual finish time `pass + turn x
+# FAIR_QUANTUM / weight`, say how many of the $3 runs each key gets. fair: each key's head runs
+# in priority then FIFO order, that many, with their finish times, which rank them in cand
+# after the runs resuming (due, urgent) of the same priority. After the take, each key's pass
+# advances by the runs taken / its weight, in the same statement. settling/settled: the front's
+# keys without a due run are settled: one without any claimable pending run (empty) leaves the
+# active keys, only if no transaction made one of its runs claimable since this statement's
+# snapshot (`touched` unchanged: FOR UPDATE rechecks it on the newest row) and none is doing
+# so now (SKIP LOCKED); one whose runs are all due later (throttled, backing off) moves to the
+# back of the front (the front's largest pass), so keys waiting for time never fill it.
+# Cost: a probe per front key and a descent per key served, whatever the backlog and the
+# number of keys.
+#: Runs a key gets per turn at most: a claim of up to this many serves one key, and per-key
+#: work (a probe, a descent, a key row written) is paid per turn, not per run.
+FAIR_QUANTUM: Final = 5
 _FAIR_RUN_FIELDS: Final = """r.ctid AS row_ref, r.run_id, r.workflow, r.status AS prev_status,
                r.lease_owner AS prev_owner,
                r.started_at IS NULL AS fresh, r.available_at, r.priority, r.concurrency_key,
@@ -285,7 +288,7 @@ _FAIR_CANDIDATES: Final = f"""), front AS (
         FROM ripple_fair_keys k
         WHERE k.workflow = n.workflow AND k.active
         ORDER BY k.workflow, k.pass, k.key
-        LIMIT 2 * $3
+        LIMIT ($3 + {FAIR_QUANTUM - 1}) / {FAIR_QUANTUM} + 2
     ) AS f
     LEFT JOIN LATERAL (
         SELECT true AS due FROM ripple_runs r
@@ -304,7 +307,8 @@ _FAIR_CANDIDATES: Final = f"""), front AS (
     FROM (
         SELECT fk.workflow, fk.key, fk.pass, fk.weight
         FROM fk CROSS JOIN unnest(ARRAY(SELECT generate_series(1, $3))) AS j
-        ORDER BY fk.pass + j / fk.weight, fk.workflow, fk.key
+        ORDER BY fk.pass + ceil(j / {FAIR_QUANTUM}.0) * {FAIR_QUANTUM} / fk.weight,
+                 fk.workflow, fk.key, j
         LIMIT $3
     ) AS s
     GROUP BY s.workflow, s.key
