@@ -22,8 +22,8 @@ from ripple.workflows.runtime.worker import CLAIMER_SETTINGS
 
 BACKLOG = 100_000
 BATCH = 10
-ROUNDS = 10
-CLAIMS_PER_ROUND = 10
+ROUNDS = 300
+CLAIMS_PER_ROUND = 1
 
 _FILL_PLAIN = (
     "INSERT INTO ripple_runs (run_id, workflow, version, available_at) "
