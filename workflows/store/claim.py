@@ -16,6 +16,7 @@ __all__ = [
     "PlainClaim",
     "claim_runs",
     "claim_runs_fair",
+    "claim_runs_fair_plain",
     "claim_runs_plain",
     "delete_worker",
     "heartbeat_worker",
@@ -370,14 +371,13 @@ _ADVANCE: Final = """, taken AS (
     FROM settling AS s
     WHERE k.ctid = ANY(ARRAY(SELECT row_ref FROM settling)) AND k.ctid = s.row_ref
 )
-SELECT * FROM taken
-"""
+{select}"""
 
 assert _PLAIN_CAND in _CANDIDATES
 _CLAIM_FAIR: Final = (
     _CANDIDATES.replace(_PLAIN_CAND, _FAIR_CANDIDATES)
     + _FLOW_CONTROL
-    + _ADVANCE.format(take=_TAKE.format(source="ok"))
+    + _ADVANCE.format(take=_TAKE.format(source="ok"), select="SELECT * FROM taken\n")
 )
 
 #: Whether flow control decides about candidate `c` (else it passes it untouched).
@@ -401,6 +401,25 @@ FROM (SELECT EXISTS (SELECT 1 FROM c WHERE {_GOVERNED}) AS governed,
      ) AS g
 LEFT JOIN taken AS t ON true
 """  # noqa: S608
+
+# The fair claim without flow control, tried first (`claim_runs_fair_plain`), as
+# `_CLAIM_PLAIN` is for `_CLAIM_RUNS`: a fair workflow without concurrency or throttle never
+# pays for their CTEs.
+_CLAIM_FAIR_PLAIN: Final = (
+    _CANDIDATES.replace(_PLAIN_CAND, _FAIR_CANDIDATES)
+    + f"""), plain AS (
+    SELECT c.* FROM c WHERE NOT ({_GOVERNED})
+)"""
+    + _ADVANCE.format(
+        take=_TAKE_PLAIN,
+        select=f"""SELECT t.*, g.governed, g.suspect_waiting
+FROM (SELECT EXISTS (SELECT 1 FROM c WHERE {_GOVERNED}) AS governed,
+             NOT $7::bool AND EXISTS (SELECT 1 FROM cand WHERE cand.suspect) AS suspect_waiting
+     ) AS g
+LEFT JOIN taken AS t ON true
+""",
+    )
+)
 
 # $1 distinct workflow names text[], $2 names text[], $3 versions int[] (the served pairs):
 # seconds until the next run this worker may claim becomes available (NULL: none; negative:
@@ -563,6 +582,35 @@ async def claim_runs_fair(
     args = (*_claim_args(worker_id, lease, limit, pairs, alone), sorted(set(fair)))
     rows = await conn.fetch(_CLAIM_FAIR, *args)
     return [ClaimedRun.from_row(row) for row in rows]
+
+
+async def claim_runs_fair_plain(
+    conn: Executor,
+    *,
+    worker_id: str,
+    lease: float,
+    limit: int,
+    pairs: Sequence[tuple[str, int]],
+    fair: Sequence[str],
+    alone: bool = True,
+) -> PlainClaim:
+    """`claim_runs_fair` that tries the claim without flow control first, as
+    `claim_runs_plain` does (and claims the runs flow control must decide with it)."""
+    fair_names = sorted(set(fair))
+    args = (*_claim_args(worker_id, lease, limit, pairs, alone), fair_names)
+    rows = await conn.fetch(_CLAIM_FAIR_PLAIN, *args)
+    claimed = [ClaimedRun.from_row(row) for row in rows if row["run_id"] is not None]
+    governed: bool = rows[0]["governed"]
+    waiting: bool = rows[0]["suspect_waiting"]
+    if governed and len(claimed) < limit:
+        alone = alone and not claimed
+        rest = await conn.fetch(
+            _CLAIM_FAIR,
+            *_claim_args(worker_id, lease, limit - len(claimed), pairs, alone),
+            fair_names,
+        )
+        claimed += [ClaimedRun.from_row(row) for row in rest]
+    return PlainClaim(claimed, governed, waiting)
 
 
 def _claim_args(
