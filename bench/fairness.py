@@ -2,11 +2,11 @@
 100,000-run backlog, with 1, 100 and 10,000 active fairness keys.
 
 The worker's claims: `claim_runs_plain` and `claim_runs_fair_plain` (neither workflow declares
-concurrency or throttle). Each database holds two backlogs of BACKLOG pending runs: one of a plain workflow and one of a
-fair workflow spread over the keys. Two claimers with the worker's settings (generic plans)
-claim batches of BATCH, alternating in rounds so both see the same machine; claimed runs are
-completed between claims (outside the timing). Figure: runs claimed per second of claim
-statement time, fair over unconstrained.
+concurrency or throttle). Each database holds two backlogs of BACKLOG pending runs: one of a
+plain workflow and one of a fair workflow spread over the keys. Two claimers with the worker's
+settings (generic plans) claim batches of BATCH, alternating claim by claim so both see the
+same machine; claimed runs are completed between claims (outside the timing). Figure: runs
+claimed per second of claim statement time, fair over unconstrained.
 """
 
 from __future__ import annotations

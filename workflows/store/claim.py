@@ -405,20 +405,19 @@ LEFT JOIN taken AS t ON true
 # The fair claim without flow control, tried first (`claim_runs_fair_plain`), as
 # `_CLAIM_PLAIN` is for `_CLAIM_RUNS`: a fair workflow without concurrency or throttle never
 # pays for their CTEs.
-_CLAIM_FAIR_PLAIN: Final = (
-    _CANDIDATES.replace(_PLAIN_CAND, _FAIR_CANDIDATES)
-    + f"""), plain AS (
-    SELECT c.* FROM c WHERE NOT ({_GOVERNED})
-)"""
-    + _ADVANCE.format(
-        take=_TAKE_PLAIN,
-        select=f"""SELECT t.*, g.governed, g.suspect_waiting
+_FAIR_PLAIN_SELECT: Final = f"""SELECT t.*, g.governed, g.suspect_waiting
 FROM (SELECT EXISTS (SELECT 1 FROM c WHERE {_GOVERNED}) AS governed,
              NOT $7::bool AND EXISTS (SELECT 1 FROM cand WHERE cand.suspect) AS suspect_waiting
      ) AS g
 LEFT JOIN taken AS t ON true
-""",
-    )
+"""  # noqa: S608
+_FAIR_PLAIN_CTE: Final = f"""), plain AS (
+    SELECT c.* FROM c WHERE NOT ({_GOVERNED})
+)"""  # noqa: S608
+_CLAIM_FAIR_PLAIN: Final = (
+    _CANDIDATES.replace(_PLAIN_CAND, _FAIR_CANDIDATES)
+    + _FAIR_PLAIN_CTE
+    + _ADVANCE.format(take=_TAKE_PLAIN, select=_FAIR_PLAIN_SELECT)
 )
 
 # $1 distinct workflow names text[], $2 names text[], $3 versions int[] (the served pairs):
