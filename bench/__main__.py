@@ -1,7 +1,7 @@
 """`make bench`: run the benchmark suites against the local Postgres and Redis.
 
-python -m bench [--only workflows,waits,publish,queues,webhooks,flow,rest,cloudevents,operations,
-                        verify,cli]
+python -m bench [--only workflows,waits,publish,queues,webhooks,flow,fairness,rest,cloudevents,
+                        operations,verify,cli]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ SUITES = [
     "queues",
     "webhooks",
     "flow",
+    "fairness",
     "rest",
     "cloudevents",
     "operations",

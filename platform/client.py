@@ -273,6 +273,7 @@ class Client:
         version: int | None = None,
         priority: int = 0,
         conn: Connection | None = None,
+        fairness_key: str | None = None,
     ) -> RunHandle[OutT]: ...
 
     @overload
@@ -286,6 +287,7 @@ class Client:
         version: int | None = None,
         priority: int = 0,
         conn: Connection | None = None,
+        fairness_key: str | None = None,
     ) -> RunHandle[Any]: ...
 
     async def start(
@@ -298,12 +300,14 @@ class Client:
         version: int | None = None,
         priority: int = 0,
         conn: Connection | None = None,
+        fairness_key: str | None = None,
     ) -> RunHandle[Any]:
         """Start a run of `workflow` (a definition or a registered name) and return its handle.
 
         With `conn`, the run is created inside the caller's transaction (it exists if and only
         if that transaction commits). `priority` (0-1000): among pending runs of the workflow,
-        higher is claimed first, FIFO within a priority.
+        higher is claimed first, FIFO within a priority. `fairness_key`: the run's key under
+        the workflow's `Fairness`, instead of the one read from the input.
         """
         return await self.workflows.start(
             workflow,
@@ -313,6 +317,7 @@ class Client:
             version=version,
             priority=priority,
             conn=conn,
+            fairness_key=fairness_key,
         )
 
     def handle(self, run_id: str) -> RunHandle[Any]:

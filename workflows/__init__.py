@@ -3,7 +3,7 @@
 from ripple.workflows.authoring.composition import Break, Continue
 from ripple.workflows.authoring.context import Steps, WorkflowContext
 from ripple.workflows.authoring.definition import WorkflowDefinition, workflow
-from ripple.workflows.authoring.flow import Concurrency, Debounce, Throttle
+from ripple.workflows.authoring.flow import Concurrency, Debounce, Fairness, Throttle
 from ripple.workflows.authoring.retry import RetryPolicy
 from ripple.workflows.authoring.schedule import Schedule
 from ripple.workflows.errors import (
@@ -27,6 +27,7 @@ __all__ = [
     "Concurrency",
     "Continue",
     "Debounce",
+    "Fairness",
     "JoinError",
     "NonDeterminismError",
     "NonRetriableError",

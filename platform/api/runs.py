@@ -80,6 +80,15 @@ class StartRun(ApiModel):
         le=MAX_PRIORITY,
         description="Among pending runs of the workflow, higher is claimed first (FIFO within).",
     )
+    fairness_key: str | None = Field(
+        default=None,
+        min_length=0,
+        max_length=255,
+        pattern=NO_NUL_PATTERN,
+        description="The run's fairness key (overrides the key the workflow's Fairness reads "
+        "from the input); ignored when the workflow declares no Fairness.",
+        examples=["acme"],
+    )
 
 
 class WorkflowSummary(OutModel):
@@ -217,6 +226,7 @@ async def _create(client: Client, name: str, body: StartRun) -> RunHandle[Any]:
         deadline=body.deadline,
         version=body.version,
         priority=body.priority,
+        fairness_key=body.fairness_key,
     )
 
 

@@ -42,6 +42,7 @@ OWNERS: dict[str, str] = {
             "ripple_concurrency_slots",
             "ripple_flow_controls",
             "ripple_throttle_windows",
+            "ripple_fair_keys",
             "ripple_run_counts",
             "ripple_run_count_changes",
         )

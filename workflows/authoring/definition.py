@@ -13,7 +13,13 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from ripple.platform.errors import InvalidInput
-from ripple.workflows.authoring.flow import Concurrency, Debounce, Throttle, flow_control_row
+from ripple.workflows.authoring.flow import (
+    Concurrency,
+    Debounce,
+    Fairness,
+    Throttle,
+    flow_control_row,
+)
 from ripple.workflows.authoring.retry import RetryPolicy, seconds
 from ripple.workflows.authoring.schedule import Schedule
 from ripple.workflows.serde import NO_TYPE
@@ -61,13 +67,14 @@ class WorkflowDefinition(Generic[InT, OutT]):
     concurrency: Concurrency | None = None
     throttle: Throttle | None = None
     debounce: Debounce | None = None
+    fairness: Fairness | None = None
     #: registered (named after the workflow) when a worker serving it starts
     schedule: Schedule | None = None
 
     @property
     def flow_control(self) -> tuple[Any, ...] | None:
         """The `ripple_flow_controls` values of its options (None: it declares none)."""
-        return flow_control_row(self.concurrency, self.throttle, self.debounce)
+        return flow_control_row(self.concurrency, self.throttle, self.debounce, self.fairness)
 
     def __call__(self, ctx: WorkflowContext, *args: Any) -> Awaitable[OutT]:
         return self.fn(ctx, *args)
@@ -119,6 +126,7 @@ def workflow(
     concurrency: Concurrency | None = None,
     throttle: Throttle | None = None,
     debounce: Debounce | None = None,
+    fairness: Fairness | None = None,
     schedule: Schedule | None = None,
 ) -> Callable[[Callable[..., Awaitable[OutT]]], WorkflowDefinition[Any, OutT]]: ...
 
@@ -135,6 +143,7 @@ def workflow(
     concurrency: Concurrency | None = None,
     throttle: Throttle | None = None,
     debounce: Debounce | None = None,
+    fairness: Fairness | None = None,
     schedule: Schedule | None = None,
 ) -> Any:
     """Declare a durable workflow: `async def f(ctx: WorkflowContext, inp: In) -> Out`.
@@ -148,6 +157,8 @@ def workflow(
         concurrency: at most `limit` active runs per key (`Concurrency(limit, key)`).
         throttle: at most `limit` starts per `period` and key (`Throttle(limit, period, key)`).
         debounce: collapse starts per key into one run (`Debounce(period, key, max_wait)`).
+        fairness: claim pending runs in a weighted round robin across keys
+            (`Fairness(key, weights)`).
         schedule: start runs on a cadence (`Schedule(cron=... | every=...)`).
     """
 
@@ -170,6 +181,7 @@ def workflow(
             concurrency=_option(concurrency, Concurrency, "concurrency"),
             throttle=_option(throttle, Throttle, "throttle"),
             debounce=_option(debounce, Debounce, "debounce"),
+            fairness=_option(fairness, Fairness, "fairness"),
             schedule=_option(schedule, Schedule, "schedule"),
         )
 

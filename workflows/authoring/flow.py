@@ -1,4 +1,5 @@
-"""Flow-control options of a workflow (`Concurrency`, `Throttle`, `Debounce`) and the key rule;
+"""Flow-control options of a workflow (`Concurrency`, `Throttle`, `Debounce`, `Fairness`) and the
+key rule;
 pure: no I/O. Postgres enforces them (see `store.claim_runs` and migration 0011):
 this module only validates and describes them.
 """
@@ -6,6 +7,7 @@ this module only validates and describes them.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -17,6 +19,7 @@ __all__ = [
     "MAX_PRIORITY",
     "Concurrency",
     "Debounce",
+    "Fairness",
     "Throttle",
     "check_key_path",
     "check_priority",
@@ -139,17 +142,69 @@ class Debounce:
         return None if self.max_wait is None else seconds(self.max_wait)
 
 
+@dataclass(frozen=True, slots=True)
+class Fairness:
+    """Pending runs are claimed in a weighted round robin across keys (priority, then FIFO,
+    within a key), so one key's backlog does not hold up the others.
+
+    Args:
+        key: dotted path into the run's input, read when the run is created (a start's
+            `fairness_key` overrides it); None: one key unless a start names one. A run
+            whose input lacks the path gets the key "".
+        weights: a larger share for some keys, `{"acme": 3}`: three claims for each one of a
+            key of weight 1 while both have runs pending (weights > 0; others weigh 1).
+    """
+
+    key: str | None = "tenantId"
+    weights: Mapping[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        check_key_path(self.key, "fairness.key")
+        if self.weights is None:
+            return
+        if not isinstance(self.weights, Mapping):
+            raise InvalidInput(
+                "fairness.weights must be a dict of key -> weight", field="fairness.weights"
+            )
+        for name, weight in self.weights.items():
+            if not isinstance(name, str):
+                raise InvalidInput(
+                    f"fairness.weights keys must be strings, got {name!r}", field="fairness.weights"
+                )
+            if (
+                not isinstance(weight, int | float)
+                or isinstance(weight, bool)
+                or not 0 < weight < float("inf")
+            ):
+                raise InvalidInput(
+                    f"fairness weight of {name!r} must be a number > 0, got {weight!r}",
+                    field="fairness.weights",
+                )
+
+
+def check_fairness_key(key: Any) -> str | None:
+    """Return a start's `fairness_key` if it is None or a string of at most 255 characters."""
+    if key is not None and (not isinstance(key, str) or len(key) > 255 or "\x00" in key):
+        raise InvalidInput(
+            "fairness_key must be a string of at most 255 characters", field="fairness_key"
+        )
+    return key
+
+
 def _path(key: str | None) -> list[str] | None:
     return None if key is None else key.split(".")
 
 
 def flow_control_row(
-    concurrency: Concurrency | None, throttle: Throttle | None, debounce: Debounce | None
+    concurrency: Concurrency | None,
+    throttle: Throttle | None,
+    debounce: Debounce | None,
+    fairness: Fairness | None = None,
 ) -> tuple[Any, ...] | None:
     """The `ripple_flow_controls` values of a workflow's options (None: it declares none):
     concurrency limit and key path, throttle limit, period and key path, debounce period,
-    max wait and key path."""
-    if concurrency is None and throttle is None and debounce is None:
+    max wait and key path, whether it is fair, the fairness key path and weights."""
+    if concurrency is None and throttle is None and debounce is None and fairness is None:
         return None
     return (
         None if concurrency is None else concurrency.limit,
@@ -160,4 +215,7 @@ def flow_control_row(
         None if debounce is None else debounce.period_seconds,
         None if debounce is None else debounce.max_wait_seconds,
         None if debounce is None else _path(debounce.key),
+        fairness is not None,
+        None if fairness is None else _path(fairness.key),
+        None if fairness is None or not fairness.weights else dict(fairness.weights),
     )

@@ -24,7 +24,7 @@ from ripple.platform.errors import Conflict, InvalidInput
 from ripple.platform.ops import metrics, tracing
 from ripple.workflows import serde, store
 from ripple.workflows.authoring.definition import WorkflowDefinition, check_workflow_name
-from ripple.workflows.authoring.flow import Debounce, check_priority
+from ripple.workflows.authoring.flow import Debounce, check_fairness_key, check_priority
 from ripple.workflows.authoring.retry import seconds
 from ripple.workflows.runs.handle import RunHandle
 from ripple.workflows.runs.registry import Registry
@@ -61,6 +61,7 @@ class _NewRun:
     retention_seconds: float | None
     trace: dict[str, str] | None
     priority: int
+    fairness_key: str | None = None
 
     def columns(self) -> dict[str, Any]:
         """The keyword arguments of `store.insert_run` / `store.debounce_run`."""
@@ -74,6 +75,7 @@ class _NewRun:
             "retention_seconds": self.retention_seconds,
             "trace": self.trace,
             "priority": self.priority,
+            "fairness_key": self.fairness_key,
         }
 
     def start_row(self) -> dict[str, Any]:
@@ -148,10 +150,13 @@ class Starts:
         version: int | None = None,
         priority: int = 0,
         conn: Connection | None = None,
+        fairness_key: str | None = None,
     ) -> RunHandle[OutT]:
         """Start a run (idempotent per (workflow, idempotency_key)); returns its handle.
 
         `priority` (0-1000): among pending runs of the workflow, higher is claimed first.
+        `fairness_key`: the run's key under the workflow's `Fairness` (instead of the one
+        read from the input); ignored when the workflow declares none.
         """
         if isinstance(workflow, WorkflowDefinition):
             definition: WorkflowDefinition[Any, Any] | None = workflow
@@ -164,6 +169,7 @@ class Starts:
         if version is not None and (not isinstance(version, int) or version < 1):
             raise InvalidInput("version must be an integer >= 1", field="version")
         check_priority(priority)
+        check_fairness_key(fairness_key)
         value = self.prepare_input(definition, name, input)
         # Work on the pool answers within RIPPLE_DB_TIMEOUT; a caller's transaction is its own.
         answer_by = Deadline(self.settings.db_timeout)
@@ -186,6 +192,7 @@ class Starts:
             retention_seconds=retention_s,
             trace=tracing.current_context(),
             priority=priority,
+            fairness_key=fairness_key,
         )
         run_id = run.run_id
         debounce = definition.debounce if definition is not None else None

@@ -152,6 +152,8 @@ class Worker:
                 raise TypeError(f"{definition!r} is not a @workflow definition")
             self._defs[(definition.name, definition.version)] = definition
         self._pairs = sorted(self._defs)
+        #: Served workflows that declare Fairness: every claim goes through the fair claim.
+        self._fair = sorted({name for (name, _), d in self._defs.items() if d.fairness})
         #: Loop time until which claims go through flow control directly: a plain claim
         #: (without it; see `store.claim_runs_plain`) found runs it must decide, so more are
         #: likely. Until then, and again once it passes, the plain claim comes first.
@@ -549,7 +551,31 @@ class Worker:
         alone = not self._inflight
         if alone:
             self._suspect_waiting = False
-        if now < self._governed_until:
+        if self._fair and now < self._governed_until:
+            claims = await store.claim_runs_fair(
+                conn,
+                worker_id=self.worker_id,
+                lease=lease,
+                limit=limit,
+                pairs=self._pairs,
+                fair=self._fair,
+                alone=alone,
+            )
+        elif self._fair:
+            claims, governed, waiting = await store.claim_runs_fair_plain(
+                conn,
+                worker_id=self.worker_id,
+                lease=lease,
+                limit=limit,
+                pairs=self._pairs,
+                fair=self._fair,
+                alone=alone,
+            )
+            if governed:
+                self._governed_until = now + GOVERNED_HOLD
+            if waiting:
+                self._suspect_waiting = True
+        elif now < self._governed_until:
             claims = await store.claim_runs(
                 conn,
                 worker_id=self.worker_id,

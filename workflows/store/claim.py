@@ -15,6 +15,8 @@ __all__ = [
     "ClaimedRun",
     "PlainClaim",
     "claim_runs",
+    "claim_runs_fair",
+    "claim_runs_fair_plain",
     "claim_runs_plain",
     "delete_worker",
     "heartbeat_worker",
@@ -25,24 +27,44 @@ __all__ = [
 
 # A workflow's flow-control options as its definition declares them (see workflows/authoring/flow.py
 # flow_control_row). $1 workflow, $2 concurrency limit, $3 its key path text[], $4 throttle
-# limit, $5 period seconds, $6 key path, $7 debounce period, $8 max wait, $9 key path
+# limit, $5 period seconds, $6 key path, $7 debounce period, $8 max wait, $9 key path,
+# $10 fairness bool, $11 its key path, $12 weights jsonb
 _UPSERT_FLOW_CONTROL: Final = """
 INSERT INTO ripple_flow_controls AS f (workflow, concurrency_limit, concurrency_key,
     throttle_limit, throttle_period, throttle_key, debounce_period, debounce_max_wait,
-    debounce_key)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+    debounce_key, fairness, fairness_key_path, fairness_weights)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb)
 ON CONFLICT (workflow) DO UPDATE
 SET concurrency_limit = excluded.concurrency_limit, concurrency_key = excluded.concurrency_key,
     throttle_limit = excluded.throttle_limit, throttle_period = excluded.throttle_period,
     throttle_key = excluded.throttle_key, debounce_period = excluded.debounce_period,
     debounce_max_wait = excluded.debounce_max_wait, debounce_key = excluded.debounce_key,
-    updated_at = now()
+    fairness = excluded.fairness, fairness_key_path = excluded.fairness_key_path,
+    fairness_weights = excluded.fairness_weights, updated_at = now()
 WHERE (f.concurrency_limit, f.concurrency_key, f.throttle_limit, f.throttle_period,
-       f.throttle_key, f.debounce_period, f.debounce_max_wait, f.debounce_key)
+       f.throttle_key, f.debounce_period, f.debounce_max_wait, f.debounce_key, f.fairness,
+       f.fairness_key_path, f.fairness_weights)
       IS DISTINCT FROM
       (excluded.concurrency_limit, excluded.concurrency_key, excluded.throttle_limit,
        excluded.throttle_period, excluded.throttle_key, excluded.debounce_period,
-       excluded.debounce_max_wait, excluded.debounce_key)
+       excluded.debounce_max_wait, excluded.debounce_key, excluded.fairness,
+       excluded.fairness_key_path, excluded.fairness_weights)
+"""
+
+# $1 workflow names text[]: they are not fair (any more). Their pending runs that a fair
+# version keyed go back to the plain claim (FIFO within a priority); none: two index probes
+# each (ripple_runs_fair, and ripple_runs_parked for the ones concurrency parked).
+_UNFAIR_RUNS: Final = """
+UPDATE ripple_runs SET fairness_key = NULL
+WHERE ctid = ANY(ARRAY(
+    SELECT r.ctid FROM ripple_runs r
+    WHERE r.workflow = ANY($1::text[]) AND r.status = 'pending' AND r.fairness_key IS NOT NULL
+      AND r.available_at < 'infinity'
+    UNION ALL
+    SELECT r.ctid FROM ripple_runs r
+    WHERE r.workflow = ANY($1::text[]) AND r.status = 'pending' AND r.fairness_key IS NOT NULL
+      AND r.available_at = 'infinity' AND r.concurrency_key IS NOT NULL))
+  AND status = 'pending' AND fairness_key IS NOT NULL
 """
 
 # $1 workflow names text[]: they declare no flow control (any more).
@@ -91,6 +113,7 @@ WITH due AS (
         FROM ripple_runs r
         WHERE r.workflow = n.workflow
           AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
+          AND (r.fairness_key IS NULL OR r.status <> 'pending')
           AND r.available_at <= now()
           AND (r.version IS NULL OR (r.workflow, r.version) IN
                (SELECT p.w, p.v FROM unnest($5::text[], $6::int[]) AS p(w, v)))
@@ -110,6 +133,7 @@ WITH due AS (
         FROM ripple_runs r
         WHERE r.workflow = n.workflow
           AND r.status = 'pending' AND r.priority > 0 AND r.available_at < 'infinity'
+          AND r.fairness_key IS NULL
           AND r.available_at <= now()
           AND (r.version IS NULL OR (r.workflow, r.version) IN
                (SELECT p.w, p.v FROM unnest($5::text[], $6::int[]) AS p(w, v)))
@@ -223,10 +247,138 @@ WHERE r.ctid = ANY(ARRAY(SELECT row_ref FROM {source})) AND r.run_id = c.run_id
 RETURNING r.run_id, r.workflow, r.version, r.input, r.attempt, r.epoch, r.deadline, r.trace,
           r.step_count, r.created_at, r.parent_run_id, r.recoveries, c.prev_status,
           c.prev_owner, c.fresh, now() AS db_now, r.concurrency_key IS NOT NULL AS keyed,
-          r.suspect
+          r.suspect, r.fairness_key
 """
 
 _CLAIM_RUNS: Final = _CANDIDATES + _FLOW_CONTROL + _TAKE.format(source="ok")
+
+# The claim of a worker serving fair workflows ($8: their names): `_CLAIM_RUNS` whose
+# candidates also come from the workflows' fairness keys (stride scheduling, migration 0022).
+# front: per fair workflow, the few active keys with the smallest pass (enough turns for $3
+# runs, and two more), and whether each has a due head run. fk: those that have one, locked
+# (SKIP LOCKED: concurrent claimers serve other keys; a key's pass only moves under its lock).
+# alloc: turns of FAIR_QUANTUM runs, ordered by their virtual finish time `pass + turn x
+# FAIR_QUANTUM / weight`, say how many of the $3 runs each key gets. fair: each key's head runs
+# in priority then FIFO order, that many, with their finish times, which rank them in cand
+# after the runs resuming (due, urgent) of the same priority. After the take, each key's pass
+# advances by the runs taken / its weight, in the same statement. settling/settled: the front's
+# keys without a due run are settled: one without any claimable pending run (empty) leaves the
+# active keys, only if no transaction made one of its runs claimable since this statement's
+# snapshot (`touched` unchanged: FOR UPDATE rechecks it on the newest row) and none is doing
+# so now (SKIP LOCKED); one whose runs are all due later (throttled, backing off) moves to the
+# back of the front (the front's largest pass), so keys waiting for time never fill it.
+# Cost: a probe per front key and a descent per key served, whatever the backlog and the
+# number of keys.
+#: Runs a key gets per turn at most: a claim of up to this many serves one key, and per-key
+#: work (a probe, a descent, a key row written) is paid per turn, not per run.
+FAIR_QUANTUM: Final = 5
+_FAIR_RUN_FIELDS: Final = """r.ctid AS row_ref, r.run_id, r.workflow, r.status AS prev_status,
+               r.lease_owner AS prev_owner,
+               r.started_at IS NULL AS fresh, r.available_at, r.priority, r.concurrency_key,
+               r.concurrency_limit, r.throttle_key, r.throttle_limit, r.throttle_period,
+               r.suspect OR (r.status = 'running' AND r.lease_owner IS NOT NULL) AS suspect"""
+_FAIR_DUE: Final = """r.workflow = {w} AND r.fairness_key = {k} AND r.status = 'pending'
+                AND r.available_at < 'infinity' AND r.available_at <= now()
+                AND (r.version IS NULL OR (r.workflow, r.version) IN
+                     (SELECT p.w, p.v FROM unnest($5::text[], $6::int[]) AS p(w, v)))"""
+_FAIR_CANDIDATES: Final = f"""), front AS (
+    SELECT f.row_ref, f.workflow, f.key, f.pass, f.touched, d.due IS NOT NULL AS due
+    FROM unnest($8::text[]) AS n(workflow)
+    CROSS JOIN LATERAL (
+        SELECT k.ctid AS row_ref, k.workflow, k.key, k.pass, k.touched
+        FROM ripple_fair_keys k
+        WHERE k.workflow = n.workflow AND k.active
+        ORDER BY k.workflow, k.pass, k.key
+        LIMIT ($3 + {FAIR_QUANTUM - 1}) / {FAIR_QUANTUM} + 2
+    ) AS f
+    LEFT JOIN LATERAL (
+        SELECT true AS due FROM ripple_runs r
+        WHERE {_FAIR_DUE.format(w="f.workflow", k="f.key")}
+        ORDER BY r.workflow, r.fairness_key, r.priority DESC, r.available_at
+        LIMIT 1
+    ) AS d ON true
+), fk AS (
+    SELECT k.workflow, k.key, k.pass, k.weight FROM ripple_fair_keys k
+    WHERE k.ctid = ANY(ARRAY(SELECT f.row_ref FROM front AS f WHERE f.due)) AND k.active
+    ORDER BY k.pass, k.key
+    LIMIT $3
+    FOR UPDATE OF k SKIP LOCKED
+), alloc AS (
+    SELECT s.workflow, s.key, min(s.pass) AS pass, min(s.weight) AS weight, count(*) AS n
+    FROM (
+        SELECT fk.workflow, fk.key, fk.pass, fk.weight
+        FROM fk CROSS JOIN unnest(ARRAY(SELECT generate_series(1, $3))) AS j
+        ORDER BY fk.pass + ceil(j / {FAIR_QUANTUM}.0) * {FAIR_QUANTUM} / fk.weight,
+                 fk.workflow, fk.key, j
+        LIMIT $3
+    ) AS s
+    GROUP BY s.workflow, s.key
+), fair AS (
+    SELECT x.*, a.pass + (row_number() OVER (PARTITION BY a.workflow, a.key
+                                             ORDER BY x.priority DESC, x.available_at))
+                         / a.weight AS fin
+    FROM alloc AS a
+    CROSS JOIN LATERAL (
+        SELECT {_FAIR_RUN_FIELDS}
+        FROM ripple_runs r
+        WHERE {_FAIR_DUE.format(w="a.workflow", k="a.key")}
+        ORDER BY r.workflow, r.fairness_key, r.priority DESC, r.available_at
+        LIMIT a.n
+        FOR UPDATE OF r SKIP LOCKED
+    ) AS x
+), cand AS (
+    SELECT u.* FROM (
+        SELECT v.*, NULL::float8 AS fin FROM (SELECT * FROM due UNION SELECT * FROM urgent) AS v
+        UNION ALL
+        SELECT * FROM fair
+    ) AS u
+    ORDER BY u.priority DESC, u.fin NULLS FIRST, u.available_at, u.run_id
+    LIMIT $3
+), isolated AS ("""  # noqa: S608
+
+_PLAIN_CAND: Final = """), cand AS (
+    SELECT u.* FROM (SELECT * FROM due UNION SELECT * FROM urgent) AS u
+    ORDER BY u.priority DESC, u.available_at, u.run_id
+    LIMIT $3
+), isolated AS ("""
+
+_ADVANCE: Final = """, taken AS (
+{take}), advanced AS (
+    UPDATE ripple_fair_keys k SET pass = k.pass + t.n / k.weight
+    FROM (SELECT t.workflow, t.fairness_key AS key, count(*) AS n FROM taken AS t
+          WHERE t.fairness_key IS NOT NULL AND t.prev_status = 'pending'
+          GROUP BY t.workflow, t.fairness_key) AS t
+    WHERE k.workflow = t.workflow AND k.key = t.key
+), settling AS (
+    SELECT k.ctid AS row_ref, h.found IS NULL AS empty
+    FROM ripple_fair_keys k
+    LEFT JOIN LATERAL (
+        SELECT true AS found FROM ripple_runs r
+        WHERE r.workflow = k.workflow AND r.fairness_key = k.key
+          AND r.status = 'pending' AND r.available_at < 'infinity'
+        ORDER BY r.workflow, r.fairness_key, r.priority DESC, r.available_at
+        LIMIT 1
+    ) AS h ON true
+    WHERE k.ctid = ANY(ARRAY(SELECT f.row_ref FROM front AS f WHERE NOT f.due)) AND k.active
+      AND (h.found OR k.touched = (SELECT f.touched FROM front AS f
+                                   WHERE f.workflow = k.workflow AND f.key = k.key))
+    FOR UPDATE OF k SKIP LOCKED
+), settled AS (
+    UPDATE ripple_fair_keys k
+    SET active = NOT s.empty,
+        pass = CASE WHEN s.empty THEN k.pass
+                    ELSE greatest(k.pass, (SELECT max(f.pass) FROM front AS f)) END
+    FROM settling AS s
+    WHERE k.ctid = ANY(ARRAY(SELECT row_ref FROM settling)) AND k.ctid = s.row_ref
+)
+{select}"""
+
+assert _PLAIN_CAND in _CANDIDATES
+_CLAIM_FAIR: Final = (
+    _CANDIDATES.replace(_PLAIN_CAND, _FAIR_CANDIDATES)
+    + _FLOW_CONTROL
+    + _ADVANCE.format(take=_TAKE.format(source="ok"), select="SELECT * FROM taken\n")
+)
 
 #: Whether flow control decides about candidate `c` (else it passes it untouched).
 _GOVERNED: Final = """(c.throttle_key IS NOT NULL AND c.fresh AND c.prev_status = 'pending')
@@ -250,21 +402,49 @@ FROM (SELECT EXISTS (SELECT 1 FROM c WHERE {_GOVERNED}) AS governed,
 LEFT JOIN taken AS t ON true
 """  # noqa: S608
 
+# The fair claim without flow control, tried first (`claim_runs_fair_plain`), as
+# `_CLAIM_PLAIN` is for `_CLAIM_RUNS`: a fair workflow without concurrency or throttle never
+# pays for their CTEs.
+_FAIR_PLAIN_SELECT: Final = f"""SELECT t.*, g.governed, g.suspect_waiting
+FROM (SELECT EXISTS (SELECT 1 FROM c WHERE {_GOVERNED}) AS governed,
+             NOT $7::bool AND EXISTS (SELECT 1 FROM cand WHERE cand.suspect) AS suspect_waiting
+     ) AS g
+LEFT JOIN taken AS t ON true
+"""  # noqa: S608
+_FAIR_PLAIN_CTE: Final = f"""), plain AS (
+    SELECT c.* FROM c WHERE NOT ({_GOVERNED})
+)"""  # noqa: S608
+_CLAIM_FAIR_PLAIN: Final = (
+    _CANDIDATES.replace(_PLAIN_CAND, _FAIR_CANDIDATES)
+    + _FAIR_PLAIN_CTE
+    + _ADVANCE.format(take=_TAKE_PLAIN, select=_FAIR_PLAIN_SELECT)
+)
+
 # $1 distinct workflow names text[], $2 names text[], $3 versions int[] (the served pairs):
 # seconds until the next run this worker may claim becomes available (NULL: none; negative:
-# due but held by another claimer). One index probe per served workflow.
+# due but held by another claimer). One index probe per served workflow, and one more for the
+# pending runs of its fairness keys.
 _NEXT_DUE: Final = """
 SELECT extract(epoch FROM min(x.available_at) - clock_timestamp())::float8
 FROM unnest($1::text[]) AS n(workflow)
 CROSS JOIN LATERAL (
-    SELECT r.available_at FROM ripple_runs r
-    WHERE r.workflow = n.workflow
-      AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
-      AND r.available_at < 'infinity'
-      AND (r.version IS NULL OR (r.workflow, r.version) IN
-           (SELECT p.w, p.v FROM unnest($2::text[], $3::int[]) AS p(w, v)))
-    ORDER BY r.available_at
-    LIMIT 1
+    (SELECT r.available_at FROM ripple_runs r
+     WHERE r.workflow = n.workflow
+       AND r.status IN ('pending', 'running', 'sleeping', 'waiting')
+       AND (r.fairness_key IS NULL OR r.status <> 'pending')
+       AND r.available_at < 'infinity'
+       AND (r.version IS NULL OR (r.workflow, r.version) IN
+            (SELECT p.w, p.v FROM unnest($2::text[], $3::int[]) AS p(w, v)))
+     ORDER BY r.available_at
+     LIMIT 1)
+    UNION ALL
+    (SELECT r.available_at FROM ripple_runs r
+     WHERE r.workflow = n.workflow
+       AND r.status = 'pending' AND r.fairness_key IS NOT NULL AND r.available_at < 'infinity'
+       AND (r.version IS NULL OR (r.workflow, r.version) IN
+            (SELECT p.w, p.v FROM unnest($2::text[], $3::int[]) AS p(w, v)))
+     ORDER BY r.available_at
+     LIMIT 1)
 ) AS x
 """
 
@@ -385,6 +565,53 @@ async def claim_runs_plain(
     return PlainClaim(claimed, governed, waiting)
 
 
+async def claim_runs_fair(
+    conn: Executor,
+    *,
+    worker_id: str,
+    lease: float,
+    limit: int,
+    pairs: Sequence[tuple[str, int]],
+    fair: Sequence[str],
+    alone: bool = True,
+) -> list[ClaimedRun]:
+    """`claim_runs` for a worker serving fair workflows (`fair`: their names, among `pairs`):
+    their pending runs are claimed in a weighted round robin across fairness keys, in the
+    same statement as the other runs and under the same flow control."""
+    args = (*_claim_args(worker_id, lease, limit, pairs, alone), sorted(set(fair)))
+    rows = await conn.fetch(_CLAIM_FAIR, *args)
+    return [ClaimedRun.from_row(row) for row in rows]
+
+
+async def claim_runs_fair_plain(
+    conn: Executor,
+    *,
+    worker_id: str,
+    lease: float,
+    limit: int,
+    pairs: Sequence[tuple[str, int]],
+    fair: Sequence[str],
+    alone: bool = True,
+) -> PlainClaim:
+    """`claim_runs_fair` that tries the claim without flow control first, as
+    `claim_runs_plain` does (and claims the runs flow control must decide with it)."""
+    fair_names = sorted(set(fair))
+    args = (*_claim_args(worker_id, lease, limit, pairs, alone), fair_names)
+    rows = await conn.fetch(_CLAIM_FAIR_PLAIN, *args)
+    claimed = [ClaimedRun.from_row(row) for row in rows if row["run_id"] is not None]
+    governed: bool = rows[0]["governed"]
+    waiting: bool = rows[0]["suspect_waiting"]
+    if governed and len(claimed) < limit:
+        alone = alone and not claimed
+        rest = await conn.fetch(
+            _CLAIM_FAIR,
+            *_claim_args(worker_id, lease, limit - len(claimed), pairs, alone),
+            fair_names,
+        )
+        claimed += [ClaimedRun.from_row(row) for row in rest]
+    return PlainClaim(claimed, governed, waiting)
+
+
 def _claim_args(
     worker_id: str, lease: float, limit: int, pairs: Sequence[tuple[str, int]], alone: bool
 ) -> tuple[Any, ...]:
@@ -415,6 +642,10 @@ async def sync_flow_controls(
             await conn.execute(_UPSERT_FLOW_CONTROL, name, *options)
     if gone:
         await conn.execute(_DELETE_FLOW_CONTROLS, gone)
+    # flow_control_row's 9th value: whether the workflow is fair
+    unfair = [name for name, options in rows if options is None or not options[8]]
+    if unfair:
+        await conn.execute(_UNFAIR_RUNS, unfair)
 
 
 async def register_worker(

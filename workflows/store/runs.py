@@ -40,10 +40,12 @@ _RUN_COLUMNS: Final = (
 )
 
 # Every statement creating runs reads the workflow's ripple_flow_controls row (if any) and
-# stores the run's concurrency and throttle keys (read from the input by their paths; "" when
-# the path is missing or there is none) and limits with it.
+# stores the run's concurrency, throttle and fairness keys (read from the input by their paths;
+# "" when the path is missing or there is none; a start may name its fairness key) and limits
+# with it.
 _FLOW_COLUMNS: Final = (
-    "priority, concurrency_key, concurrency_limit, throttle_key, throttle_limit, throttle_period"
+    "priority, concurrency_key, concurrency_limit, throttle_key, throttle_limit, throttle_period, "
+    "fairness_key"
 )
 
 _FLOW_VALUES: Final = """
@@ -51,17 +53,18 @@ _FLOW_VALUES: Final = """
             THEN coalesce({input} #>> f.concurrency_key, '') END,
        f.concurrency_limit,
        CASE WHEN f.throttle_limit IS NOT NULL THEN coalesce({input} #>> f.throttle_key, '') END,
-       f.throttle_limit, f.throttle_period"""
+       f.throttle_limit, f.throttle_period,
+       CASE WHEN f.fairness THEN coalesce({fair}, {input} #>> f.fairness_key_path, '') END"""
 
 # $1 run_id, $2 workflow, $3 version, $4 input, $5 idempotency_key, $6 deadline,
 # $7 retention_seconds, $8 trace, $9 parent_run_id, $10 parent_step_key, $11 parent_step_seq,
-# $12 priority (children: 0)
+# $12 priority (children: 0), $13 fairness key (NULL: read from the input)
 _INSERT_RUN: Final = f"""
 INSERT INTO ripple_runs (run_id, workflow, version, input, idempotency_key, deadline,
                          retention_seconds, trace, parent_run_id, parent_step_key, parent_step_seq,
                          {_FLOW_COLUMNS})
 SELECT $1, $2, $3, $4::jsonb, $5, $6, $7, $8::jsonb, $9, $10, $11, $12::int,
-       {_FLOW_VALUES.format(input="$4::jsonb")}
+       {_FLOW_VALUES.format(input="$4::jsonb", fair="$13::text")}
 FROM (VALUES (1)) AS one (x) LEFT JOIN ripple_flow_controls f ON f.workflow = $2
 ON CONFLICT (workflow, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING run_id
@@ -71,15 +74,17 @@ RETURNING run_id
 # the runs of many starts in one statement; returns the ids of the runs it created (a start
 # whose idempotency key exists already creates none: the caller looks the key up).
 # $1 jsonb array of {run_id, workflow, version, input, idempotency_key, deadline,
-# retention_seconds, trace, priority}
+# retention_seconds, trace, priority, fairness_key}
 _START_RUNS: Final = f"""
 INSERT INTO ripple_runs (run_id, workflow, version, input, idempotency_key, deadline,
                          retention_seconds, trace, {_FLOW_COLUMNS})
 SELECT r.run_id, r.workflow, r.version, r.input, r.idempotency_key, r.deadline,
-       r.retention_seconds, r.trace, r.priority, {_FLOW_VALUES.format(input="r.input")}
+       r.retention_seconds, r.trace, r.priority,
+       {_FLOW_VALUES.format(input="r.input", fair="r.fairness_key")}
 FROM jsonb_to_recordset($1::jsonb)
      AS r(run_id text, workflow text, version int, input jsonb, idempotency_key text,
-          deadline timestamptz, retention_seconds double precision, trace jsonb, priority int)
+          deadline timestamptz, retention_seconds double precision, trace jsonb, priority int,
+          fairness_key text)
 LEFT JOIN ripple_flow_controls f ON f.workflow = r.workflow
 -- in key order: two batches that share idempotency keys wait for each other in one order,
 -- never in a cycle (a deadlock)
@@ -94,14 +99,14 @@ RETURNING run_id
 # `period` is created. Returns the run's id either way (and whether it is new).
 # $1 run_id, $2 workflow, $3 version, $4 input, $5 idempotency_key, $6 deadline,
 # $7 retention_seconds, $8 trace, $9 priority, $10 period seconds, $11 max wait seconds|NULL,
-# $12 debounce key path text[] (NULL: one shared key)
+# $12 debounce key path text[] (NULL: one shared key), $13 fairness key (NULL: from the input)
 _DEBOUNCE_RUN: Final = f"""
 INSERT INTO ripple_runs AS r (run_id, workflow, version, input, idempotency_key, deadline,
                               retention_seconds, trace, debounce_key, available_at,
                               blocked_by, {_FLOW_COLUMNS})
 SELECT $1, $2, $3, $4::jsonb, $5, $6, $7, $8::jsonb,
        coalesce($4::jsonb #>> $12::text[], ''), now() + $10 * interval '1 second', 'debounce',
-       $9::int, {_FLOW_VALUES.format(input="$4::jsonb")}
+       $9::int, {_FLOW_VALUES.format(input="$4::jsonb", fair="$13::text")}
 FROM (VALUES (1)) AS one (x) LEFT JOIN ripple_flow_controls f ON f.workflow = $2
 ON CONFLICT (workflow, debounce_key)
     WHERE status = 'pending' AND started_at IS NULL AND debounce_key IS NOT NULL
@@ -113,7 +118,7 @@ DO UPDATE SET
     blocked_by = 'debounce',
     priority = greatest(r.priority, excluded.priority),
     concurrency_key = excluded.concurrency_key, throttle_key = excluded.throttle_key,
-    updated_at = now()
+    fairness_key = excluded.fairness_key, updated_at = now()
 RETURNING r.run_id, r.xmax = 0 AS created
 """  # noqa: S608
 
@@ -129,7 +134,7 @@ INSERT INTO ripple_runs AS r (run_id, workflow, input, idempotency_key, trace,
 SELECT DISTINCT ON (d.workflow, d.key)
        d.run_id, d.workflow, d.input, d.idempotency_key, d.trace, d.retention_seconds, d.key,
        now() + d.period * interval '1 second', 'debounce', 0,
-       {_FLOW_VALUES.format(input="d.input")}
+       {_FLOW_VALUES.format(input="d.input", fair="NULL")}
 FROM (
     SELECT b.*, coalesce(b.input #>> b.path, '') AS key
     FROM ROWS FROM (jsonb_to_recordset($1::jsonb)
@@ -151,7 +156,7 @@ DO UPDATE SET
     ) * interval '1 second'), excluded.available_at),
     blocked_by = 'debounce',
     concurrency_key = excluded.concurrency_key, throttle_key = excluded.throttle_key,
-    updated_at = now()
+    fairness_key = excluded.fairness_key, updated_at = now()
 RETURNING r.run_id, r.xmax = 0 AS created
 """  # noqa: S608
 
@@ -173,7 +178,8 @@ _INSERT_RUNS_BATCH: Final = f"""
 INSERT INTO ripple_runs (run_id, workflow, input, idempotency_key, trace, retention_seconds,
                          {_FLOW_COLUMNS})
 SELECT r.run_id, r.workflow, r.input::jsonb, r.idempotency_key, r.trace::jsonb,
-       r.retention_seconds, 0, {_FLOW_VALUES.format(input="r.input::jsonb")}
+       r.retention_seconds, 0,
+       {_FLOW_VALUES.format(input="r.input::jsonb", fair="NULL")}
 FROM jsonb_to_recordset($1::jsonb)
      AS r(run_id text, workflow text, input text, idempotency_key text, trace text,
           retention_seconds float8)
@@ -274,6 +280,7 @@ async def insert_run(
     retention_seconds: float | None,
     trace: dict[str, str] | None,
     priority: int,
+    fairness_key: str | None = None,
 ) -> bool:
     """Create a top-level run; False if its idempotency key names an existing run."""
     created = await conn.fetchval(
@@ -290,6 +297,7 @@ async def insert_run(
         None,
         None,
         priority,
+        fairness_key,
     )
     return created is not None
 
@@ -322,6 +330,7 @@ async def insert_child_run(
         parent_step_key,
         parent_step_seq,
         0,
+        None,
     )
     return created is not None
 
@@ -329,7 +338,8 @@ async def insert_child_run(
 async def start_runs(conn: Executor, *, starts: Sequence[dict[str, Any]]) -> set[str]:
     """Create the runs of many starts in one statement (the start group commit); each start is
     `{run_id, workflow, version, input, idempotency_key, deadline, retention_seconds, trace,
-    priority}`. Returns the ids of the runs created (a start whose key exists creates none)."""
+    priority, fairness_key}`. Returns the ids of the runs created (a start whose key exists
+    creates none)."""
     return {row[0] for row in await conn.fetch(_START_RUNS, starts)}
 
 
@@ -348,6 +358,7 @@ async def debounce_run(
     period: float,
     max_wait: float | None,
     key_path: list[str] | None,
+    fairness_key: str | None = None,
 ) -> Debounced:
     """Collapse a start into its debounce key's pending run, or create one due after `period`."""
     row = await conn.fetchrow(
@@ -364,6 +375,7 @@ async def debounce_run(
         period,
         max_wait,
         key_path,
+        fairness_key,
     )
     assert row is not None  # inserted or updated
     return Debounced(str(row["run_id"]), bool(row["created"]))

@@ -18,6 +18,7 @@ API_NAMES = {
     "Concurrency",
     "Throttle",
     "Debounce",
+    "Fairness",
     "Schedule",
 }
 

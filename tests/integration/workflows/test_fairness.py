@@ -1,0 +1,286 @@
+"""Fairness: pending runs claimed in a weighted round robin across fairness keys."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import pytest
+
+from ripple.platform.errors import InvalidInput
+from ripple.workflows import Concurrency, Fairness, WorkflowContext, store, workflow
+from ripple.workflows.store import claim as claim_sql
+from tests.helpers import assert_eventually
+from tests.integration.workflows.conftest import App
+
+# tenant -> runs of that tenant executing now / the most seen at once
+active: dict[str, int] = {}
+peak: dict[str, int] = {}
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    active.clear()
+    peak.clear()
+
+
+@workflow(name="fair-import", fairness=Fairness(key="tenantId"))
+async def fair_import(ctx: WorkflowContext, inp: dict[str, Any]) -> None:
+    return None
+
+
+@workflow(name="fair-weighted", fairness=Fairness(key="tenantId", weights={"x": 3}))
+async def fair_weighted(ctx: WorkflowContext, inp: dict[str, Any]) -> None:
+    return None
+
+
+@workflow(
+    name="fair-capped",
+    fairness=Fairness(key="tenantId"),
+    concurrency=Concurrency(limit=2, key="tenantId"),
+)
+async def fair_capped(ctx: WorkflowContext, inp: dict[str, Any]) -> None:
+    tenant = inp["tenantId"]
+
+    async def body() -> None:
+        active[tenant] = active.get(tenant, 0) + 1
+        peak[tenant] = max(peak.get(tenant, 0), active[tenant])
+        try:
+            await asyncio.sleep(0.01)  # a window in which overlaps would show
+        finally:
+            active[tenant] -= 1
+
+    await ctx.step.run("work", body)
+
+
+async def _start_many(app: App, wf: Any, tenant: str, n: int) -> list[str]:
+    ids: list[str] = []
+    for batch in range(0, n, 500):
+        handles = await asyncio.gather(
+            *(
+                app.workflows.start(wf, {"tenantId": tenant, "i": i})
+                for i in range(batch, min(n, batch + 500))
+            )
+        )
+        ids += [h.run_id for h in handles]
+    return ids
+
+
+async def _completed(app: App, workflow: str, key: str) -> int:
+    count: int = await app.pool.fetchval(
+        "SELECT count(*) FROM ripple_runs "
+        "WHERE workflow = $1 AND fairness_key = $2 AND status = 'completed'",
+        workflow,
+        key,
+    )
+    return count
+
+
+async def _active_keys(app: App) -> int:
+    total: int = await app.pool.fetchval("SELECT count(*) FROM ripple_fair_keys WHERE active")
+    return total
+
+
+async def _claim(conn: Any, limit: int, worker_id: str = "w") -> list[store.ClaimedRun]:
+    return await store.claim_runs_fair(
+        conn,
+        worker_id=worker_id,
+        lease=30.0,
+        limit=limit,
+        pairs=[("fair-import", 1)],
+        fair=["fair-import"],
+    )
+
+
+def test_fairness__validates_its_options() -> None:
+    assert Fairness().key == "tenantId"
+    with pytest.raises(InvalidInput, match="key path"):
+        Fairness(key="a b")
+    with pytest.raises(InvalidInput, match="weight"):
+        Fairness(weights={"acme": 0})
+    with pytest.raises(InvalidInput, match="weight"):
+        Fairness(weights={"acme": True})
+    with pytest.raises(InvalidInput, match="fairness"):
+        workflow(name="x", fairness="tenantId")(fair_import.fn)  # type: ignore[call-overload]
+
+
+async def test_fairness__a_small_tenant_is_not_starved_by_a_bulk_import(app: App) -> None:
+    """Tenant A starts 5,000 runs, then tenant B starts 10: with a worker of concurrency 10,
+    every B run completes before 10 % of A's backlog is done (FIFO would run B last)."""
+    await _start_many(app, fair_import, "A", 5000)
+    b_runs = [await app.workflows.start(fair_import, {"tenantId": "B", "i": i}) for i in range(10)]
+    async with app.worker(fair_import, concurrency=10):
+        for handle in b_runs:
+            await handle.result(timeout=60)
+        a_done = await _completed(app, "fair-import", "A")
+    assert a_done < 500, a_done
+
+
+async def test_fairness__weights_share_claims_three_to_one(app: App) -> None:
+    """Keys x (weight 3) and y (weight 1), x's backlog first: over the first 800 completions
+    x and y complete 3:1 (within 15 %)."""
+    await _start_many(app, fair_weighted, "x", 900)
+    await _start_many(app, fair_weighted, "y", 300)
+    async with app.worker(fair_weighted, concurrency=10):
+        await assert_eventually(
+            lambda: _at_least(app, "fair-weighted", 800), timeout=120, interval=0.05
+        )
+    rows = await app.pool.fetch(
+        "SELECT fairness_key FROM ripple_runs WHERE workflow = 'fair-weighted' "
+        "AND status = 'completed' ORDER BY completed_at, run_id LIMIT 800"
+    )
+    x = sum(1 for r in rows if r["fairness_key"] == "x")
+    y = len(rows) - x
+    assert 3 * 0.85 <= x / y <= 3 * 1.15, (x, y)
+
+
+async def _at_least(app: App, workflow: str, n: int) -> bool:
+    done: int = await app.pool.fetchval(
+        "SELECT count(*) FROM ripple_runs WHERE workflow = $1 AND status = 'completed'", workflow
+    )
+    return done >= n
+
+
+async def test_fairness__with_concurrency_each_key_keeps_its_cap_and_its_share(app: App) -> None:
+    a_runs = await _start_many(app, fair_capped, "A", 200)
+    b_runs = [await app.workflows.start(fair_capped, {"tenantId": "B", "i": i}) for i in range(10)]
+    async with app.worker(fair_capped, concurrency=10):
+        for handle in b_runs:
+            await handle.result(timeout=60)
+        a_done = await _completed(app, "fair-capped", "A")
+        for run_id in a_runs:
+            await app.workflows.handle(run_id).result(timeout=60)
+    assert peak == {"A": 2, "B": 2}
+    assert a_done < 50, a_done  # B ran beside A, not after A's 200 runs
+    assert await app.pool.fetchval("SELECT sum(active) FROM ripple_concurrency_slots") == 0
+
+
+async def test_fairness__a_start_names_its_key_instead_of_the_inputs(app: App) -> None:
+    first = await app.workflows.start(fair_import, {"tenantId": "from-input"})
+    named = await app.workflows.start(fair_import, {"tenantId": "x"}, fairness_key="acme")
+    missing = await app.workflows.start(fair_import, {})
+    rows = await app.pool.fetch(
+        "SELECT run_id, fairness_key FROM ripple_runs WHERE workflow = 'fair-import'"
+    )
+    keys = {r["run_id"]: r["fairness_key"] for r in rows}
+    assert keys == {first.run_id: "from-input", named.run_id: "acme", missing.run_id: ""}
+    with pytest.raises(InvalidInput, match="fairness_key"):
+        await app.workflows.start(fair_import, {}, fairness_key=7)  # type: ignore[arg-type]
+
+
+async def test_fairness__two_claimers_never_claim_a_run_twice(app: App) -> None:
+    app.workflows.register(fair_import)
+    ids: list[str] = []
+    for key in range(30):
+        ids += await _start_many(app, fair_import, f"t{key}", 10)
+    claimed: list[str] = []
+
+    async def claimer() -> None:
+        async with app.pool.acquire() as conn:
+            for _ in range(500):
+                if len(claimed) >= len(ids):
+                    return
+                runs = await _claim(conn, 7, f"w{id(conn)}")
+                claimed.extend(r.run_id for r in runs)
+                await asyncio.sleep(0)
+
+    await asyncio.gather(claimer(), claimer())
+    assert len(claimed) == len(set(claimed))
+    assert sorted(claimed) == sorted(ids)
+
+
+async def test_fairness__keys_without_pending_runs_retire_and_come_back(app: App) -> None:
+    app.workflows.register(fair_import)
+    for key in ("a", "a", "a", "b"):
+        await app.workflows.start(fair_import, {"tenantId": key})
+    assert await _active_keys(app) == 2
+    async with app.pool.acquire() as conn:
+        assert len(await _claim(conn, 10)) == 4
+        assert await _active_keys(app) == 2  # the claim could not see them empty yet
+        assert await _claim(conn, 10) == []
+        assert await _active_keys(app) == 0  # the next claim retired both
+        passes = {r["key"]: r["pass"] for r in await conn.fetch("SELECT * FROM ripple_fair_keys")}
+        assert passes == {"a": 3.0, "b": 1.0}
+        # b comes back at the smallest active pass (a's, once a is back), not at its own
+        again_a = await app.workflows.start(fair_import, {"tenantId": "a"})
+        again_b = await app.workflows.start(fair_import, {"tenantId": "b"})
+        rows = await conn.fetch("SELECT key, pass FROM ripple_fair_keys WHERE active")
+        passes = {r["key"]: r["pass"] for r in rows}
+        assert passes == {"a": 3.0, "b": 3.0}
+        assert {r.run_id for r in await _claim(conn, 10)} == {again_a.run_id, again_b.run_id}
+
+
+async def test_fairness__round_robin_order_within_priority_then_fifo(app: App) -> None:
+    """Claims alternate between keys; within a key a higher priority goes first."""
+    a = [await app.workflows.start(fair_import, {"tenantId": "a", "i": i}) for i in range(3)]
+    urgent = await app.workflows.start(fair_import, {"tenantId": "a"}, priority=5)
+    b = [await app.workflows.start(fair_import, {"tenantId": "b", "i": i}) for i in range(2)]
+    async with app.pool.acquire() as conn:
+        order = []
+        for _ in range(6):
+            (run,) = await _claim(conn, 1)
+            order.append(run.run_id)
+    # a's pass is 0 and b joined at 0: a (key order breaks the tie), b, a, b, a, a
+    assert order == [
+        urgent.run_id,
+        b[0].run_id,
+        a[0].run_id,
+        b[1].run_id,
+        a[1].run_id,
+        a[2].run_id,
+    ]
+
+
+async def test_fairness__removing_it_hands_pending_runs_back_to_the_plain_claim(
+    app: App,
+) -> None:
+    handle = await app.workflows.start(fair_import, {"tenantId": "a"})
+    plain = workflow(name="fair-import", version=2)(fair_import.fn)
+    app.workflows.register(plain)
+    await app.workflows.sync_definitions()
+    assert (
+        await app.pool.fetchval(
+            "SELECT fairness_key FROM ripple_runs WHERE run_id = $1", handle.run_id
+        )
+        is None
+    )
+    async with app.pool.acquire() as conn:
+        claims, _, _ = await store.claim_runs_plain(
+            conn, worker_id="w", lease=30.0, limit=10, pairs=[("fair-import", 1)]
+        )
+    assert [c.run_id for c in claims] == [handle.run_id]
+
+
+def _buffers(plan: str) -> int:
+    found = re.search(r"Buffers: shared hit=(\d+)(?: read=(\d+))?", plan)
+    assert found is not None, plan
+    return int(found.group(1)) + int(found.group(2) or 0)
+
+
+@pytest.mark.parametrize("analyzed", [False, True], ids=["no-statistics", "analyzed"])
+async def test_fair_claim__bounded_work_whatever_the_backlog(app: App, analyzed: bool) -> None:
+    """30,000 pending runs over 100 keys and 20,000 finished ones: a claim of ten probes the
+    active keys' index and their heads, a few hundred buffers, not the backlog."""
+    await app.pool.execute(
+        "INSERT INTO ripple_runs (run_id, workflow, version, status, completed_at) "
+        "SELECT 'done-' || i, 'wf', 1, 'completed', now() FROM generate_series(1, 20000) AS i"
+    )
+    await app.pool.execute(
+        "INSERT INTO ripple_runs (run_id, workflow, version, fairness_key, available_at) "
+        "SELECT 'due-' || i, 'wf', 1, 'k' || (i % 100), now() - i * interval '1 millisecond' "
+        "FROM generate_series(1, 30000) AS i"
+    )
+    assert await _active_keys(app) == 100
+    if analyzed:
+        await app.pool.execute("ANALYZE ripple_runs")
+    args = ["w", 30.0, 10, ["wf"], ["wf"], [1], False, ["wf"]]
+    for served, sql in enumerate([claim_sql._CLAIM_FAIR, claim_sql._CLAIM_FAIR_PLAIN], 1):
+        rows = await app.pool.fetch("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, *args)
+        plan = "\n".join(r[0] for r in rows)
+        assert "ripple_runs_fair" in plan, plan
+        assert "Seq Scan on ripple_runs" not in plan, plan
+        assert _buffers(plan) < 600, plan
+        # all passes were equal: each claim served two keys a turn of FAIR_QUANTUM runs
+        passes = await app.pool.fetch("SELECT pass FROM ripple_fair_keys WHERE pass > 0")
+        assert [r["pass"] for r in passes] == [claim_sql.FAIR_QUANTUM] * 2 * served
