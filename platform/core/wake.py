@@ -31,6 +31,7 @@ __all__ = [
     "CH_CANCELS",
     "CH_RUNS",
     "CH_SCHEDULES",
+    "CH_TOKENS",
     "REDIS_CONNECTION_OPTIONS",
     "AnyHint",
     "DeliveriesReady",
@@ -43,6 +44,7 @@ __all__ = [
     "RunReady",
     "SchedulesChanged",
     "SubscriptionsChanged",
+    "TokensChanged",
     "Waker",
     "create_waker",
     "hint_around_caller_commit",
@@ -73,6 +75,7 @@ CH_DELIVERIES = "deliveries"  # some webhook delivery became due
 CH_SUBSCRIPTIONS = "subscriptions"  # the subscription set changed
 CH_CANCELS = "cancels"  # runs were canceled (workers stop executing them)
 CH_SCHEDULES = "schedules"  # a schedule was created, replaced, paused, resumed or deleted
+CH_TOKENS = "tokens"  # an API token was revoked (API processes drop their cached tokens)
 
 
 def run_channel(run_id: str) -> str:
@@ -156,6 +159,15 @@ class SchedulesChanged:
         return CH_SCHEDULES
 
 
+@dataclass(frozen=True, slots=True)
+class TokensChanged:
+    """An API token was revoked; API processes drop their cached copies."""
+
+    @property
+    def channel(self) -> str:
+        return CH_TOKENS
+
+
 AnyHint = (
     RunReady
     | RunFinished
@@ -164,6 +176,7 @@ AnyHint = (
     | DeliveriesReady
     | SubscriptionsChanged
     | SchedulesChanged
+    | TokensChanged
 )
 
 
