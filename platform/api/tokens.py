@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Annotated, Final
 
 from fastapi import APIRouter, Path
 from pydantic import Field
 
-from ripple.platform.access.tokens import Token
 from ripple.platform.api.deps import ClientDep
-from ripple.platform.api.models import JSON_NUMBER, NO_NUL_PATTERN, ApiModel, OutModel
+from ripple.platform.api.models import JSON_NUMBER, NO_NUL_PATTERN, ApiModel
 from ripple.platform.api.problems import ProblemError, problem_responses
+from ripple.platform.api.token_results import (
+    CreatedToken,
+    Revoked,
+    TokenOut,
+    created_token,
+    token_out,
+)
 from ripple.platform.core.limits import RateLimit
-from ripple.platform.errors import InvalidInput
 
 __all__ = ["router"]
 
@@ -52,61 +57,6 @@ class TokenIn(ApiModel):
     rate_limit: RateLimitIn | None = None
 
 
-class RateLimitOut(OutModel):
-    limit: int
-    per_seconds: float
-
-
-class TokenOut(OutModel):
-    """A token (never its secret)."""
-
-    id: str
-    name: str
-    scopes: list[str]
-    created_at: datetime
-    expires_at: datetime | None
-    last_used_at: datetime | None
-    revoked_at: datetime | None
-    active: bool
-    rate_limit: RateLimitOut | None
-
-
-class CreatedToken(OutModel):
-    """A new token with its secret, shown this once."""
-
-    id: str
-    name: str
-    scopes: list[str]
-    secret: str
-    created_at: datetime
-    expires_at: datetime | None
-    rate_limit: RateLimitOut | None
-
-
-class Revoked(OutModel):
-    id: str
-    #: True if the token was active until now.
-    revoked: bool
-
-
-def _limit_out(limit: RateLimit | None) -> RateLimitOut | None:
-    return None if limit is None else RateLimitOut(limit=limit.limit, per_seconds=limit.seconds)
-
-
-def token_out(token: Token) -> TokenOut:
-    return TokenOut(
-        id=token.id,
-        name=token.name,
-        scopes=token.scopes,
-        created_at=token.created_at,
-        expires_at=token.expires_at,
-        last_used_at=token.last_used_at,
-        revoked_at=token.revoked_at,
-        active=token.active,
-        rate_limit=_limit_out(token.rate_limit),
-    )
-
-
 @router.post(
     "/tokens", status_code=201, response_model=CreatedToken, responses=problem_responses(422)
 )
@@ -116,18 +66,7 @@ async def create_token(body: TokenIn, client: ClientDep) -> CreatedToken:
     if body.rate_limit is not None:
         limit = RateLimit(body.rate_limit.limit, body.rate_limit.per_seconds)
     expires_in = None if body.expires_in is None else timedelta(seconds=body.expires_in)
-    token = await client.tokens.create(body.name, body.scopes, expires_in, limit)
-    if token.secret is None:  # pragma: no cover - create always returns the secret
-        raise InvalidInput("token created without a secret")
-    return CreatedToken(
-        id=token.id,
-        name=token.name,
-        scopes=token.scopes,
-        secret=token.secret,
-        created_at=token.created_at,
-        expires_at=token.expires_at,
-        rate_limit=_limit_out(token.rate_limit),
-    )
+    return created_token(await client.tokens.create(body.name, body.scopes, expires_in, limit))
 
 
 @router.get("/tokens", response_model=list[TokenOut])

@@ -23,6 +23,7 @@ from ripple.platform.cli.app import app
 # isort: off
 from ripple.platform.cli import processes, topics, subscriptions, runs  # noqa: F401
 from ripple.platform.cli import queues, deliveries, schedules  # noqa: F401
+from ripple.platform.cli import tokens  # noqa: F401
 
 # isort: on
 

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import typer
 
-__all__ = ["app", "deliveries_app", "queues_app", "runs_app", "schedules_app", "subscriptions_app"]
+__all__ = [
+    "app",
+    "deliveries_app",
+    "queues_app",
+    "runs_app",
+    "schedules_app",
+    "subscriptions_app",
+    "tokens_app",
+]
 
 app = typer.Typer(
     name="ripple",
@@ -33,8 +41,12 @@ deliveries_app = typer.Typer(
 schedules_app = typer.Typer(
     help="Create and operate schedules.", no_args_is_help=True, rich_markup_mode=None
 )
+tokens_app = typer.Typer(
+    help="Create, list and revoke API tokens.", no_args_is_help=True, rich_markup_mode=None
+)
 app.add_typer(runs_app, name="runs")
 app.add_typer(subscriptions_app, name="subscriptions")
 app.add_typer(queues_app, name="queues")
 app.add_typer(deliveries_app, name="deliveries")
 app.add_typer(schedules_app, name="schedules")
+app.add_typer(tokens_app, name="tokens")

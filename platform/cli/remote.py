@@ -212,3 +212,14 @@ class ApiOperator:
 
     async def schedule_delete(self, name: str) -> bool:
         return await self._delete(f"/v1/schedules/{name}")
+
+    # -- tokens -------------------------------------------------------------------------------
+
+    async def token_create(self, body: Json) -> Json:
+        return await self._call("POST", "/v1/tokens", json=body)
+
+    async def tokens(self) -> Json:
+        return await self._call("GET", "/v1/tokens")
+
+    async def token_revoke(self, token_id: str) -> Json:
+        return await self._call("DELETE", f"/v1/tokens/{token_id}")
