@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from tests.e2e.conftest import (
     free_port,
     wait_healthy,
 )
+from tests.helpers import assert_eventually
 
 #: The bound the issue sets for every API process to refuse a revoked token.
 REFUSAL_BOUND_SECONDS = 1.0
@@ -73,16 +73,27 @@ async def test_revoked_token_is_refused_by_every_api_process_within_a_second(
         start = time.monotonic()
         assert revoked.json()["revoked"] is True
 
-        async def refused_after(http: httpx.AsyncClient) -> float:
-            while await _status(http, token["secret"]) != 401:
-                await asyncio.sleep(0.02)
-            return time.monotonic() - start
+        async def last_accepted(http: httpx.AsyncClient) -> float:
+            """When (after the revoke) the last request the server accepted was sent; polls
+            until one is refused. Send times, not answer times: a loaded machine may answer
+            late, and the promise is about requests made after the bound."""
+            accepted = 0.0
 
-        elapsed = await asyncio.wait_for(
-            asyncio.gather(*(refused_after(http) for http in clients)), 10
-        )
+            async def refused() -> bool:
+                nonlocal accepted
+                sent = time.monotonic() - start
+                if await _status(http, token["secret"]) == 401:
+                    return True
+                accepted = sent
+                return False
+
+            await assert_eventually(refused, timeout=10)
+            return accepted
+
+        accepted = await asyncio.gather(*(last_accepted(http) for http in clients))
+        print(f"revoked token last accepted {accepted} s after the revoke (with, without Redis)")
     # Each process refused it within the bound (the one without Redis on its cache TTL).
-    assert max(elapsed) <= REFUSAL_BOUND_SECONDS + 0.5, (elapsed, [s.url for s in servers])
+    assert max(accepted) <= REFUSAL_BOUND_SECONDS, (accepted, [s.url for s in servers])
 
 
 async def test_expired_token_is_refused(api_server: ApiServer, module_database_url: str) -> None:
@@ -93,10 +104,12 @@ async def test_expired_token_is_refused(api_server: ApiServer, module_database_u
     assert token.secret is not None
     async with api_server.http(token=None) as http:
         assert await _status(http, token.secret) == 200
-        deadline = time.monotonic() + 10
-        while await _status(http, token.secret) != 401:
-            assert time.monotonic() < deadline, "the expired token was still accepted"
-            await asyncio.sleep(0.1)
+        secret = token.secret
+
+        async def refused() -> bool:
+            return await _status(http, secret) == 401
+
+        await assert_eventually(refused, timeout=10)
 
 
 async def test_cli_tokens_and_scopes_through_the_api(
@@ -110,7 +123,8 @@ async def test_cli_tokens_and_scopes_through_the_api(
         ).stdout
     )
     secret = created["secret"]
-    assert secret.startswith("rpl_") and created["expiresAt"] is not None
+    assert secret.startswith("rpl_")
+    assert created["expiresAt"] is not None
     as_reader = ["--api", api_server.url, "--token", secret]
     listed = await ripple_cli("runs", "list", *as_reader, "--json")
     assert "items" in json.loads(listed.stdout)
@@ -121,7 +135,8 @@ async def test_cli_tokens_and_scopes_through_the_api(
     )
     for refused, scope in ((publish, "publish:api.ping"), (tokens, "admin"), (cancel, "operate")):
         assert refused.returncode == 1, refused.stdout
-        assert "403" in refused.stderr and scope in refused.stderr
+        assert "403" in refused.stderr
+        assert scope in refused.stderr
     admin = ["--api", api_server.url, "--token", TOKEN]
     listed_tokens = json.loads((await ripple_cli("tokens", "list", *admin, "--json")).stdout)
     assert created["id"] in [t["id"] for t in listed_tokens]
@@ -129,7 +144,8 @@ async def test_cli_tokens_and_scopes_through_the_api(
     revoked = await ripple_cli("tokens", "revoke", created["id"])
     assert "revoked" in revoked.stdout
     denied = await ripple_cli("runs", "list", *as_reader, check=False)
-    assert denied.returncode == 1 and "401" in denied.stderr
+    assert denied.returncode == 1
+    assert "401" in denied.stderr
 
 
 async def test_no_secret_in_a_database_dump_or_the_logs(
@@ -147,14 +163,14 @@ async def test_no_secret_in_a_database_dump_or_the_logs(
                 await http.get("/v1/runs", headers=headers)
                 await http.post("/v1/topics/api.ping/events", json={"payload": 1}, headers=headers)
                 await http.get("/v1/tokens", headers=headers)
-    dump = subprocess.run(
-        ["pg_dump", "--data-only", module_database_url],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout
-    assert "ripple_tokens" in dump and "dumped" in dump  # the tokens are in the dump...
+    process = await asyncio.create_subprocess_exec(
+        "pg_dump", "--data-only", module_database_url, stdout=asyncio.subprocess.PIPE
+    )
+    output, _ = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0
+    dump = output.decode()
+    assert "ripple_tokens" in dump
+    assert "dumped" in dump
     for secret in secrets:  # ...but none of their secrets, whole or without the prefix
         assert secret not in dump
         assert secret.removeprefix("rpl_") not in dump
