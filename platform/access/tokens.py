@@ -119,6 +119,7 @@ class Tokens:
         self._waker = waker
         self._validate_pattern = validate_pattern
         self._cache: dict[bytes, tuple[float, Token | None]] = {}
+        self._by_id: dict[str, tuple[float, Token | None]] = {}
         self._loading: dict[bytes, asyncio.Future[Token | None]] = {}
         self._listener: Listener | None = None
         self._listening = False
@@ -189,6 +190,7 @@ class Tokens:
                 return False
             await audit_store.record(conn, "token.revoke", row.id, {"name": row.name})
         self._cache.clear()
+        self._by_id.clear()
         self._waker.notify(TokensChanged())
         log.info("token_revoked", token_id=row.id, name=row.name)
         return row.expires_at is None or row.revoked_at is None or row.expires_at > row.revoked_at
@@ -213,12 +215,27 @@ class Tokens:
             return None
         return token
 
+    async def active(self, token_id: str) -> Token | None:
+        """The token with `token_id` if it is active, else None; cached as `authenticate`
+        caches (a dashboard session names its token by id)."""
+        await self._check_hint()
+        cached = self._by_id.get(token_id)
+        if cached is not None and time.monotonic() - cached[0] < CACHE_SECONDS:
+            token = cached[1]
+        else:
+            token = await self.get(token_id)
+            if len(self._by_id) >= _CACHE_ENTRIES:
+                self._by_id.clear()
+            self._by_id[token_id] = (time.monotonic(), token)
+        return token if token is not None and token.active else None
+
     async def _check_hint(self) -> None:
         if not self._listening:
             self._listening = True
             self._listener = await self._exits.enter_async_context(self._waker.listen(CH_TOKENS))
         if self._listener is not None and self._listener.take():
             self._cache.clear()
+            self._by_id.clear()
 
     async def _load(self, digest: bytes) -> Token | None:
         """Read the token of `digest` (one read per digest at a time) and cache it."""
