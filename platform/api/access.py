@@ -152,8 +152,10 @@ class Access:
                 run = await self._client.get_run(str(request.path_params.get("run_id", "")))
                 need = Need("signal", run.workflow if run is not None else "*")
         if need.kind == "publish" and need.value is None:
-            for topic in await _cloudevent_topics(request):
+            topics = await _cloudevent_topics(request)
+            for topic in topics[1:]:
                 self.require(principal, Need("publish", topic))
+            need = Need("publish", topics[0])
         await self.authorize(principal, need)
         return principal
 

@@ -297,3 +297,38 @@ async def test_a_failing_audit_insert_rolls_the_token_change_back(secured: Clien
         await secured.tokens.revoke(kept.id)
     listed = await secured.tokens.list()
     assert [(t.name, t.active) for t in listed] == [("kept", True)]
+
+
+async def test_cloudevents_ingest_needs_publish_for_every_event_type(secured: Client) -> None:
+    from fastapi import Depends
+
+    from ripple.platform.api.app import create_app
+    from ripple.platform.api.deps import require_token
+
+    app = create_app(secured)
+
+    async def ingest() -> dict[str, bool]:
+        return {"ok": True}
+
+    # The CloudEvents route's path, as its module declares it; only the auth is exercised here.
+    app.add_api_route("/v1/events", ingest, methods=["POST"], dependencies=[Depends(require_token)])
+    token = await secured.tokens.create("ce", scopes=["publish:order.*"])
+    assert token.secret is not None
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        auth = bearer(token.secret)
+        ce = {"content-type": "application/cloudevents+json", **auth}
+        batch = {"content-type": "application/cloudevents-batch+json", **auth}
+        one = {"specversion": "1.0", "id": "1", "source": "s", "type": "order.created"}
+        other = {**one, "id": "2", "type": "billing.paid"}
+        cases = [
+            ({"json": one, "headers": ce}, 200),
+            ({"json": other, "headers": ce}, 403),
+            ({"json": [one, {**one, "id": "3", "type": "order.paid"}], "headers": batch}, 200),
+            ({"json": [one, other], "headers": batch}, 403),
+            ({"json": {}, "headers": {**auth, "ce-type": "order.created"}}, 200),
+            ({"json": {}, "headers": {**auth, "ce-type": "billing.paid"}}, 403),
+        ]
+        for kwargs, status in cases:
+            answer = await http.post("/v1/events", **kwargs)  # type: ignore[arg-type]
+            assert answer.status_code == status, (kwargs, answer.text)
