@@ -8,13 +8,14 @@ module stays below the events layer.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
 from ripple.platform.errors import InvalidInput
 
-__all__ = ["KINDS", "Need", "permits", "validate_scopes"]
+__all__ = ["KINDS", "MAX_SCOPE_LENGTH", "SCOPE_PATTERN", "Need", "permits", "validate_scopes"]
 
 Kind = Literal["admin", "read", "operate", "publish", "start", "signal", "queue"]
 
@@ -23,7 +24,18 @@ _PLAIN: Final = ("admin", "read", "operate")
 _ARGUMENT: Final = ("publish", "start", "signal", "queue")
 KINDS: Final = (*_PLAIN, *(f"{kind}:<...>" for kind in _ARGUMENT))
 _MAX_SCOPES: Final = 100
-_MAX_NAME: Final = 255
+_SEGMENT: Final = r"(?:\*|#|[a-z0-9_-]+)"
+#: A scope's grammar (also the REST schema's): workflow names as `@workflow` takes them, queue
+#: names as queues take them, topic patterns as subscriptions take them (at most 255
+#: characters, which `MAX_SCOPE_LENGTH` bounds).
+SCOPE_PATTERN: Final = (
+    r"^(?:admin|read|operate"
+    rf"|publish:{_SEGMENT}(?:\.{_SEGMENT})*"
+    r"|(?:start|signal):(?:\*|[a-z0-9_-]{1,64})"
+    r"|queue:(?:\*|[A-Za-z0-9][A-Za-z0-9_.-]{0,127}))$"
+)
+MAX_SCOPE_LENGTH: Final = len("publish:") + 255
+_SCOPE: Final = re.compile(SCOPE_PATTERN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,25 +72,17 @@ def validate_scopes(scopes: object, validate_pattern: Callable[[str], object]) -
 
 
 def _validate_one(scope: str, validate_pattern: Callable[[str], object]) -> None:
-    if scope in _PLAIN:
-        return
-    kind, colon, value = scope.partition(":")
-    if not colon or kind not in _ARGUMENT:
-        raise InvalidInput(
-            f"unknown scope {scope!r}; choose from {', '.join(KINDS)}", field="scopes"
-        )
-    if kind == "publish":
+    kind, _, value = scope.partition(":")
+    if kind == "publish" and value:
         try:
             validate_pattern(value)
         except InvalidInput as exc:
             raise InvalidInput(f"scope {scope!r}: {exc.message}", field="scopes") from exc
-        return
-    if value == "*":
-        return
-    if not value or len(value) > _MAX_NAME or "*" in value or any(c.isspace() for c in value):
+    if len(scope) > MAX_SCOPE_LENGTH or not _SCOPE.fullmatch(scope):
         raise InvalidInput(
-            f"scope {scope!r}: give a {'queue' if kind == 'queue' else 'workflow'} name of "
-            f"1-{_MAX_NAME} characters without spaces, or '*' for all",
+            f"invalid scope {scope!r}: use one of {', '.join(KINDS)}, where a workflow is "
+            "[a-z0-9_-]{1,64}, a queue a queue name and a pattern a topic pattern ('*' for any "
+            "workflow or queue)",
             field="scopes",
         )
 

@@ -8,6 +8,7 @@ from typing import Annotated, Final
 from fastapi import APIRouter, Path
 from pydantic import Field
 
+from ripple.platform.access.scopes import MAX_SCOPE_LENGTH, SCOPE_PATTERN
 from ripple.platform.api.deps import ClientDep
 from ripple.platform.api.models import JSON_NUMBER, NO_NUL_PATTERN, ApiModel
 from ripple.platform.api.problems import ProblemError, problem_responses
@@ -33,7 +34,7 @@ class RateLimitIn(ApiModel):
     """At most `limit` requests per `perSeconds`, across every API process."""
 
     limit: Annotated[int, Field(ge=1, le=1_000_000_000), JSON_NUMBER] = Field(examples=[1000])
-    per_seconds: Annotated[float, Field(gt=0, le=_MAX_SECONDS), JSON_NUMBER] = Field(
+    per_seconds: Annotated[float, Field(ge=0.001, le=_MAX_SECONDS), JSON_NUMBER] = Field(
         default=1.0, examples=[1]
     )
 
@@ -42,16 +43,14 @@ class TokenIn(ApiModel):
     """A new token: its name, scopes, and optionally a lifetime and a rate limit."""
 
     name: str = Field(min_length=1, max_length=255, pattern=NO_NUL_PATTERN, examples=["ci"])
-    scopes: list[Annotated[str, Field(min_length=1, max_length=300, pattern=NO_NUL_PATTERN)]] = (
-        Field(
-            min_length=1,
-            max_length=100,
-            description="`admin`, `read`, `operate`, `publish:<pattern>`, `start:<workflow>`, "
-            "`signal:<workflow>`, `queue:<name>` (`*` for any workflow or queue).",
-            examples=[["publish:order.*"]],
-        )
+    scopes: list[Annotated[str, Field(max_length=MAX_SCOPE_LENGTH, pattern=SCOPE_PATTERN)]] = Field(
+        min_length=1,
+        max_length=100,
+        description="`admin`, `read`, `operate`, `publish:<pattern>`, `start:<workflow>`, "
+        "`signal:<workflow>`, `queue:<name>` (`*` for any workflow or queue).",
+        examples=[["publish:order.*"]],
     )
-    expires_in: Annotated[float, Field(gt=0, le=_MAX_SECONDS), JSON_NUMBER] | None = Field(
+    expires_in: Annotated[float, Field(ge=1, le=_MAX_SECONDS), JSON_NUMBER] | None = Field(
         default=None, description="Lifetime in seconds (none: never expires).", examples=[86400]
     )
     rate_limit: RateLimitIn | None = None
