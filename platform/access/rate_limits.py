@@ -106,6 +106,9 @@ class RateLimiter:
         self._local: dict[str, _Bucket] = {}
         #: Per token: requests taken from the shared bucket not spent yet, and until when.
         self._batches: dict[str, tuple[int, float]] = {}
+        #: Per token: the Redis refill in flight (concurrent requests wait for it, so a burst
+        #: makes one round trip, not one each).
+        self._refills: dict[str, asyncio.Future[Decision]] = {}
         self._processes = 1
         self._member = uuid.uuid4().hex
         self._announced = 0.0
@@ -114,25 +117,45 @@ class RateLimiter:
 
     async def check(self, token_id: str, limit: RateLimit) -> Decision:
         """Take one request from `token_id`'s bucket."""
+        while True:
+            now = time.monotonic()
+            batch = self._batches.get(token_id)
+            if batch is not None and batch[0] > 0 and now < batch[1]:
+                self._batches[token_id] = (batch[0] - 1, batch[1])
+                return Decision(True)
+            if now < self._down_until:
+                return self._take_local(token_id, limit)
+            refill = self._refills.get(token_id)
+            if refill is None:
+                refill = asyncio.ensure_future(self._refill(token_id, limit))
+                self._refills[token_id] = refill
+                refill.add_done_callback(lambda _: self._refills.pop(token_id, None))
+            decision = await asyncio.shield(refill)
+            if not decision.allowed:
+                return decision
+            # The refill put its grant in the batch: take from it (or refill again when the
+            # requests that waited with this one spent it all).
+
+    async def _refill(self, token_id: str, limit: RateLimit) -> Decision:
+        """Take a batch from the shared bucket into this process's batch; on a Redis failure
+        decide locally from now on for a while (the decision is then the local bucket's)."""
         now = time.monotonic()
-        batch = self._batches.get(token_id)
-        if batch is not None and batch[0] > 0 and now < batch[1]:
-            self._batches[token_id] = (batch[0] - 1, batch[1])
-            return Decision(True)
         if now - self._announced > _ANNOUNCE_SECONDS and self._url is not None:
             self._announced = now
             if self._announcing is None or self._announcing.done():
                 self._announcing = asyncio.create_task(self._announce())
-        if now >= self._down_until:
-            try:
-                async with asyncio.timeout(_REDIS_TIMEOUT):
-                    decision = await self._take_shared(token_id, limit)
-                self._outage.recovered()
-                return decision
-            except Exception as exc:  # Redis down or slow: decide locally
-                self._outage.failed(exc)
-                self._down_until = now + _RETRY_SECONDS
-        return self._take_local(token_id, limit)
+        try:
+            async with asyncio.timeout(_REDIS_TIMEOUT):
+                granted, wait = await self._take_shared(token_id, limit)
+            self._outage.recovered()
+        except Exception as exc:  # Redis down or slow: decide locally
+            self._outage.failed(exc)
+            self._down_until = now + _RETRY_SECONDS
+            return Decision(True)  # the waiters loop and take from their local bucket
+        if granted < 1:
+            return Decision(False, wait)
+        self._batches[token_id] = (granted, time.monotonic() + _BATCH_SECONDS)
+        return Decision(True)
 
     def _client(self) -> aioredis.Redis:
         if self._redis is None:
@@ -145,15 +168,14 @@ class RateLimiter:
             self._script = self._redis.register_script(_TAKE)
         return self._redis
 
-    async def _take_shared(self, token_id: str, limit: RateLimit) -> Decision:
+    async def _take_shared(self, token_id: str, limit: RateLimit) -> tuple[int, float]:
+        """(requests granted, seconds until one is available) from the shared bucket."""
         self._client()
         wanted = max(1, min(_MAX_BATCH, int(limit.rate / 100), limit.limit // 2))
         granted, wait = await self._script(
             keys=[f"{self._prefix}ratelimit:{token_id}"], args=[limit.limit, limit.rate, wanted]
         )
-        if int(granted) > 1:
-            self._batches[token_id] = (int(granted) - 1, time.monotonic() + _BATCH_SECONDS)
-        return Decision(int(granted) >= 1, float(wait))
+        return int(granted), float(wait)
 
     def _take_local(self, token_id: str, limit: RateLimit) -> Decision:
         processes = max(1, self._processes)

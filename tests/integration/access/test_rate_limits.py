@@ -3,6 +3,7 @@ share of the limit per process when Redis is unreachable."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import timedelta
 
@@ -69,3 +70,23 @@ async def test_without_any_redis_the_limit_is_local() -> None:
     results = [(await limiter.check("tok", limit)).allowed for _ in range(5)]
     assert results == [True, True, True, False, False]
     await limiter.close()
+
+
+async def test_a_burst_shares_one_refill(redis_url: str) -> None:
+    limiter = RateLimiter(redis_url, prefix=f"t{uuid.uuid4().hex[:10]}:")
+    calls = 0
+    take = limiter._take_shared
+
+    async def counted(token_id: str, limit: RateLimit) -> tuple[int, float]:
+        nonlocal calls
+        calls += 1
+        return await take(token_id, limit)
+
+    limiter._take_shared = counted  # type: ignore[method-assign]
+    try:
+        limit = RateLimit(100_000, per=1.0)  # batches of 100
+        decisions = await asyncio.gather(*(limiter.check("tok", limit) for _ in range(60)))
+        assert all(d.allowed for d in decisions)
+        assert calls == 1  # not one Redis round trip per waiting request
+    finally:
+        await limiter.close()
