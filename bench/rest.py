@@ -4,6 +4,10 @@ For publish (`POST /v1/topics/{topic}/events`, one queue subscription) and start
 (`POST /v1/workflows/{name}/runs`): the most requests/s the process answers with CONCURRENCY
 requests in flight, then p50/p99 latency of an open-loop load at half that rate (requests sent
 on a fixed schedule whatever the answers do, so queueing shows in the latency).
+
+Then the cost of a per-token rate limit: publish with a stored `publish:#` token whose limit is
+never reached (each request still takes from its Redis bucket) against the same with a token
+without a limit, alternated over LIMIT_ROUNDS rounds, best round of each.
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ import aiohttp
 from bench.common import BenchDb, bench_database, cpu_seconds, pct, report
 from bench.publish import free_port
 from ripple.platform.client import Client
-from ripple.subscribers import QueueTarget
+from ripple.subscribers import QueueTarget, RateLimit
 
 REQUESTS = 3000
 CONCURRENCY = 32
 #: Seconds of open-loop load for the latency figure.
 LATENCY_SECONDS = 3.0
+#: Rounds of the rate-limit comparison (each: one run with, one without a limit).
+LIMIT_ROUNDS = 5
 
 
 @contextlib.asynccontextmanager
@@ -98,22 +104,26 @@ async def serve(
 _JSON = {"Content-Type": "application/json"}
 
 
-async def _post(http: aiohttp.ClientSession, url: str, body: bytes) -> float:
+async def _post(
+    http: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str] = _JSON
+) -> float:
     started = time.perf_counter()
-    async with http.post(url, data=body, headers=_JSON) as response:
+    async with http.post(url, data=body, headers=headers) as response:
         await response.read()
         if response.status >= 300:
             raise RuntimeError(f"{url}: {response.status}")
     return time.perf_counter() - started
 
 
-async def throughput(http: aiohttp.ClientSession, url: str, body: bytes) -> float:
+async def throughput(
+    http: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str] = _JSON
+) -> float:
     """Requests/s with CONCURRENCY requests in flight."""
     counter = iter(range(REQUESTS))
 
     async def one() -> None:
         for _ in counter:
-            await _post(http, url, body)
+            await _post(http, url, body, headers)
 
     started = time.perf_counter()
     await asyncio.gather(*(one() for _ in range(CONCURRENCY)))
@@ -139,6 +149,10 @@ async def run() -> None:
     async with bench_database() as db:
         async with Client(settings=db.settings) as client:
             await client.subscribe("rest.#", QueueTarget("rest-audit"))
+            free = await client.tokens.create("bench-free", scopes=["publish:#"])
+            limited = await client.tokens.create(
+                "bench-limited", scopes=["publish:#"], rate_limit=RateLimit(10_000_000, per=1.0)
+            )
         async with (
             serve(db, port) as (url, pid),
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256)) as http,
@@ -159,3 +173,21 @@ async def run() -> None:
                     f"per request); at {rate / 2:,.0f} req/s: "
                     f"p50 {pct(lat, 50) * 1000:.1f} ms, p99 {pct(lat, 99) * 1000:.1f} ms",
                 )
+            path, body = paths["publish"]
+            rates: dict[str, list[float]] = {"free": [], "limited": []}
+            cpus: dict[str, list[float]] = {"free": [], "limited": []}
+            for _ in range(LIMIT_ROUNDS):
+                for name, token in (("free", free), ("limited", limited)):
+                    headers = {**_JSON, "Authorization": f"Bearer {token.secret}"}
+                    cpu = cpu_seconds(pid)
+                    rates[name].append(await throughput(http, path, body, headers))
+                    cpus[name].append((cpu_seconds(pid) - cpu) / REQUESTS)
+            best_free, best_limited = max(rates["free"]), max(rates["limited"])
+            cpu_free, cpu_limited = min(cpus["free"]), min(cpus["limited"])
+            report(
+                "REST publish, token with a rate limit",
+                f"{best_limited:,.0f} req/s vs {best_free:,.0f} req/s without a limit = "
+                f"{best_limited / best_free:.0%}; API CPU per request {cpu_limited * 1000:.2f} "
+                f"vs {cpu_free * 1000:.2f} ms = {cpu_free / cpu_limited:.0%} "
+                f"(best of {LIMIT_ROUNDS} alternated rounds)",
+            )

@@ -13,6 +13,8 @@ from types import TracebackType
 from typing import Any, Self, TypeVar, cast, overload
 
 from ripple.platform.access.audit import Audit
+from ripple.platform.access.rate_limits import RateLimiter
+from ripple.platform.access.tokens import Tokens
 from ripple.platform.core import migrate
 from ripple.platform.core.config import Settings, load_settings
 from ripple.platform.core.db import (
@@ -31,6 +33,7 @@ from ripple.platform.events.contracts.validation import Contracts
 from ripple.platform.events.fanout import TargetKind
 from ripple.platform.events.publish import Explanation, Publisher, PublishResult
 from ripple.platform.events.subscriptions import Subscription, Subscriptions
+from ripple.platform.events.topics import validate_pattern
 from ripple.platform.ops.observability import GaugeCollector
 from ripple.platform.ops.services import BackgroundService
 from ripple.platform.ops.sweeper import Sweeper
@@ -116,6 +119,13 @@ class Client:
         self.backfills: Backfills = Backfills(pool, self.settings, self._kinds)
         #: Topic schemas: `register_schema`, `check_schema`, `get_schema`, `list_schemas`, ...
         self.topics: Topics = Topics(pool, self.contracts)
+        #: API tokens: `create`, `list`, `revoke` (and the API's `authenticate`).
+        self.tokens: Tokens = Tokens(
+            pool,
+            waker,
+            validate_pattern,
+            RateLimiter(self.settings.redis_url, prefix=self.settings.redis_prefix),
+        )
         #: Queues: `send`, `receive`, `ack`, `nack`, `stats`, `dead_letters`, `redrive`.
         self.queues: Queues = Queues(pool, waker, self.settings)
         #: Schedules managed at run time (`create`, `pause`, `resume`, `trigger`, `delete`).
@@ -183,6 +193,7 @@ class Client:
         if self._waker is not None:
             await self.subscriptions.close()
             await self.contracts.close()
+            await self.tokens.close()
             await self._waker.close()
             self._waker = None
         if self._read_pool is not None and self._read_pool is not self._pool:

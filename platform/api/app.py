@@ -17,6 +17,7 @@ from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 from starlette.types import Receive, Scope, Send
 
+from ripple.platform.api.access import Access
 from ripple.platform.api.deps import require_token
 from ripple.platform.api.hot_routes import HotRoute, HotRoutes
 from ripple.platform.api.limits import MAX_URI_BYTES, RequestLimits
@@ -43,12 +44,15 @@ V1_ROUTES = (
     "audit",
     "cloudevents",
     "wakes",
+    "tokens",
 )
 
 _DESCRIPTION = """
 Ripple: publish events to topics, fan them out to queues, webhooks and durable workflows.
 
-All `/v1` routes take `Authorization: Bearer <token>` (tokens from `RIPPLE_API_TOKENS`).
+All `/v1` routes take `Authorization: Bearer <token>`: a token from `POST /v1/tokens` (401 when
+unknown, revoked or expired; 403 naming the scope a request needs; 429 with `Retry-After` over
+its rate limit) or one of `RIPPLE_API_TOKENS` (`admin`).
 Errors are RFC 9457 `application/problem+json`. Bodies are JSON (415 otherwise), limited to
 `RIPPLE_MAX_BODY_BYTES` (413 above it) and JSON nesting to `RIPPLE_MAX_JSON_DEPTH` (422); NaN,
 Infinity, lone UTF-16 surrogate escapes and repeated object keys are 422, bodies that are not
@@ -119,6 +123,8 @@ def create_app(
     )
     app.state.client = client
     app.state.settings = settings
+    access = Access(client, settings.api_tokens)
+    app.state.access = access
 
     # Each route module straight into the app (FastAPI builds a route again on every include).
     auth = [Depends(require_token)]
@@ -144,7 +150,7 @@ def create_app(
         HotRoutes,
         routes=hot,
         client=client,
-        tokens=settings.api_tokens,
+        access=access,
         handlers=lambda: app.exception_handlers,
     )
     app.add_middleware(AllowedMethods, paths=lambda: app.openapi()["paths"])
@@ -177,7 +183,9 @@ def _problem_everywhere(schema: dict[str, Any]) -> None:
         "of more than 4,300 digits (`bad-request`)",
         "404": "Not found",
         "405": "Method not allowed",
-        "401": "Missing or invalid bearer token",
+        "401": "Missing or invalid bearer token (unknown, revoked or expired)",
+        "403": "The token lacks the scope this request needs (named in `detail`)",
+        "429": "The token is over its rate limit (see `Retry-After`)",
         "413": "Request body too large",
         "414": f"Request URI longer than {MAX_URI_BYTES // 1024} KiB (send large values in a body)",
         "415": "Request body is not JSON (Content-Type)",

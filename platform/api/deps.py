@@ -1,26 +1,26 @@
 """Request dependencies shared by the route modules: the client, bearer auth, paging limits.
 
-Auth compares the presented bearer token with every configured token in constant time
-(`hmac.compare_digest`); with no tokens configured auth is off (and `ripple serve` then binds to
-loopback only).
+Auth (`ripple.platform.api.access`) compares the presented bearer token with every
+RIPPLE_API_TOKENS token in constant time and looks stored tokens up by digest, then checks the
+route's scope and the token's rate limit; the route runs as the token's actor. With no
+RIPPLE_API_TOKENS configured a request without a token is allowed (and `ripple serve` then binds
+to loopback only); a presented token is checked all the same.
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import AsyncIterator
-from typing import Annotated, Final
+from typing import Annotated
 
 from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ripple.platform.access.actors import Actor, acting_as
+from ripple.platform.access.actors import acting_as
+from ripple.platform.api.access import Access, Principal, request_id, token_valid
 from ripple.platform.api.models import UUID_PATTERN
-from ripple.platform.api.problems import ProblemError
 from ripple.platform.api.results import check_page_size
 from ripple.platform.client import Client
 from ripple.platform.core.config import Settings
-from ripple.platform.core.ids import new_id
 
 __all__ = [
     "ClientDep",
@@ -28,14 +28,14 @@ __all__ = [
     "UuidPath",
     "get_client",
     "page_limit",
-    "request_id",
     "require_token",
+    "token_valid",
 ]
 
-_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="ripple"'}
-#: Longest `X-Request-Id` kept as the request's id (a longer one is replaced).
-_MAX_REQUEST_ID: Final = 128
-_bearer = HTTPBearer(auto_error=False, description="A token listed in RIPPLE_API_TOKENS.")
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="A token from `ripple tokens create` or one listed in RIPPLE_API_TOKENS.",
+)
 
 
 # Dependencies that do no I/O are `async def` all the same: FastAPI runs a plain `def`
@@ -51,44 +51,18 @@ def _settings(request: Request) -> Settings:
     return settings
 
 
-def token_valid(presented: str, tokens: list[str]) -> bool:
-    """True if `presented` equals one of `tokens`; compares against all, in constant time."""
-    ok = False
-    for token in tokens:
-        ok |= hmac.compare_digest(presented.encode(), token.encode())
-    return ok
-
-
-def request_id(request: Request) -> str:
-    """The request's id for audit rows: its `X-Request-Id` when short and printable, else new."""
-    given = request.headers.get("x-request-id")
-    if given and len(given) <= _MAX_REQUEST_ID and given.isprintable():
-        return given
-    return new_id()
-
-
 async def require_token(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> AsyncIterator[None]:
-    """Refuse the request with 401 unless it carries a configured bearer token; the request
-    then acts as that token (`env` for RIPPLE_API_TOKENS) for audit rows."""
-    tokens = _settings(request).api_tokens
-    if not tokens:
-        yield
-        return
-    if credentials is None or credentials.scheme.lower() != "bearer":
-        raise ProblemError(
-            401,
-            "send `Authorization: Bearer <token>` with a RIPPLE_API_TOKENS token",
-            headers=_CHALLENGE,
-        )
-    if not token_valid(credentials.credentials, tokens):
-        raise ProblemError(
-            401, "the bearer token is not one of RIPPLE_API_TOKENS", headers=_CHALLENGE
-        )
-    with acting_as(Actor(name="env", request_id=request_id(request))):
-        yield
+) -> AsyncIterator[Principal]:
+    """Refuse the request (401, 403, 429) unless its token may make it; run it as the token."""
+    access: Access = request.app.state.access
+    secret = None
+    if credentials is not None and credentials.scheme.lower() == "bearer":
+        secret = credentials.credentials
+    principal = await access.check(request, secret)
+    with acting_as(principal.actor(request_id(request.scope["headers"]))):
+        yield principal
 
 
 async def page_limit(

@@ -30,12 +30,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ripple.platform.api.deps import token_valid
+from ripple.platform.access.actors import acting_as
+from ripple.platform.access.scopes import Kind, Need
+from ripple.platform.api.access import Access, Principal, request_id
 from ripple.platform.client import Client
+from ripple.platform.ops.metrics import API_REQUESTS
 
 __all__ = ["HotRoute", "HotRoutes"]
 
 Handlers = Mapping[Any, Callable[[Request, Any], Response | Awaitable[Response]]]
+
+#: The scope kind each hot route needs, by its path prefix; its path parameter is the value.
+_NEEDS: dict[str, Kind] = {"/v1/topics/": "publish", "/v1/workflows/": "start"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,13 +74,13 @@ class HotRoutes:
         *,
         routes: Sequence[HotRoute],
         client: Client,
-        tokens: Sequence[str],
+        access: Access,
         handlers: Callable[[], Handlers],
     ) -> None:
         self.app = app
         self._routes = tuple(routes)
         self._client = client
-        self._tokens = list(tokens)
+        self._access = access
         self._handlers = handlers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -94,7 +100,8 @@ class HotRoutes:
         else:
             await self.app(scope, receive, send)
             return
-        if not self._hot_headers(scope):
+        principal = await self._principal(scope, route, param)
+        if principal is None:
             await self.app(scope, receive, send)
             return
         body, messages = await _read(receive)
@@ -103,13 +110,32 @@ class HotRoutes:
             await self.app(scope, _replay(messages, receive), send)
             return
         try:
-            response = await route.answer(self._client, param, value)
+            await self._access.limit(principal)
+            API_REQUESTS.labels(principal.name).inc()
+            with acting_as(principal.actor(request_id(scope["headers"]))):
+                response = await route.answer(self._client, param, value)
         except Exception as exc:
             response = await self._handled(scope, exc)
         await response(scope, receive, send)
 
-    def _hot_headers(self, scope: Scope) -> bool:
-        """True for a JSON body with a valid bearer token (when tokens are configured).
+    async def _principal(self, scope: Scope, route: HotRoute, param: str) -> Principal | None:
+        """The request's principal if it has a JSON body and a token allowed this route."""
+        secret = self._hot_headers(scope)
+        if secret is False:
+            return None
+        kind = _NEEDS.get(route.prefix)
+        if kind is None:
+            return None
+        try:
+            principal = await self._access.principal(None if secret is True else str(secret))
+        except Exception:  # the normal stack answers (with the error's own problem)
+            return None
+        if principal is None or not principal.permits(Need(kind, param)):
+            return None
+        return principal
+
+    def _hot_headers(self, scope: Scope) -> str | bool:
+        """For a JSON body, the bearer secret (True when none is sent); else False.
 
         The first of repeated headers counts, as in Starlette's `Headers.get`."""
         authorization = content_type = None
@@ -125,16 +151,12 @@ class HotRoutes:
             media.startswith("application/") and media.endswith("+json")
         ):
             return False
-        if not self._tokens:
-            return True
         if authorization is None:
-            return False
+            return True
         scheme, credentials = get_authorization_scheme_param(authorization)  # as HTTPBearer does
-        return (
-            scheme.lower() == "bearer"
-            and bool(credentials)
-            and token_valid(credentials, self._tokens)
-        )
+        if scheme.lower() != "bearer" or not credentials:
+            return True  # as HTTPBearer: no token
+        return credentials
 
     async def _handled(self, scope: Scope, exc: Exception) -> Response:
         """The app's answer to `exc` raised by a route; re-raised when only the catch-all

@@ -64,6 +64,7 @@ _BY_STATUS: Final[dict[int, tuple[str, str]]] = {
     414: ("uri-too-long", "Request URI too long"),
     415: ("unsupported-media-type", "Unsupported media type"),
     422: ("invalid-input", "Invalid input"),
+    429: ("rate-limited", "Too many requests"),
     431: ("request-head-too-large", "Request head too large"),
     500: ("internal", "Internal server error"),
     503: ("unavailable", "Service unavailable"),

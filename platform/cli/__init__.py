@@ -25,6 +25,7 @@ from ripple.platform.cli import processes, topics, subscriptions, runs  # noqa: 
 from ripple.platform.cli import queues, deliveries, schedules, topic_schemas  # noqa: F401
 from ripple.platform.cli import audit  # noqa: F401
 from ripple.platform.cli import deploys  # noqa: F401
+from ripple.platform.cli import tokens  # noqa: F401
 
 # isort: on
 

@@ -15,6 +15,7 @@ __all__ = [
     "runs_app",
     "schedules_app",
     "subscriptions_app",
+    "tokens_app",
     "topic_schemas_app",
     "topics_app",
 ]
@@ -42,6 +43,9 @@ deliveries_app = typer.Typer(
 schedules_app = typer.Typer(
     help="Create and operate schedules.", no_args_is_help=True, rich_markup_mode=None
 )
+tokens_app = typer.Typer(
+    help="Create, list and revoke API tokens.", no_args_is_help=True, rich_markup_mode=None
+)
 app.add_typer(runs_app, name="runs")
 app.add_typer(subscriptions_app, name="subscriptions")
 app.add_typer(queues_app, name="queues")
@@ -57,3 +61,4 @@ topic_schemas_app = typer.Typer(
 )
 topics_app.add_typer(topic_schemas_app, name="schema")
 app.add_typer(topics_app, name="topics")
+app.add_typer(tokens_app, name="tokens")

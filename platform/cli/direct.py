@@ -270,6 +270,37 @@ class ClientOperator:
         page = await self._client.audit.list(since=since, action=action, limit=limit, cursor=cursor)
         return _json(audit_page_out(page))
 
+    # -- tokens -----------------------------------------------------------------------------
+
+    async def token_create(self, body: Json) -> Json:
+        from datetime import timedelta
+
+        from ripple.platform.api import token_results
+        from ripple.platform.core.limits import RateLimit
+
+        expires = body.get("expiresIn")
+        limit = body.get("rateLimit")
+        token = await self._client.tokens.create(
+            body["name"],
+            body["scopes"],
+            None if expires is None else timedelta(seconds=expires),
+            None if limit is None else RateLimit(limit["limit"], limit["perSeconds"]),
+        )
+        return _json(token_results.created_token(token))
+
+    async def tokens(self) -> Json:
+        from ripple.platform.api import token_results
+
+        return [_json(token_results.token_out(t)) for t in await self._client.tokens.list()]
+
+    async def token_revoke(self, token_id: str) -> Json:
+        from ripple.platform.api import token_results
+
+        if await self._client.tokens.get(token_id) is None:
+            raise OperatorError(f"no token {token_id}; list them with `ripple tokens list`")
+        revoked = await self._client.tokens.revoke(token_id)
+        return _json(token_results.Revoked(id=token_id, revoked=revoked))
+
 
 def _reasons(exc: ValidationError) -> str:
     return "; ".join(

@@ -264,3 +264,14 @@ class ApiOperator:
         }
         clean = {k: v for k, v in params.items() if v is not None}
         return await self._call("GET", "/v1/audit", params=clean)
+
+    # -- tokens -------------------------------------------------------------------------------
+
+    async def token_create(self, body: Json) -> Json:
+        return await self._call("POST", "/v1/tokens", json=body)
+
+    async def tokens(self) -> Json:
+        return await self._call("GET", "/v1/tokens")
+
+    async def token_revoke(self, token_id: str) -> Json:
+        return await self._call("DELETE", f"/v1/tokens/{token_id}")

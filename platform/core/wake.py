@@ -32,6 +32,7 @@ __all__ = [
     "CH_RUNS",
     "CH_SCHEDULES",
     "CH_SCHEMAS",
+    "CH_TOKENS",
     "REDIS_CONNECTION_OPTIONS",
     "AnyHint",
     "DeliveriesReady",
@@ -46,6 +47,7 @@ __all__ = [
     "SchedulesChanged",
     "SchemasChanged",
     "SubscriptionsChanged",
+    "TokensChanged",
     "Waker",
     "create_waker",
     "hint_around_caller_commit",
@@ -81,6 +83,7 @@ CH_SUBSCRIPTIONS = "subscriptions"  # the subscription set changed
 CH_CANCELS = "cancels"  # runs were canceled (workers stop executing them)
 CH_SCHEDULES = "schedules"  # a schedule was created, replaced, paused, resumed or deleted
 CH_SCHEMAS = "schemas"  # a topic schema version was registered
+CH_TOKENS = "tokens"  # an API token was revoked (API processes drop their cached tokens)
 
 
 def run_channel(run_id: str) -> str:
@@ -173,6 +176,15 @@ class SchemasChanged:
         return CH_SCHEMAS
 
 
+@dataclass(frozen=True, slots=True)
+class TokensChanged:
+    """An API token was revoked; API processes drop their cached copies."""
+
+    @property
+    def channel(self) -> str:
+        return CH_TOKENS
+
+
 AnyHint = (
     RunReady
     | RunFinished
@@ -182,6 +194,7 @@ AnyHint = (
     | SubscriptionsChanged
     | SchedulesChanged
     | SchemasChanged
+    | TokensChanged
 )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = [
+    "API_REQUESTS",
     "DELIVERIES",
     "EVENTS_PUBLISHED",
     "LEASE_EXPIRATIONS",
@@ -94,6 +95,13 @@ RUNS_STRANDED = Gauge(
     "workflow_runs_stranded",
     "Active runs pinned to a (workflow, version) no live worker serves.",
     ["workflow", "version"],
+)
+
+
+API_REQUESTS = Counter(
+    "ripple_api_requests",
+    "Authorised API requests by token name (`env` for RIPPLE_API_TOKENS, `local` without auth).",
+    ["token"],
 )
 
 

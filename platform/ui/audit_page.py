@@ -9,6 +9,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from ripple.platform.access.audit import ACTIONS
+from ripple.platform.access.scopes import Need
+from ripple.platform.api.problems import ProblemError
 from ripple.platform.ui.routes import PAGE_SIZE, PREFIX, ClientDep, Session, render
 
 __all__ = ["router"]
@@ -24,6 +26,9 @@ async def audit(
     action: Annotated[str | None, Query(max_length=64)] = None,
     cursor: Annotated[str | None, Query(max_length=64)] = None,
 ) -> Response:
+    principal = request.state.ui_principal  # set by the session check (`nonce`)
+    if not principal.permits(Need("admin")):
+        raise ProblemError(403, "the audit trail needs a token with the scope 'admin'")
     action = action or None  # the form's "all actions" sends an empty value
     page = await client.audit.list(action=action, limit=PAGE_SIZE, cursor=cursor)
     next_url = None

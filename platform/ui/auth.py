@@ -1,6 +1,8 @@
 """Dashboard sessions and CSRF tokens: HMAC-signed, no server-side state.
 
-A session cookie is `{expires}.{nonce}.{signature}`; the CSRF token of a session is an HMAC of
+A session cookie is `{expires}.{nonce}.{principal}.{signature}`: `principal` is who logged in
+(`env` for a RIPPLE_API_TOKENS token, `local` without auth, else a stored token's id, whose
+scopes and revocation are checked on every request). The CSRF token of a session is an HMAC of
 its nonce, so every form of a session carries the same token and a forged cross-site POST (which
 cannot read the page) cannot. With `RIPPLE_API_TOKENS` set the signing key derives from the
 tokens (rotating them ends every session); without tokens the key is random per app and a
@@ -39,22 +41,29 @@ class Sessions:
     def _sign(self, text: str) -> str:
         return hmac.new(self.key, text.encode(), hashlib.sha256).hexdigest()
 
-    def issue(self, now: float | None = None) -> str:
-        """A new session cookie value."""
+    def issue(self, principal: str = "local", now: float | None = None) -> str:
+        """A new session cookie value for `principal` (`env`, `local` or a token id)."""
+        if not principal or "." in principal:
+            raise ValueError(f"a session principal has no dots: {principal!r}")
         expires = int((now or time.time()) + SESSION_SECONDS)
-        body = f"{expires}.{secrets.token_urlsafe(16)}"
+        body = f"{expires}.{secrets.token_urlsafe(16)}.{principal}"
         return f"{body}.{self._sign(body)}"
 
-    def nonce(self, cookie: str | None, now: float | None = None) -> str | None:
-        """The session's nonce if `cookie` is a valid, unexpired session; else None."""
-        if not cookie or cookie.count(".") != 2:
+    def session(self, cookie: str | None, now: float | None = None) -> tuple[str, str] | None:
+        """(nonce, principal) if `cookie` is a valid, unexpired session; else None."""
+        if not cookie or cookie.count(".") != 3:
             return None
-        expires, nonce, signature = cookie.split(".")
-        if not hmac.compare_digest(signature, self._sign(f"{expires}.{nonce}")):
+        expires, nonce, principal, signature = cookie.split(".")
+        if not hmac.compare_digest(signature, self._sign(f"{expires}.{nonce}.{principal}")):
             return None
         if not expires.isdigit() or int(expires) < (now or time.time()):
             return None
-        return nonce
+        return nonce, principal
+
+    def nonce(self, cookie: str | None, now: float | None = None) -> str | None:
+        """The session's nonce if `cookie` is a valid, unexpired session; else None."""
+        found = self.session(cookie, now)
+        return None if found is None else found[0]
 
     def csrf(self, nonce: str) -> str:
         """The CSRF token every form of this session carries."""

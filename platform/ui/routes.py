@@ -19,8 +19,10 @@ import jinja2
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from ripple.platform.access.actors import Actor, acting_as
-from ripple.platform.api.deps import get_client, request_id, token_valid
+from ripple.platform.access.actors import acting_as
+from ripple.platform.access.scopes import Need
+from ripple.platform.api.access import ENV, LOCAL, Access, Principal, request_id
+from ripple.platform.api.deps import get_client
 from ripple.platform.api.problems import ProblemError
 from ripple.platform.api.runs import RUN_STATUSES
 from ripple.platform.client import Client
@@ -87,37 +89,69 @@ def _loopback(request: Request) -> bool:
         return host in ("localhost", "testclient")
 
 
+async def _principal(request: Request, name: str) -> Principal | None:
+    """The principal a session names, if it may still use the dashboard (a stored token is
+    checked for revocation and expiry on every request, within the token cache's TTL)."""
+    if name == "env":
+        return ENV if _auth_on(request) else None
+    if name == "local":
+        return None if _auth_on(request) else LOCAL
+    client: Client = request.app.state.client
+    token = await client.tokens.active(name)
+    if token is None:
+        return None
+    return Principal(token.name, token.id, tuple(token.scopes), token.rate_limit)
+
+
 async def page_session(request: Request) -> str:
     """The session nonce of a page view; redirects to the login (or issues a session when
-    auth is off)."""
-    nonce = _sessions(request).nonce(request.cookies.get(COOKIE))
-    if nonce is not None:
-        return nonce
+    auth is off). The session's principal needs the `read` scope."""
+    found = _sessions(request).session(request.cookies.get(COOKIE))
+    principal = None if found is None else await _principal(request, found[1])
+    if found is not None and principal is not None:
+        if not principal.permits(Need("read")):
+            raise ProblemError(403, "this token lacks the scope 'read' the dashboard needs")
+        request.state.ui_principal = principal
+        return found[0]
     if _auth_on(request):
         raise _Redirect(f"{PREFIX}/login?" + urlencode({"next": request.url.path}))
     if not _loopback(request):
         raise ProblemError(403, "the dashboard without RIPPLE_API_TOKENS is for loopback only")
-    cookie = _sessions(request).issue()
+    cookie = _sessions(request).issue("local")
     request.state.new_session = cookie
-    found = _sessions(request).nonce(cookie)
-    assert found is not None
-    return found
+    request.state.ui_principal = LOCAL
+    nonce = _sessions(request).nonce(cookie)
+    assert nonce is not None
+    return nonce
+
+
+async def _form(request: Request) -> tuple[dict[str, str], Principal]:
+    """The submitted form and its session's principal: refused (403) without a valid session
+    or CSRF token."""
+    found = _sessions(request).session(request.cookies.get(COOKIE))
+    principal = None if found is None else await _principal(request, found[1])
+    if found is None or principal is None:
+        raise ProblemError(403, "no dashboard session: log in at /ui/login and submit again")
+    form = {k: v[0] for k, v in parse_qs((await request.body()).decode()).items()}
+    if not _sessions(request).csrf_valid(found[0], form.get("csrf")):
+        raise ProblemError(403, "missing or invalid CSRF token: reload the page and submit again")
+    return form, principal
 
 
 async def form_session(request: Request) -> AsyncIterator[dict[str, str]]:
-    """The submitted form of a state change: refused (403) without a session or CSRF token.
-    With RIPPLE_API_TOKENS set, the session was opened with one: the change acts as `env`."""
-    nonce = _sessions(request).nonce(request.cookies.get(COOKIE))
-    if nonce is None:
-        raise ProblemError(403, "no dashboard session: log in at /ui/login and submit again")
-    form = {k: v[0] for k, v in parse_qs((await request.body()).decode()).items()}
-    if not _sessions(request).csrf_valid(nonce, form.get("csrf")):
-        raise ProblemError(403, "missing or invalid CSRF token: reload the page and submit again")
-    if not _auth_on(request):
+    """The submitted form of a state change, which needs the `operate` scope; the action runs
+    as the session's principal (its audit rows name the token)."""
+    form, principal = await _form(request)
+    access: Access = request.app.state.access
+    access.require(principal, Need("operate"))
+    with acting_as(principal.actor(request_id(request.scope["headers"]))):
         yield form
-        return
-    with acting_as(Actor(name="env", request_id=request_id(request))):
-        yield form
+
+
+async def logout_form(request: Request) -> dict[str, str]:
+    """The logout form: any valid session with its CSRF token."""
+    form, _ = await _form(request)
+    return form
 
 
 Session = Annotated[str, Depends(page_session)]
@@ -142,6 +176,7 @@ def render(request: Request, nonce: str, template: str, **context: Any) -> HTMLR
         request=request,
         csrf=_sessions(request).csrf(nonce),
         auth_on=_auth_on(request),
+        can_operate=_can_operate(request),
         path=request.url.path,
         self_url=str(request.url.path) + ("?" + request.url.query if request.url.query else ""),
         now=datetime.now(UTC),
@@ -152,6 +187,11 @@ def render(request: Request, nonce: str, template: str, **context: Any) -> HTMLR
     if new is not None:
         _set_cookie(request, response, new)
     return response
+
+
+def _can_operate(request: Request) -> bool:
+    principal: Principal | None = getattr(request.state, "ui_principal", None)
+    return principal is not None and principal.permits(Need("operate"))
 
 
 def back(to: str, message: str | None = None) -> RedirectResponse:
@@ -189,16 +229,27 @@ async def login(request: Request) -> Response:
     form = {k: v[0] for k, v in parse_qs((await request.body()).decode()).items()}
     settings: Settings = request.app.state.settings
     target = _safe_next(form.get("next", "/ui/"))
-    if not settings.api_tokens or not token_valid(form.get("token", ""), settings.api_tokens):
-        query = urlencode({"next": target, "error": "That token is not one of RIPPLE_API_TOKENS."})
+    access: Access = request.app.state.access
+    principal = None
+    if settings.api_tokens:
+        principal = await access.principal(form.get("token") or "")
+    if principal is None or not principal.permits(Need("read")):
+        error = (
+            "That token cannot read the dashboard (it needs the read scope)."
+            if principal is not None
+            else "That token is not valid (unknown, revoked or expired)."
+        )
+        query = urlencode({"next": target, "error": error})
         return RedirectResponse(f"{PREFIX}/login?{query}", status_code=303)
     response = RedirectResponse(target, status_code=303)
-    _set_cookie(request, response, _sessions(request).issue())
+    _set_cookie(request, response, _sessions(request).issue(principal.token_id or principal.name))
     return response
 
 
 @router.post("/logout")
-async def logout(request: Request, form: Form) -> Response:
+async def logout(
+    request: Request, form: Annotated[dict[str, str], Depends(logout_form)]
+) -> Response:
     response = RedirectResponse(f"{PREFIX}/login" if _auth_on(request) else "/ui/", 303)
     response.delete_cookie(COOKIE, path=PREFIX, httponly=True, samesite="strict")
     return response

@@ -134,6 +134,7 @@ def _concrete(path: str) -> str:
         "{receipt}": "1.1",
         "{subscription_id}": "00000000-0000-4000-8000-000000000000",
         "{delivery_id}": "00000000-0000-4000-8000-000000000000",
+        "{token_id}": "00000000-0000-4000-8000-000000000000",
     }
     for template, value in values.items():
         path = path.replace(template, value)

@@ -280,3 +280,35 @@ def test_browser__schedules_trigger_pause_and_resume(ui: Page, rest: httpx.Clien
     page.wait_for_selector(f"#schedule-{name} button.pause")
     assert rest.get(f"/v1/schedules/{name}").json()["paused"] is False
     assert ui.errors == []
+
+
+def test_browser__read_only_token_sees_no_actions_and_its_posts_are_refused(
+    browser: playwright_sync.Browser, api_server: ApiServer, rest: httpx.Client
+) -> None:
+    made = rest.post("/v1/tokens", json={"name": "ui-reader", "scopes": ["read"]})
+    assert made.status_code == 201, made.text
+    run_id = start_run(rest, {"n": 5})
+    context = browser.new_context()
+    try:
+        page = Page(context.new_page(), api_server.url)
+        page.page.goto(api_server.url + "/ui/login")
+        page.page.fill("input[name=token]", made.json()["secret"])
+        page.page.click("button[type=submit]")
+        page.page.wait_for_url(api_server.url + "/ui/")
+        run_page = page.go(f"/ui/runs/{run_id}")
+        assert run_page.inner_text("#run-status") == "pending"
+        for action in ("#cancel", "#retry", "#fork-form", "#signal-form"):
+            assert run_page.locator(action).count() == 0, action
+        # A forged POST with the session's valid CSRF token (from the logout form) is refused.
+        csrf = run_page.locator("input[name=csrf]").first.get_attribute("value")
+        assert csrf
+        status = run_page.evaluate(
+            "async ([url, csrf]) => (await fetch(url, {method: 'POST', "
+            "body: new URLSearchParams({csrf})})).status",
+            [f"/ui/runs/{run_id}/cancel", csrf],
+        )
+        assert status == 403
+        assert rest.get(f"/v1/runs/{run_id}").json()["status"] == "pending"
+        assert page.errors == [] or all("403" in e for e in page.errors)
+    finally:
+        context.close()

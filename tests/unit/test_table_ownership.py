@@ -18,6 +18,7 @@ CODE = ("platform", "subscribers", "workflows")
 OWNERS: dict[str, str] = {
     "ripple_migrations": "platform/core/migrate.py",
     "ripple_audit": "platform/access/audit_store.py",
+    "ripple_tokens": "platform/access/token_store.py",
     "ripple_topic_schemas": "platform/events/contracts/schema_store.py",
     "ripple_topic_contracts": "platform/events/contracts/schema_store.py",
     "ripple_events": "platform/events/event_store.py",

@@ -32,10 +32,17 @@ def test_session__round_trip_and_csrf() -> None:
 def test_session__tampered_expired_or_other_key_is_refused() -> None:
     sessions = Sessions.for_tokens(["a"])
     cookie = sessions.issue(now=1_000.0)
-    expires, nonce, sig = cookie.split(".")
+    expires, nonce, principal, sig = cookie.split(".")
     assert sessions.nonce(cookie, now=1_000.0 + SESSION_SECONDS - 1) == nonce
     assert sessions.nonce(cookie, now=1_000.0 + SESSION_SECONDS + 1) is None
-    assert sessions.nonce(f"{int(expires) + 999}.{nonce}.{sig}", now=1_000.0) is None
+    assert sessions.nonce(f"{int(expires) + 999}.{nonce}.{principal}.{sig}", now=1_000.0) is None
+    # the principal is signed: a read-only session cannot be turned into an admin one
+    assert sessions.session(f"{expires}.{nonce}.env.{sig}", now=1_000.0) is None
+    token_session = sessions.issue("0b6f5a0e-token-id", now=1_000.0)
+    assert sessions.session(token_session, now=1_000.0) == (
+        token_session.split(".")[1],
+        "0b6f5a0e-token-id",
+    )
     assert sessions.nonce("garbage", now=1_000.0) is None
     assert Sessions.for_tokens(["rotated"]).nonce(cookie, now=1_000.0) is None
     # the key derives from the tokens, not their order: every API process agrees

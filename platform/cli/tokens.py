@@ -1,0 +1,97 @@
+"""API token commands: the `ripple tokens` group (create, list, revoke)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Final
+
+import typer
+
+from ripple.platform.cli.app import tokens_app
+from ripple.platform.cli.operate import operate
+from ripple.platform.cli.options import Remote, operator_command
+from ripple.platform.cli.output import emit, fail, out, print_json, short_time, table
+
+__all__ = ["parse_duration", "tokens_create", "tokens_list", "tokens_revoke"]
+
+_DURATION: Final = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
+_UNIT_SECONDS: Final = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in `90d`, `12h`, `30m`, `45s`, `2w` or a bare number of seconds."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None or float(match.group(1)) <= 0:
+        raise fail(f"--expires-in {text!r}: give a positive duration such as 90d, 12h or 30m", 2)
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+@operator_command(tokens_app.command("create"))
+def tokens_create(
+    remote: Remote,
+    name: Annotated[str, typer.Argument(help="A name for the token (shown in audit rows).")],
+    scope: Annotated[
+        list[str],
+        typer.Option(
+            "--scope",
+            help="Repeat for each: admin, read, operate, publish:<pattern>, start:<workflow>, "
+            "signal:<workflow>, queue:<name>.",
+        ),
+    ],
+    expires_in: Annotated[
+        str | None, typer.Option("--expires-in", help="Lifetime, e.g. 90d (default: none).")
+    ] = None,
+    rate_limit: Annotated[
+        int | None, typer.Option("--rate-limit", help="Requests allowed per --per seconds.")
+    ] = None,
+    per: Annotated[float, typer.Option("--per", help="Rate-limit period in seconds.")] = 1.0,
+) -> None:
+    """Create a token and print its secret (shown this once; only a hash is stored)."""
+    body: dict[str, object] = {"name": name, "scopes": scope}
+    if expires_in is not None:
+        body["expiresIn"] = parse_duration(expires_in)
+    if rate_limit is not None:
+        body["rateLimit"] = {"limit": rate_limit, "perSeconds": per}
+    result = operate(remote, lambda op: op.token_create(body))
+    emit(
+        remote.as_json,
+        result,
+        lambda r: (
+            f"token {r['id']} ({r['name']}: {', '.join(r['scopes'])})\n"
+            f"secret: {r['secret']}\nstore it now: it is not shown again"
+        ),
+    )
+
+
+@operator_command(tokens_app.command("list"))
+def tokens_list(remote: Remote) -> None:
+    """List tokens (never their secrets)."""
+    result = operate(remote, lambda op: op.tokens(), writes=False)
+    if remote.as_json:
+        print_json(result)
+        return
+    rows = [
+        [
+            t["id"],
+            t["name"],
+            " ".join(t["scopes"]),
+            "active" if t["active"] else ("revoked" if t.get("revokedAt") else "expired"),
+            short_time(t.get("expiresAt"))[:19],
+            short_time(t.get("lastUsedAt"))[:19],
+        ]
+        for t in result
+    ]
+    table("tokens", ["id", "name", "scopes", "state", "expires", "last used"], rows)
+
+
+@operator_command(tokens_app.command("revoke"))
+def tokens_revoke(
+    remote: Remote, token_id: Annotated[str, typer.Argument(help="The token's id.")]
+) -> None:
+    """Revoke a token: every API process refuses it within a second."""
+    result = operate(remote, lambda op: op.token_revoke(token_id))
+    if remote.as_json:
+        print_json(result)
+        return
+    state = "revoked" if result["revoked"] else "was not active (revoked or expired already)"
+    out().print(f"token {token_id} {state}")
