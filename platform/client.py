@@ -315,8 +315,11 @@ class Client:
         parent_run_id: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        where: str | None = None,
     ) -> Page[Run]:
-        """A page of runs, newest first; pass `page.next_cursor` for the next page."""
+        """A page of runs, newest first; pass `page.next_cursor` for the next page. `where`
+        searches attributes and run fields: `'customer = "acme" and amount > 100'`
+        (docs/search.md)."""
         return await self.workflows.list_runs(
             workflow=workflow,
             status=status,
@@ -325,6 +328,7 @@ class Client:
             parent_run_id=parent_run_id,
             limit=limit,
             cursor=cursor,
+            where=where,
         )
 
     async def cancel(self, run_id: str) -> bool:

@@ -81,6 +81,20 @@ class RunExecution(Protocol):
 
     def removed(self, name: str) -> None: ...
 
+    def set_attributes(self, values: dict[str, Any]) -> None: ...
+
+    async def wait_for_approval(
+        self,
+        name: str,
+        *,
+        approvers: list[str] | None,
+        timeout: timedelta | float | None,
+        details: dict[str, Any] | None,
+        on_timeout: str,
+    ) -> Approval: ...
+
+    def approval_url(self, name: str) -> str: ...
+
     def patched(self, change_id: str) -> bool: ...
 
 
@@ -195,6 +209,12 @@ class Steps:
         return done
 
 
+def _done() -> Awaitable[None]:
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    done.set_result(None)
+    return done
+
+
 class WorkflowContext:
     """What a workflow function receives as `ctx`."""
 
@@ -224,6 +244,15 @@ class WorkflowContext:
                 await ctx.step.run("sms", send_sms, user)
         """
         return self._engine.patched(change_id)
+
+    def set_attributes(self, **values: str | int | float | bool | datetime) -> Awaitable[None]:
+        """Set search attributes of this run (`ctx.set_attributes(customer="acme", amount=120.5)`),
+        journaled like a step: a replay does not write them again. Types: str, int, float, bool,
+        datetime; a later value of a name replaces the earlier one. Find runs by them with
+        `client.list_runs(where='customer = "acme" and amount > 100')`. Awaiting is optional.
+        """
+        self._engine.set_attributes(dict(values))
+        return _done()
 
     def now(self) -> datetime:
         """The current time (database clock), recorded once and replayed identically."""

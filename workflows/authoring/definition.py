@@ -7,12 +7,13 @@ from __future__ import annotations
 import inspect
 import re
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from ripple.platform.errors import InvalidInput
+from ripple.workflows.authoring.attributes import check_declaration
 from ripple.workflows.authoring.flow import Concurrency, Debounce, Throttle, flow_control_row
 from ripple.workflows.authoring.retry import RetryPolicy, seconds
 from ripple.workflows.authoring.schedule import Schedule
@@ -63,6 +64,8 @@ class WorkflowDefinition(Generic[InT, OutT]):
     debounce: Debounce | None = None
     #: registered (named after the workflow) when a worker serving it starts
     schedule: Schedule | None = None
+    #: declared search attributes {name: type name}; None: any name and type is accepted
+    attributes: dict[str, str] | None = None
 
     @property
     def flow_control(self) -> tuple[Any, ...] | None:
@@ -120,6 +123,7 @@ def workflow(
     throttle: Throttle | None = None,
     debounce: Debounce | None = None,
     schedule: Schedule | None = None,
+    attributes: Mapping[str, type] | None = None,
 ) -> Callable[[Callable[..., Awaitable[OutT]]], WorkflowDefinition[Any, OutT]]: ...
 
 
@@ -136,6 +140,7 @@ def workflow(
     throttle: Throttle | None = None,
     debounce: Debounce | None = None,
     schedule: Schedule | None = None,
+    attributes: Mapping[str, type] | None = None,
 ) -> Any:
     """Declare a durable workflow: `async def f(ctx: WorkflowContext, inp: In) -> Out`.
 
@@ -149,6 +154,8 @@ def workflow(
         throttle: at most `limit` starts per `period` and key (`Throttle(limit, period, key)`).
         debounce: collapse starts per key into one run (`Debounce(period, key, max_wait)`).
         schedule: start runs on a cadence (`Schedule(cron=... | every=...)`).
+        attributes: the search attributes runs may set, `{name: str | int | float | bool |
+            datetime}`; `ctx.set_attributes` then refuses other names and types.
     """
 
     def wrap(func: Callable[..., Awaitable[Any]]) -> WorkflowDefinition[Any, Any]:
@@ -171,6 +178,7 @@ def workflow(
             throttle=_option(throttle, Throttle, "throttle"),
             debounce=_option(debounce, Debounce, "debounce"),
             schedule=_option(schedule, Schedule, "schedule"),
+            attributes=check_declaration(attributes),
         )
 
     if fn is not None:
