@@ -39,6 +39,7 @@ from ripple.subscribers.queues.queues import Queues
 from ripple.subscribers.webhooks.webhook import Deliveries, WebhookKind
 from ripple.subscribers.workflow import WorkflowKind
 from ripple.workflows.authoring.definition import WorkflowDefinition
+from ripple.workflows.runs.approvals import Approvals
 from ripple.workflows.runs.client import WorkflowClient
 from ripple.workflows.runs.handle import RunHandle
 from ripple.workflows.runs.operations import RunFilter, RunOperations, WaitOutcome
@@ -100,6 +101,8 @@ class Client:
         self.operations: RunOperations = RunOperations(self.workflows)
         #: Backfills and replays of retained events (use `subscribe` and `replay_events`).
         self.backfills: Backfills = Backfills(pool, self.settings, self._kinds)
+        #: Approvals of runs: `list`, `get`, `decide` (`ctx.step.wait_for_approval`).
+        self.approvals: Approvals = self.workflows.approvals
         #: Topic schemas: `register_schema`, `check_schema`, `get_schema`, `list_schemas`, ...
         self.topics: Topics = Topics(pool)
         #: Queues: `send`, `receive`, `ack`, `nack`, `stats`, `dead_letters`, `redrive`.

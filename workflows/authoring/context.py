@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from ripple.workflows.authoring.approvals import Approval
 from ripple.workflows.authoring.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -198,6 +199,32 @@ class Steps:
         state, not from iteration 0. Finished iterations do not count toward
         `RIPPLE_MAX_STEPS_PER_RUN`."""
         return await self._engine.loop(self._ctx, name, body, state, keep)
+
+    async def wait_for_approval(
+        self,
+        name: str,
+        *,
+        approvers: list[str] | None = None,
+        timeout: timedelta | float | None = timedelta(days=2),
+        details: dict[str, Any] | None = None,
+        on_timeout: str = "reject",
+    ) -> Approval:
+        """Wait for a person to approve or reject this step through its link
+        (`approval_url(name)`, `client.approvals.list()`, the dashboard).
+
+        `details` are shown on the approval page; `approvers`, when given, lists the names
+        `by` must be one of. After `timeout` the approval is rejected with `by=None`, or
+        `StepTimeoutError` is raised with `on_timeout="raise"`.
+        """
+        return await self._engine.wait_for_approval(
+            name, approvers=approvers, timeout=timeout, details=details, on_timeout=on_timeout
+        )
+
+    def approval_url(self, name: str) -> str:
+        """The signed link of approval `name` of this run (`/approve/{token}`, after
+        RIPPLE_PUBLIC_URL when set). Valid once its `wait_for_approval` began, until it is
+        decided or expires; call it before the wait to send the link from a step."""
+        return self._engine.approval_url(name)
 
     def removed(self, name: str) -> Awaitable[None]:
         """Declare a step `name` that earlier code called here and this code no longer does:

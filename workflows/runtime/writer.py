@@ -20,6 +20,7 @@ from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import NullWaker, RunFinished, RunReady
 from ripple.platform.ops import metrics
 from ripple.workflows import store
+from ripple.workflows.store import approvals as approval_store
 from ripple.workflows.errors import LeaseLost
 from ripple.workflows.journal import Entry
 from ripple.workflows.runs.settle import complete_parent_step, notify_canceled
@@ -262,6 +263,16 @@ class PgRunWriter:
                     match=wait.match,
                     expires_at=entry.due_at,
                 )
+                if wait.approval is not None:
+                    await approval_store.insert_approval(
+                        conn,
+                        run_id=self.run_id,
+                        step=wait.approval["step"],
+                        workflow=wait.approval["workflow"],
+                        details=wait.approval["details"],
+                        approvers=wait.approval["approvers"],
+                        expires_at=entry.due_at,
+                    )
                 self.may_have_waits = True
         if signal is None:
             return (False, None)

@@ -18,7 +18,6 @@ from ripple.workflows.runs.records import Run
 from ripple.workflows.runs.search_query import (
     And,
     Compare,
-    In,
     Node,
     Not,
     Or,

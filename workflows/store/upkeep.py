@@ -47,6 +47,10 @@ WITH candidates AS (
     DELETE FROM ripple_waits w USING doomed d WHERE w.run_id = d.run_id RETURNING 1
 ), signals AS (
     DELETE FROM ripple_signals g USING doomed d WHERE g.run_id = d.run_id RETURNING 1
+), attributes AS (
+    DELETE FROM ripple_run_attributes a USING doomed d WHERE a.run_id = d.run_id RETURNING 1
+), approvals AS (
+    DELETE FROM ripple_approvals p USING doomed d WHERE p.run_id = d.run_id RETURNING 1
 ), runs AS (
     DELETE FROM ripple_runs r USING doomed d WHERE r.run_id = d.run_id RETURNING 1
 )
