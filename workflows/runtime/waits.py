@@ -115,8 +115,9 @@ class WaitExecution(RunLedger):
             raise InvalidInput("on_timeout must be 'reject' or 'raise'", field="on_timeout")
         if details is not None and not isinstance(details, dict):
             raise InvalidInput("approval details must be a dict (or None)", field="details")
-        if approvers is not None and (
-            isinstance(approvers, str) or not all(isinstance(a, str) for a in approvers)
+        names: Any = approvers
+        if names is not None and (
+            isinstance(names, str) or not all(isinstance(a, str) for a in names)
         ):
             raise InvalidInput("approvers must be a list of names (or None)", field="approvers")
         key, seq, entry = self.allocate(APPROVAL_PREFIX + name, "wait")

@@ -20,7 +20,6 @@ from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import NullWaker, RunFinished, RunReady
 from ripple.platform.ops import metrics
 from ripple.workflows import store
-from ripple.workflows.store import approvals as approval_store
 from ripple.workflows.errors import LeaseLost
 from ripple.workflows.journal import Entry
 from ripple.workflows.runs.settle import complete_parent_step, notify_canceled
@@ -30,6 +29,7 @@ from ripple.workflows.runtime.ports import (
     child_timeout_error,
     existing_child_entry,
 )
+from ripple.workflows.store import approvals as approval_store
 
 __all__ = ["PgRunWriter", "StepCommitter"]
 

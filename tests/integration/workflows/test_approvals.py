@@ -45,8 +45,10 @@ async def pending_link(app: App, run_id: str) -> str:
     await assert_eventually(lambda: waiting(app, run_id))
     pending = await app.workflows.approvals.list()
     [item] = [p for p in pending if p.run_id == run_id]
-    assert item.step == "refund-ok" and item.details == {"amount": 10}
-    assert item.url.startswith("/approve/") and item.expires_at is not None
+    assert item.step == "refund-ok"
+    assert item.details == {"amount": 10}
+    assert item.url.startswith("/approve/")
+    assert item.expires_at is not None
     return item.url
 
 

@@ -108,7 +108,8 @@ async def test_where__combines_with_the_plain_filters_and_pages(app: App) -> Non
     }
     first = await app.workflows.list_runs(where="amount > 0", limit=2)
     second = await app.workflows.list_runs(where="amount > 0", limit=2, cursor=first.next_cursor)
-    assert len(first.items) == 2 and first.next_cursor is not None
+    assert len(first.items) == 2
+    assert first.next_cursor is not None
     assert {r.run_id for r in first.items + second.items} == {ids["a"], ids["b"], ids["c"]}
     assert await found(app, "amount > 0", workflow="declared") == set()
 
@@ -204,8 +205,10 @@ async def test_set_attributes__declared_names_and_types_are_enforced(app: App) -
             await assert_eventually(failed)
     typo_run = await app.workflows.get_run(typo.run_id)
     wrong_run = await app.workflows.get_run(wrong.run_id)
-    assert typo_run is not None and "not declared" in typo_run.error["message"]
-    assert wrong_run is not None and "declared float" in wrong_run.error["message"]
+    assert typo_run is not None
+    assert "not declared" in typo_run.error["message"]
+    assert wrong_run is not None
+    assert "declared float" in wrong_run.error["message"]
     assert await found(app, "amount = 3") == {good.run_id}
 
 
