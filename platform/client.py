@@ -27,6 +27,7 @@ from ripple.platform.errors import NotFound, RippleError
 from ripple.platform.events.backfill import Backfills
 from ripple.platform.events.contracts.topics import Topics
 from ripple.platform.events.fanout import TargetKind
+from ripple.platform.events.history import EventPage, EventSearch
 from ripple.platform.events.publish import Explanation, Publisher, PublishResult
 from ripple.platform.events.subscriptions import Subscription, Subscriptions
 from ripple.platform.ops.observability import GaugeCollector
@@ -101,6 +102,8 @@ class Client:
         self.operations: RunOperations = RunOperations(self.workflows)
         #: Backfills and replays of retained events (use `subscribe` and `replay_events`).
         self.backfills: Backfills = Backfills(pool, self.settings, self._kinds)
+        #: Published events by topic, window and payload (use `list_events`).
+        self.events: EventSearch = EventSearch(read_pool, self.settings)
         #: Approvals of runs: `list`, `get`, `decide` (`ctx.step.wait_for_approval`).
         self.approvals: Approvals = self.workflows.approvals
         #: Topic schemas: `register_schema`, `check_schema`, `get_schema`, `list_schemas`, ...
@@ -333,6 +336,19 @@ class Client:
             cursor=cursor,
             where=where,
         )
+
+    async def list_events(
+        self,
+        topic: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        where: dict[str, Any] | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> EventPage:
+        """Published events newest first in `[since, until)` (default: the last day; at most
+        31 days), of `topic`, whose payload contains `where` (`{"customerId": 42}`)."""
+        return await self.events.list_events(topic, since, until, where, limit, cursor)
 
     async def cancel(self, run_id: str) -> bool:
         """Cancel a run (and its active children); True if it was still active."""

@@ -8,13 +8,14 @@ from typing import Any, Final
 
 import asyncpg
 
-from ripple.platform.core.db import Connection
+from ripple.platform.core.db import Connection, Pool
 
 __all__ = [
     "EventRecord",
     "find_events_by_keys",
     "get_event",
     "insert_events",
+    "search_events",
 ]
 
 # $1 the events, a JSON array of {id, topic, payload (JSON text, encoded once by publish), key
@@ -45,6 +46,20 @@ SELECT id, idempotency_key FROM ripple_events WHERE idempotency_key = ANY($1::te
 SELECT_EVENT: Final = """
 SELECT id, topic, payload, idempotency_key, trace, created_at FROM ripple_events WHERE id = $1
 """
+
+# Event search, newest first, in a bounded time window: the (created_at) or (topic,
+# created_at) index walked backwards from `until`, the payload tested on those rows only.
+# $1 since, $2 until, $3 payload containment (NULL: any), $4 cursor (created_at, id) or NULLs,
+# $5 cursor id, $6 limit; the topic form adds $7 topic.
+_SEARCH_HEAD: Final = """
+SELECT id, topic, payload, idempotency_key, trace, created_at FROM ripple_events
+WHERE created_at >= $1 AND created_at < $2
+  AND ($3::jsonb IS NULL OR payload @> $3)
+  AND ($4::timestamptz IS NULL OR (created_at, id) < ($4, $5::uuid))
+"""
+_SEARCH_TAIL: Final = "ORDER BY created_at DESC, id DESC LIMIT $6"
+SEARCH_EVENTS: Final = _SEARCH_HEAD + _SEARCH_TAIL
+SEARCH_TOPIC_EVENTS: Final = _SEARCH_HEAD + "  AND topic = $7\n" + _SEARCH_TAIL
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,3 +115,24 @@ async def find_events_by_keys(conn: Connection, keys: list[str]) -> dict[str, st
     """Event id by idempotency key, for the keys that exist."""
     rows = await conn.fetch(SELECT_EVENTS_BY_KEYS, keys)
     return {row["idempotency_key"]: str(row["id"]) for row in rows}
+
+
+async def search_events(
+    conn: Connection | Pool,
+    *,
+    since: datetime,
+    until: datetime,
+    topic: str | None,
+    where: dict[str, Any] | None,
+    after: tuple[datetime, str] | None,
+    limit: int,
+) -> list[EventRecord]:
+    """Events of `[since, until)` (of `topic`) whose payload contains `where`, newest first,
+    after the cursor `(created_at, id)`."""
+    at, event_id = after if after is not None else (None, None)
+    args: list[Any] = [since, until, where, at, event_id, limit]
+    if topic is None:
+        rows = await conn.fetch(SEARCH_EVENTS, *args)
+    else:
+        rows = await conn.fetch(SEARCH_TOPIC_EVENTS, *args, topic)
+    return [EventRecord.from_row(row) for row in rows]

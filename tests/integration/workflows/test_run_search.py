@@ -10,6 +10,8 @@ import pytest
 from ripple.platform.errors import InvalidInput
 from ripple.workflows import WorkflowContext, workflow
 from ripple.workflows.runs.records import RunStatus
+from ripple.workflows.runs.search_query import parse_where
+from ripple.workflows.store import search
 from tests.helpers import assert_eventually
 from tests.integration.workflows.conftest import App
 
@@ -217,3 +219,34 @@ async def test_set_attributes__a_run_that_sets_none_writes_no_attribute_row(app:
     await app.workflows.cancel(handle.run_id)
     assert await app.pool.fetchval("SELECT count(*) FROM ripple_run_attributes") == 0
     assert datetime.now(UTC).year >= 2024
+
+
+async def test_where__plans_use_the_attribute_indexes(app: App) -> None:
+    await app.pool.execute(
+        "INSERT INTO ripple_runs (run_id, workflow, version, status) "
+        "SELECT lpad(i::text, 8, '0'), 'wf', 1, 'completed' FROM generate_series(1, 20000) AS i"
+    )
+    await app.pool.execute(
+        "INSERT INTO ripple_run_attributes (run_id, name, type, value_text) "
+        "SELECT lpad(i::text, 8, '0'), 'customer', 'str', 'c' || (i % 2000) "
+        "FROM generate_series(1, 20000) AS i"
+    )
+    await app.pool.execute(
+        "INSERT INTO ripple_run_attributes (run_id, name, type, value_num) "
+        "SELECT lpad(i::text, 8, '0'), 'amount', 'float', i FROM generate_series(1, 20000) AS i"
+    )
+    await app.pool.execute("ANALYZE ripple_runs")
+    await app.pool.execute("ANALYZE ripple_run_attributes")
+    for where, index in [
+        ('customer = "c7"', "ripple_run_attributes_text"),
+        ("amount > 19990", "ripple_run_attributes_num"),
+        ('customer in ["c7", "c8"] and amount < 5000', "ripple_run_attributes_"),
+    ]:
+        condition, params = search.compile_where(parse_where(where))
+        sql = search._LIST_HEAD + condition + search._LIST_TAIL
+        args = [None, None, None, None, None, None, 51, *params]
+        rows = await app.pool.fetch("EXPLAIN (ANALYZE, COSTS OFF) " + sql, *args)
+        plan = "\n".join(r[0] for r in rows)
+        assert "Seq Scan on ripple_run_attributes" not in plan, plan
+        assert index in plan, plan
+        assert "Seq Scan on ripple_runs" not in plan, plan
