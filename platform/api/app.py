@@ -39,6 +39,8 @@ V1_ROUTES = (
     "queues",
     "deliveries",
     "schedules",
+    "event_search",
+    "approvals",
 )
 
 _DESCRIPTION = """
