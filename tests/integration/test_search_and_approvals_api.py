@@ -165,3 +165,15 @@ async def test_dashboard__events_approvals_and_run_search_pages(
         run_page = await http.get(f"/ui/runs/{handle.run_id}")
         assert "approval-pending" in run_page.text
         await client.cancel(handle.run_id)
+
+
+async def test_cli_runs_list_where__answers_what_the_route_answers(
+    http: httpx.AsyncClient, client: Client
+) -> None:
+    from ripple.platform.cli.direct import ClientOperator
+
+    big, _ = await _orders(client)
+    direct = await ClientOperator(client).list_runs(None, None, 20, None, "amount > 100")
+    rest = (await http.get("/v1/runs", params={"where": "amount > 100", "limit": 20})).json()
+    assert direct == rest
+    assert [r["runId"] for r in direct["items"]] == [big]
