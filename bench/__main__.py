@@ -1,6 +1,6 @@
 """`make bench`: run the benchmark suites against the local Postgres and Redis.
 
-python -m bench [--only workflows,waits,publish,queues,webhooks,flow,rest,operations,cli]
+python -m bench [--only workflows,waits,publish,queues,webhooks,flow,rest,operations,cli,search]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ SUITES = [
     "rest",
     "operations",
     "cli",
+    "search",
 ]
 #: Suites whose module is named differently from the suite.
 MODULES = {"cli": "cli_startup"}

@@ -7,7 +7,7 @@ import itertools
 import time
 from typing import Any
 
-from bench.app import looper, noop3, noop3_sync, one_step, sleeper
+from bench.app import attrs3, looper, noop3, noop3_sync, one_step, sleeper
 from bench.common import (
     bench_database,
     cpu_seconds,
@@ -182,6 +182,7 @@ async def loop_iterations() -> None:
 async def run() -> None:
     await throughput()
     await throughput(noop3_sync, ", sync steps")
+    await throughput(attrs3, ", 3 search attributes")
     await latency()
     await sleep_lateness()
     await loop_iterations()

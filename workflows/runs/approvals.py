@@ -46,6 +46,8 @@ class PendingApproval:
     by: str | None = None
     comment: str | None = None
     expired: bool = False
+    #: False once the run ended (canceled, failed) without a decision: the approval is closed.
+    run_active: bool = True
 
     @property
     def token(self) -> str:
@@ -53,10 +55,12 @@ class PendingApproval:
 
     @property
     def state(self) -> str:
-        """pending, approved, rejected or expired."""
+        """pending, approved, rejected, expired or closed (its run ended undecided)."""
         if self.decided_at is not None:
             return "approved" if self.approved else "rejected"
-        return "expired" if self.expired else "pending"
+        if self.expired:
+            return "expired"
+        return "pending" if self.run_active else "closed"
 
 
 class Approvals:
@@ -106,6 +110,7 @@ class Approvals:
                 by=r.decided_by,
                 comment=r.comment,
                 expired=r.expired,
+                run_active=r.run_active is not False,
             )
             for r in rows
         ]

@@ -21,8 +21,8 @@ __all__ = [
 ]
 
 _COLUMNS: Final = (
-    "run_id, step, workflow, details, approvers, expires_at, created_at, decided_at, approved, "
-    "decided_by, comment, (expires_at IS NOT NULL AND expires_at <= now()) AS expired"
+    "run_id, step, a.workflow, details, approvers, expires_at, a.created_at, decided_at, "
+    "approved, decided_by, comment, (expires_at IS NOT NULL AND expires_at <= now()) AS expired"
 )
 
 # $1 run_id, $2 step, $3 workflow, $4 details, $5 approvers text[], $6 expires_at
@@ -34,7 +34,7 @@ ON CONFLICT (run_id, step) DO NOTHING
 
 # $1 run_id, $2 step: the approval, locked until the deciding transaction ends.
 _LOCK: Final = f"""
-SELECT {_COLUMNS} FROM ripple_approvals WHERE run_id = $1 AND step = $2 FOR UPDATE
+SELECT {_COLUMNS} FROM ripple_approvals a WHERE run_id = $1 AND step = $2 FOR UPDATE
 """  # noqa: S608
 
 # $1 run_id, $2 step, $3 approved, $4 by, $5 comment: returns when it was decided.
@@ -45,13 +45,16 @@ WHERE run_id = $1 AND step = $2 AND decided_at IS NULL
 RETURNING decided_at
 """
 
-# Pending (undecided, unexpired) approvals, oldest first, or every approval of one run.
+# Pending (undecided, unexpired, run still active) approvals, oldest first, or every approval
+# (of one run), with whether its run is still active.
 # $1 pending only bool, $2 run_id (NULL: any), $3 limit
 _LIST: Final = f"""
-SELECT {_COLUMNS} FROM ripple_approvals
-WHERE ($2::text IS NULL OR run_id = $2)
-  AND (NOT $1 OR (decided_at IS NULL AND (expires_at IS NULL OR expires_at > now())))
-ORDER BY created_at, run_id, step
+SELECT {_COLUMNS}, r.status IN ('pending', 'running', 'sleeping', 'waiting') AS run_active
+FROM ripple_approvals a JOIN ripple_runs r USING (run_id)
+WHERE ($2::text IS NULL OR a.run_id = $2)
+  AND (NOT $1 OR (a.decided_at IS NULL AND (a.expires_at IS NULL OR a.expires_at > now())
+                  AND r.status IN ('pending', 'running', 'sleeping', 'waiting')))
+ORDER BY a.created_at, a.run_id, a.step
 LIMIT $3
 """  # noqa: S608
 
@@ -83,6 +86,8 @@ class ApprovalRow:
     decided_by: str | None
     comment: str | None
     expired: bool
+    #: Whether the run is still active (None when not read).
+    run_active: bool | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> ApprovalRow:
@@ -99,6 +104,7 @@ class ApprovalRow:
             decided_by=row["decided_by"],
             comment=row["comment"],
             expired=row["expired"],
+            run_active=row.get("run_active"),
         )
 
 

@@ -160,3 +160,6 @@ async def test_approval__a_canceled_run_closes_its_approval(app: App) -> None:
         await app.workflows.cancel(handle.run_id)
         with pytest.raises(Gone, match="ended"):
             await app.workflows.approvals.decide(url, approved=True)
+    assert await app.workflows.approvals.list() == []
+    [item] = await app.workflows.approvals.list(pending=False)
+    assert item.state == "closed"
