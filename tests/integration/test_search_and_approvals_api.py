@@ -77,7 +77,7 @@ async def test_rest_events__topic_window_and_containment(
 
 
 async def _pending(http: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
-    async def listed() -> dict[str, Any] | None:
+    async def listed() -> Any:
         items = (await http.get("/v1/approvals")).json()
         return next((i for i in items if i["runId"] == run_id), None)
 

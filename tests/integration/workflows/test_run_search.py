@@ -208,8 +208,10 @@ async def test_set_attributes__declared_names_and_types_are_enforced(app: App) -
     typo_run = await app.workflows.get_run(typo.run_id)
     wrong_run = await app.workflows.get_run(wrong.run_id)
     assert typo_run is not None
+    assert typo_run.error is not None
     assert "not declared" in typo_run.error["message"]
     assert wrong_run is not None
+    assert wrong_run.error is not None
     assert "declared float" in wrong_run.error["message"]
     assert await found(app, "amount = 3") == {good.run_id}
 
