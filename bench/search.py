@@ -103,14 +103,21 @@ async def run() -> None:
             await _time(f"runs where {label}", list_runs, lambda page: len(page.items))
         now = datetime.now(UTC)
         events: list[tuple[str, dict[str, Any]]] = [
-            ("last day, no filter", {}),
-            ("last day, customerId 42", {"where": {"customerId": 42}}),
-            ("last day, topic + customerId 42", {"topic": "shop.t2", "where": {"customerId": 42}}),
+            ("last hour (default), customerId 42", {"where": {"customerId": 42}}),
+            ("last day, no filter", {"since": now - timedelta(days=1)}),
+            (
+                "last day, customerId 42",
+                {"where": {"customerId": 42}, "since": now - timedelta(days=1)},
+            ),
+            (
+                "last day, topic + customerId 42",
+                {"topic": "shop.t2", "where": {"customerId": 42}, "since": now - timedelta(days=1)},
+            ),
             (
                 "last hour, tags [t3]",
                 {"where": {"tags": ["t3"]}, "since": now - timedelta(hours=1)},
             ),
-            ("last day, no match", {"where": {"customerId": -1}}),
+            ("last day, no match", {"where": {"customerId": -1}, "since": now - timedelta(days=1)}),
         ]
         for label, kw in events:
 

@@ -346,7 +346,7 @@ class Client:
         limit: int = 50,
         cursor: str | None = None,
     ) -> EventPage:
-        """Published events newest first in `[since, until)` (default: the last day; at most
+        """Published events newest first in `[since, until)` (default: the last hour; at most
         31 days), of `topic`, whose payload contains `where` (`{"customerId": 42}`)."""
         return await self.events.list_events(topic, since, until, where, limit, cursor)
 

@@ -38,7 +38,8 @@ async def search_events(
     limit: Limit,
     topic: Annotated[str | None, Query(min_length=1, max_length=255)] = None,
     since: Annotated[
-        DateTimeIn | None, Query(description="Published at or after (default: a day before until).")
+        DateTimeIn | None,
+        Query(description="Published at or after (default: an hour before until)."),
     ] = None,
     until: Annotated[
         DateTimeIn | None, Query(description="Published before (default: now).")

@@ -39,7 +39,7 @@ async def events_page(
     window: Annotated[str | None, Query(max_length=8)] = None,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
 ) -> Response:
-    span = _WINDOWS.get(window or "24h", _WINDOWS["24h"])
+    span = _WINDOWS.get(window or "1h", _WINDOWS["1h"])
     until = datetime.now(UTC) + timedelta(seconds=1)
     error = None
     page = None
@@ -50,7 +50,7 @@ async def events_page(
         )
     except ValueError as exc:  # bad JSON and InvalidInput alike
         error = f"Search refused: {exc}"
-    filters = {"topic": topic or "", "where": where or "", "window": window or "24h"}
+    filters = {"topic": topic or "", "where": where or "", "window": window or "1h"}
     next_url = None
     if page is not None and page.next_cursor:
         next_url = "?" + urlencode({**filters, "cursor": page.next_cursor})
