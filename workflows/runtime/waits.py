@@ -26,7 +26,7 @@ from ripple.workflows.errors import (
     StepTimeoutError,
     WorkflowFailed,
 )
-from ripple.workflows.journal import Entry, StepStatus
+from ripple.workflows.journal import Entry, StepStatus, current_scope
 from ripple.workflows.runtime.ledger import RunLedger
 from ripple.workflows.runtime.ports import ChildSpec, WaitSpec
 
@@ -121,7 +121,10 @@ class WaitExecution(RunLedger):
         ):
             raise InvalidInput("approvers must be a list of names (or None)", field="approvers")
         key, seq, entry = self.allocate(APPROVAL_PREFIX + name, "wait")
-        step = key.removeprefix(APPROVAL_PREFIX)
+        # The approval's step: its journal key without the prefix (`refund-ok`, `refund-ok:1`
+        # for a second call, `branch/scope/refund-ok` inside a race or loop).
+        scope = current_scope.get()
+        step = scope + key[len(scope) :].removeprefix(APPROVAL_PREFIX)
         self._enter()
         try:
             if entry is None:
@@ -158,7 +161,7 @@ class WaitExecution(RunLedger):
     def approval_url(self, name: str) -> str:
         if self.approval_key is None:
             raise InvalidInput("approval links need a worker connected to the database")
-        token = sign_token(self.approval_key, self.run_id, name)
+        token = sign_token(self.approval_key, self.run_id, current_scope.get() + name)
         return self.approval_base + approval_path(token)
 
     async def _time_out(self, entry: Entry, *, is_wait: bool) -> Entry:
