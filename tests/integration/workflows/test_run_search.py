@@ -252,3 +252,18 @@ async def test_where__plans_use_the_attribute_indexes(app: App) -> None:
         assert "Seq Scan on ripple_run_attributes" not in plan, plan
         assert index in plan, plan
         assert "Seq Scan on ripple_runs" not in plan, plan
+
+
+async def test_retention__deletes_a_runs_attributes_with_the_run(app: App) -> None:
+    ids = await seeded(app)
+    await app.pool.execute(
+        "UPDATE ripple_runs SET completed_at = now() - interval '2 days' WHERE run_id = $1",
+        ids["a"],
+    )
+    async with app.pool.acquire() as conn:
+        counts, _ = await app.workflows.upkeep.delete_expired_runs(
+            conn, max_retention=86_400, default_retention=86_400, batch=10, journal_budget=100
+        )
+    assert counts["runs"] == 1
+    left = await app.pool.fetch("SELECT DISTINCT run_id FROM ripple_run_attributes")
+    assert {r["run_id"] for r in left} == {ids["b"], ids["c"], ids["d"]}
