@@ -22,7 +22,8 @@ __all__ = ["RunUpkeep"]
 # candidates: the oldest terminal, unheld runs past their retention, locked (busy rows skipped);
 # doomed: a prefix of them whose journals (estimated by step_count) fit the budget, at least one,
 # so a batch of long runs stays bounded too; then their journal, waits and unconsumed signals,
-# their search attributes and approvals, and the runs themselves, in one statement. Candidates left out are unlocked at commit.
+# their search attributes and approvals, and the runs themselves, in one statement.
+# Candidates left out are unlocked at commit.
 _DELETE_EXPIRED_RUNS: Final = """
 WITH candidates AS (
     SELECT run_id, completed_at, step_count FROM ripple_runs
