@@ -1,7 +1,7 @@
 """`make bench`: run the benchmark suites against the local Postgres and Redis.
 
 python -m bench [--only workflows,waits,publish,queues,webhooks,flow,fairness,rest,cloudevents,
-                        operations,verify,cli]
+                        operations,verify,cli,search]
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ SUITES = [
     "operations",
     "verify",
     "cli",
+    "search",
 ]
 #: Suites whose module is named differently from the suite.
 MODULES = {"cli": "cli_startup"}

@@ -92,4 +92,13 @@ async def keyed3(ctx: WorkflowContext, inp: dict[str, Any]) -> None:
     await ctx.step.run("c", _noop)
 
 
-WORKFLOWS = [noop3, noop3_sync, one_step, sleeper, waiter, child, parent, looper, keyed3]
+@workflow(name="attrs3")
+async def attrs3(ctx: WorkflowContext) -> None:
+    """noop3 that also sets three search attributes."""
+    ctx.set_attributes(customer="acme", amount=120.5, vip=True)
+    await ctx.step.run("a", _noop)
+    await ctx.step.run("b", _noop)
+    await ctx.step.run("c", _noop)
+
+
+WORKFLOWS = [noop3, noop3_sync, one_step, sleeper, waiter, child, parent, looper, keyed3, attrs3]

@@ -7,7 +7,7 @@ import itertools
 import time
 from typing import Any
 
-from bench.app import looper, noop3, noop3_sync, one_step, sleeper
+from bench.app import attrs3, looper, noop3, noop3_sync, one_step, sleeper
 from bench.common import (
     bench_database,
     cpu_seconds,
@@ -29,6 +29,7 @@ ACTIVE_RUNS_LEFT = (
     "WHERE status IN ('pending', 'running', 'sleeping', 'waiting'))"
 )
 LATENCY_RUNS = 200
+_DROP_ATTRIBUTES_TRIGGER = "DROP TRIGGER ripple_steps_attributes ON ripple_steps"
 SLEEPS = 200
 
 
@@ -41,7 +42,9 @@ def _env(url: str, redis_url: str | None, prefix: str) -> dict[str, str]:
     }
 
 
-async def throughput(definition: WorkflowDefinition[Any, Any] = noop3, label: str = "") -> None:
+async def throughput(
+    definition: WorkflowDefinition[Any, Any] = noop3, label: str = "", setup_sql: str = ""
+) -> None:
     """Start RUNS runs as fast as one client can and wait until the worker completed them all.
 
     Completion is observed by asking whether any run is still active (one index probe every
@@ -49,6 +52,8 @@ async def throughput(definition: WorkflowDefinition[Any, Any] = noop3, label: st
     path. Write transactions are counted exactly (see `write_xacts`).
     """
     async with bench_database() as db, Client(settings=db.settings) as client:
+        if setup_sql:
+            await client.pool.execute(setup_sql)
         env = _env(db.url, db.settings.redis_url, db.settings.redis_prefix)
         async with subprocess_module("bench.worker", "100", env=env) as worker:
             before = await write_xacts()
@@ -182,6 +187,9 @@ async def loop_iterations() -> None:
 async def run() -> None:
     await throughput()
     await throughput(noop3_sync, ", sync steps")
+    await throughput(attrs3, ", 3 search attributes")
+    # What runs that set no attribute pay for them: the journal trigger's WHEN test.
+    await throughput(noop3, ", without the attributes trigger", _DROP_ATTRIBUTES_TRIGGER)
     await latency()
     await sleep_lateness()
     await loop_iterations()

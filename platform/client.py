@@ -31,6 +31,7 @@ from ripple.platform.events.backfill import Backfills
 from ripple.platform.events.contracts.topics import Topics
 from ripple.platform.events.contracts.validation import Contracts
 from ripple.platform.events.fanout import TargetKind
+from ripple.platform.events.history import EventPage, EventSearch
 from ripple.platform.events.publish import Explanation, Publisher, PublishResult
 from ripple.platform.events.subscriptions import Subscription, Subscriptions
 from ripple.platform.events.topics import validate_pattern
@@ -44,6 +45,7 @@ from ripple.subscribers.queues.queues import Queues
 from ripple.subscribers.webhooks.webhook import Deliveries, WebhookKind
 from ripple.subscribers.workflow import WorkflowKind
 from ripple.workflows.authoring.definition import WorkflowDefinition
+from ripple.workflows.runs.approvals import Approvals
 from ripple.workflows.runs.client import WorkflowClient
 from ripple.workflows.runs.deploys import Deploys
 from ripple.workflows.runs.handle import RunHandle
@@ -117,6 +119,10 @@ class Client:
         self.operations: RunOperations = RunOperations(self.workflows)
         #: Backfills and replays of retained events (use `subscribe` and `replay_events`).
         self.backfills: Backfills = Backfills(pool, self.settings, self._kinds)
+        #: Published events by topic, window and payload (use `list_events`).
+        self.events: EventSearch = EventSearch(read_pool, self.settings)
+        #: Approvals of runs: `list`, `get`, `decide` (`ctx.step.wait_for_approval`).
+        self.approvals: Approvals = self.workflows.approvals
         #: Topic schemas: `register_schema`, `check_schema`, `get_schema`, `list_schemas`, ...
         self.topics: Topics = Topics(pool, self.contracts)
         #: API tokens: `create`, `list`, `revoke` (and the API's `authenticate`).
@@ -353,8 +359,11 @@ class Client:
         parent_run_id: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        where: str | None = None,
     ) -> Page[Run]:
-        """A page of runs, newest first; pass `page.next_cursor` for the next page."""
+        """A page of runs, newest first; pass `page.next_cursor` for the next page. `where`
+        searches attributes and run fields: `'customer = "acme" and amount > 100'`
+        (docs/search.md)."""
         return await self.workflows.list_runs(
             workflow=workflow,
             status=status,
@@ -363,7 +372,21 @@ class Client:
             parent_run_id=parent_run_id,
             limit=limit,
             cursor=cursor,
+            where=where,
         )
+
+    async def list_events(
+        self,
+        topic: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        where: dict[str, Any] | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> EventPage:
+        """Published events newest first in `[since, until)` (default: the last hour; at most
+        31 days), of `topic`, whose payload contains `where` (`{"customerId": 42}`)."""
+        return await self.events.list_events(topic, since, until, where, limit, cursor)
 
     async def cancel(self, run_id: str) -> bool:
         """Cancel a run (and its active children); True if it was still active."""

@@ -6,6 +6,7 @@ RippleError
 ├── SchemaIncompatible  a schema breaks its topic's compatibility rule (`problems`; a ValueError)
 ├── NotFound            the thing named does not exist
 ├── Conflict            a uniqueness or state rule refused the change
+├── Gone                it existed but expired or ended (an approval link)
 ├── Unavailable         a dependency (Postgres) cannot be reached right now
 └── StorageError        any other database failure (driver error chained as __cause__)
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "Conflict",
+    "Gone",
     "InvalidInput",
     "NotFound",
     "RippleError",
@@ -73,6 +75,10 @@ class Conflict(RippleError):
     def __init__(self, message: str | None = None, *, constraint: str | None = None) -> None:
         super().__init__(message)
         self.constraint = constraint
+
+
+class Gone(RippleError):
+    """The resource existed but is no longer usable (expired, or its run ended)."""
 
 
 class Unavailable(RippleError):

@@ -45,6 +45,8 @@ V1_ROUTES = (
     "cloudevents",
     "wakes",
     "tokens",
+    "event_search",
+    "approvals",
 )
 
 _DESCRIPTION = """

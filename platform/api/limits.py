@@ -191,8 +191,10 @@ class RequestLimits:
         """The problem response for a body the routes must not see, or None."""
         if not body:
             return None
-        if content_type == b"application/x-www-form-urlencoded" and path.startswith("/ui/"):
-            return None  # the dashboard's forms (size-limited above; not JSON)
+        if content_type == b"application/x-www-form-urlencoded" and path.startswith(
+            ("/ui/", "/approve/")
+        ):
+            return None  # the dashboard's and the approval page's forms (size-limited above)
         if not is_json:
             shown = content_type.decode("latin-1")
             return problem_response(

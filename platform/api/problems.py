@@ -22,6 +22,7 @@ from ripple.platform.core.logs import Outage, get_logger
 from ripple.platform.errors import (
     ConfigError,
     Conflict,
+    Gone,
     InvalidInput,
     NotFound,
     RippleError,
@@ -60,6 +61,7 @@ _BY_STATUS: Final[dict[int, tuple[str, str]]] = {
     405: ("method-not-allowed", "Method not allowed"),
     406: ("not-acceptable", "Not acceptable"),
     409: ("conflict", "Conflict"),
+    410: ("gone", "Gone"),
     413: ("payload-too-large", "Request body too large"),
     414: ("uri-too-long", "Request URI too long"),
     415: ("unsupported-media-type", "Unsupported media type"),
@@ -168,6 +170,8 @@ def _status_for(exc: RippleError) -> tuple[int, str | None]:
         return 404, "not-found"
     if isinstance(exc, Conflict):
         return 409, "conflict"
+    if isinstance(exc, Gone):
+        return 410, "gone"
     if isinstance(exc, Unavailable):
         return 503, "unavailable"
     if isinstance(exc, ConfigError | StorageError):

@@ -121,6 +121,14 @@ StatusQuery = Annotated[str | None, Query(pattern="^(" + "|".join(RUN_STATUSES) 
 SinceQuery = Annotated[DateTimeIn | None, Query(description="Created at or after (ISO-8601).")]
 UntilQuery = Annotated[DateTimeIn | None, Query(description="Created before (ISO-8601).")]
 CursorQuery = Annotated[str | None, Query(max_length=512)]
+WhereQuery = Annotated[
+    str | None,
+    Query(
+        max_length=4096,
+        description='Search: `customer = "acme" and amount > 100` over search attributes and '
+        "`workflow`, `status`, `created_at` (docs/search.md); 422 names the position of an error.",
+    ),
+]
 SignalPath = Annotated[
     str, Path(min_length=1, max_length=255, pattern=NO_NUL_PATTERN, examples=["approved"])
 ]
@@ -261,10 +269,18 @@ async def list_runs(
     since: SinceQuery = None,
     until: UntilQuery = None,
     cursor: CursorQuery = None,
+    where: WhereQuery = None,
 ) -> RunPage:
     """Runs of a workflow, newest first; pass `nextCursor` back as `cursor` for the next page."""
     return await _page(
-        client, workflow=name, status=status, since=since, until=until, limit=limit, cursor=cursor
+        client,
+        workflow=name,
+        status=status,
+        since=since,
+        until=until,
+        limit=limit,
+        cursor=cursor,
+        where=where,
     )
 
 
@@ -332,8 +348,9 @@ async def list_all_runs(
     since: SinceQuery = None,
     until: UntilQuery = None,
     cursor: CursorQuery = None,
+    where: WhereQuery = None,
 ) -> RunPage:
-    """Runs of every workflow (or one), newest first."""
+    """Runs of every workflow (or one), newest first; `where` searches attributes."""
     return await _page(
         client,
         workflow=workflow,
@@ -342,6 +359,7 @@ async def list_all_runs(
         until=until,
         limit=limit,
         cursor=cursor,
+        where=where,
     )
 
 

@@ -154,9 +154,16 @@ class ClientOperator:
         return await act(**filter, dry_run=dry_run)
 
     async def list_runs(
-        self, workflow: str | None, status: str | None, limit: int, cursor: str | None
+        self,
+        workflow: str | None,
+        status: str | None,
+        limit: int,
+        cursor: str | None,
+        where: str | None = None,
     ) -> Json:
-        page = await self._client.list_runs(workflow, status, limit=limit, cursor=cursor)
+        page = await self._client.list_runs(
+            workflow, status, limit=limit, cursor=cursor, where=where
+        )
         return _json(results.run_page(page))
 
     async def get_run(self, run_id: str) -> Json:

@@ -159,9 +159,20 @@ class ApiOperator:
         return int(result["replayed"])
 
     async def list_runs(
-        self, workflow: str | None, status: str | None, limit: int, cursor: str | None
+        self,
+        workflow: str | None,
+        status: str | None,
+        limit: int,
+        cursor: str | None,
+        where: str | None = None,
     ) -> Json:
-        params = {"workflow": workflow, "status": status, "limit": limit, "cursor": cursor}
+        params = {
+            "workflow": workflow,
+            "status": status,
+            "limit": limit,
+            "cursor": cursor,
+            "where": where,
+        }
         clean = {k: v for k, v in params.items() if v is not None}
         return await self._call("GET", "/v1/runs", params=clean)
 

@@ -198,11 +198,15 @@ def runs_list(
     status: Annotated[str | None, typer.Option(help="pending, running, sleeping, …")] = None,
     limit: Annotated[int, typer.Option(min=1, help="Page size.")] = 20,
     cursor: Annotated[str | None, typer.Option(help="`nextCursor` of the previous page.")] = None,
+    where: Annotated[
+        str | None,
+        typer.Option(help="Search: 'customer = \"acme\" and amount > 100' (docs/search.md)."),
+    ] = None,
 ) -> None:
     """List runs, newest first."""
     page = operate(
         remote,
-        lambda op: op.list_runs(workflow, status, limit, cursor),
+        lambda op: op.list_runs(workflow, status, limit, cursor, where),
         writes=False,
     )
     if remote.as_json:

@@ -112,6 +112,9 @@ class Settings(BaseSettings):
     sweep_batch_size: Annotated[int, Field(ge=1, le=100_000)] = 500
     #: Seconds between refreshes of the gauges computed from Postgres (queue depth, stranded runs).
     metrics_interval: Annotated[float, Field(gt=0, le=3600)] = 15.0
+    #: Base URL of the API as people reach it (`https://ripple.example.com`), put before
+    #: `/approve/{token}` in approval links; unset: links are paths.
+    public_url: str | None = None
     #: Human-readable console logs instead of JSON lines.
     log_console: bool = False
     log_level: str = "info"

@@ -8,7 +8,7 @@ from typing import Any, Final
 
 import asyncpg
 
-from ripple.platform.core.db import Connection
+from ripple.platform.core.db import Connection, Pool
 
 __all__ = [
     "EventRecord",
@@ -17,6 +17,7 @@ __all__ = [
     "insert_events",
     "paths_carried",
     "recent_events",
+    "search_events",
     "topic_activity",
 ]
 
@@ -70,6 +71,20 @@ SELECT_RECENT_EVENTS: Final = """
 SELECT id, topic, payload, idempotency_key, trace, created_at, schema_version, cloudevent
 FROM ripple_events WHERE topic = $1 ORDER BY created_at DESC LIMIT $2
 """
+
+# Event search, newest first, in a bounded time window: the (created_at) or (topic,
+# created_at) index walked backwards from `until`, the payload tested on those rows only.
+# $1 since, $2 until, $3 payload containment (NULL: any), $4 cursor (created_at, id) or NULLs,
+# $5 cursor id, $6 limit; the topic form adds $7 topic.
+_SEARCH_HEAD: Final = """
+SELECT id, topic, payload, idempotency_key, trace, created_at FROM ripple_events
+WHERE created_at >= $1 AND created_at < $2
+  AND ($3::jsonb IS NULL OR payload @> $3)
+  AND ($4::timestamptz IS NULL OR (created_at, id) < ($4, $5::uuid))
+"""
+_SEARCH_TAIL: Final = "ORDER BY created_at DESC, id DESC LIMIT $6"
+SEARCH_EVENTS: Final = _SEARCH_HEAD + _SEARCH_TAIL
+SEARCH_TOPIC_EVENTS: Final = _SEARCH_HEAD + "  AND topic = $7\n" + _SEARCH_TAIL
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,3 +179,24 @@ async def recent_events(conn: Connection, topic: str, limit: int) -> list[EventR
     return [
         EventRecord.from_row(row) for row in await conn.fetch(SELECT_RECENT_EVENTS, topic, limit)
     ]
+
+
+async def search_events(
+    conn: Connection | Pool,
+    *,
+    since: datetime,
+    until: datetime,
+    topic: str | None,
+    where: dict[str, Any] | None,
+    after: tuple[datetime, str] | None,
+    limit: int,
+) -> list[EventRecord]:
+    """Events of `[since, until)` (of `topic`) whose payload contains `where`, newest first,
+    after the cursor `(created_at, id)`."""
+    at, event_id = after if after is not None else (None, None)
+    args: list[Any] = [since, until, where, at, event_id, limit]
+    if topic is None:
+        rows = await conn.fetch(SEARCH_EVENTS, *args)
+    else:
+        rows = await conn.fetch(SEARCH_TOPIC_EVENTS, *args, topic)
+    return [EventRecord.from_row(row) for row in rows]

@@ -306,6 +306,7 @@ async def runs(
     range: Annotated[str | None, Query(max_length=8)] = None,
     q: Annotated[str | None, Query(max_length=64)] = None,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
+    where: Annotated[str | None, Query(max_length=4096)] = None,
 ) -> Response:
     if q and await client.get_run(q.strip()) is not None:
         return RedirectResponse(f"{PREFIX}/runs/{q.strip()}", status_code=303)
@@ -318,10 +319,16 @@ async def runs(
             since=since,
             limit=PAGE_SIZE,
             cursor=cursor or None,
+            where=where or None,
         )
     except RippleError as exc:
         error, page = str(exc), None
-    filters = {"workflow": workflow or "", "status": status or "", "range": range or ""}
+    filters = {
+        "workflow": workflow or "",
+        "status": status or "",
+        "range": range or "",
+        "where": where or "",
+    }
     next_url = None
     if page is not None and page.next_cursor:
         next_url = "?" + urlencode({**filters, "cursor": page.next_cursor})
@@ -347,6 +354,7 @@ async def run_page(request: Request, run_id: str, nonce: Session, client: Client
         raise ProblemError(404, f"no run {run_id}")
     steps, more_steps = await store.run_steps(client.pool, run_id, MAX_STEPS)
     children = await client.list_runs(parent_run_id=run_id, limit=PAGE_SIZE)
+    approvals = await client.approvals.list(False, run_id=run_id)
     event_id = None
     if run.idempotency_key and run.idempotency_key.startswith("event:"):
         event_id = run.idempotency_key.split(":")[1]
@@ -359,6 +367,7 @@ async def run_page(request: Request, run_id: str, nonce: Session, client: Client
         timeline=views.timeline(run, steps),
         waits=await store.pending_waits(client.pool, run_id),
         signals=await store.pending_signals(client.pool, run_id),
+        approvals=approvals,
         children=children.items,
         more_steps=more_steps,
         max_steps=MAX_STEPS,
@@ -671,3 +680,6 @@ def mount_ui(app: FastAPI) -> None:
     from ripple.platform.ui import deploys
 
     app.include_router(deploys.router)
+    from ripple.platform.ui.search_pages import mount_search_pages
+
+    mount_search_pages(app)

@@ -46,6 +46,9 @@ OWNERS: dict[str, str] = {
             "ripple_fair_keys",
             "ripple_run_counts",
             "ripple_run_count_changes",
+            "ripple_run_attributes",
+            "ripple_approvals",
+            "ripple_approval_keys",
         )
     },
 }

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from ripple.workflows.authoring.approvals import Approval
 from ripple.workflows.authoring.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -80,6 +81,20 @@ class RunExecution(Protocol):
     ) -> Any: ...
 
     def removed(self, name: str) -> None: ...
+
+    def set_attributes(self, values: dict[str, Any]) -> None: ...
+
+    async def wait_for_approval(
+        self,
+        name: str,
+        *,
+        approvers: list[str] | None,
+        timeout: timedelta | float | None,
+        details: dict[str, Any] | None,
+        on_timeout: str,
+    ) -> Approval: ...
+
+    def approval_url(self, name: str) -> str: ...
 
     def patched(self, change_id: str) -> bool: ...
 
@@ -185,6 +200,32 @@ class Steps:
         `RIPPLE_MAX_STEPS_PER_RUN`."""
         return await self._engine.loop(self._ctx, name, body, state, keep)
 
+    async def wait_for_approval(
+        self,
+        name: str,
+        *,
+        approvers: list[str] | None = None,
+        timeout: timedelta | float | None = timedelta(days=2),
+        details: dict[str, Any] | None = None,
+        on_timeout: str = "reject",
+    ) -> Approval:
+        """Wait for a person to approve or reject this step through its link
+        (`approval_url(name)`, `client.approvals.list()`, the dashboard).
+
+        `details` are shown on the approval page; `approvers`, when given, lists the names
+        `by` must be one of. After `timeout` the approval is rejected with `by=None`, or
+        `StepTimeoutError` is raised with `on_timeout="raise"`.
+        """
+        return await self._engine.wait_for_approval(
+            name, approvers=approvers, timeout=timeout, details=details, on_timeout=on_timeout
+        )
+
+    def approval_url(self, name: str) -> str:
+        """The signed link of approval `name` of this run (`/approve/{token}`, after
+        RIPPLE_PUBLIC_URL when set). Valid once its `wait_for_approval` began, until it is
+        decided or expires; call it before the wait to send the link from a step."""
+        return self._engine.approval_url(name)
+
     def removed(self, name: str) -> Awaitable[None]:
         """Declare a step `name` that earlier code called here and this code no longer does:
         runs that recorded it skip it on replay instead of failing with NonDeterminismError;
@@ -193,6 +234,12 @@ class Steps:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
         return done
+
+
+def _done() -> Awaitable[None]:
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    done.set_result(None)
+    return done
 
 
 class WorkflowContext:
@@ -224,6 +271,15 @@ class WorkflowContext:
                 await ctx.step.run("sms", send_sms, user)
         """
         return self._engine.patched(change_id)
+
+    def set_attributes(self, **values: str | int | float | bool | datetime) -> Awaitable[None]:
+        """Set search attributes of this run (`ctx.set_attributes(customer="acme", amount=120.5)`),
+        journaled like a step: a replay does not write them again. Types: str, int, float, bool,
+        datetime; a later value of a name replaces the earlier one. Find runs by them with
+        `client.list_runs(where='customer = "acme" and amount > 100')`. Awaiting is optional.
+        """
+        self._engine.set_attributes(dict(values))
+        return _done()
 
     def now(self) -> datetime:
         """The current time (database clock), recorded once and replayed identically."""

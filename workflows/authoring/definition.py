@@ -7,12 +7,13 @@ from __future__ import annotations
 import inspect
 import re
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from ripple.platform.errors import InvalidInput
+from ripple.workflows.authoring.attributes import check_declaration
 from ripple.workflows.authoring.flow import (
     Concurrency,
     Debounce,
@@ -70,6 +71,8 @@ class WorkflowDefinition(Generic[InT, OutT]):
     fairness: Fairness | None = None
     #: registered (named after the workflow) when a worker serving it starts
     schedule: Schedule | None = None
+    #: declared search attributes {name: type name}; None: any name and type is accepted
+    attributes: dict[str, str] | None = None
 
     @property
     def flow_control(self) -> tuple[Any, ...] | None:
@@ -128,6 +131,7 @@ def workflow(
     debounce: Debounce | None = None,
     fairness: Fairness | None = None,
     schedule: Schedule | None = None,
+    attributes: Mapping[str, type] | None = None,
 ) -> Callable[[Callable[..., Awaitable[OutT]]], WorkflowDefinition[Any, OutT]]: ...
 
 
@@ -145,6 +149,7 @@ def workflow(
     debounce: Debounce | None = None,
     fairness: Fairness | None = None,
     schedule: Schedule | None = None,
+    attributes: Mapping[str, type] | None = None,
 ) -> Any:
     """Declare a durable workflow: `async def f(ctx: WorkflowContext, inp: In) -> Out`.
 
@@ -160,6 +165,8 @@ def workflow(
         fairness: claim pending runs in a weighted round robin across keys
             (`Fairness(key, weights)`).
         schedule: start runs on a cadence (`Schedule(cron=... | every=...)`).
+        attributes: the search attributes runs may set, `{name: str | int | float | bool |
+            datetime}`; `ctx.set_attributes` then refuses other names and types.
     """
 
     def wrap(func: Callable[..., Awaitable[Any]]) -> WorkflowDefinition[Any, Any]:
@@ -183,6 +190,7 @@ def workflow(
             debounce=_option(debounce, Debounce, "debounce"),
             fairness=_option(fairness, Fairness, "fairness"),
             schedule=_option(schedule, Schedule, "schedule"),
+            attributes=check_declaration(attributes),
         )
 
     if fn is not None:

@@ -10,6 +10,7 @@ from ripple.platform.core.db import Pool
 from ripple.platform.core.wake import NullWaker
 from ripple.platform.events.contracts.validation import Contracts
 from ripple.workflows import store
+from ripple.workflows.runs.approvals import Approvals
 from ripple.workflows.runs.cancels import Cancels
 from ripple.workflows.runs.reads import Reads
 from ripple.workflows.runs.registry import Registry
@@ -45,6 +46,8 @@ class WorkflowClient:
         self.reads = Reads(pool, settings, read_pool=read_pool)
         self.signals = Signals(pool, waker, settings, contracts)
         self.cancels = Cancels(pool, waker, settings)
+        #: Approvals of runs: `list`, `get`, `decide`.
+        self.approvals = Approvals(pool, waker, settings)
         #: Where run listings read (a replica's pool with RIPPLE_DATABASE_READ_URL).
         self.read_pool = self.reads.read_pool
         #: The workflow store's side of the retention and statistics ports (the sweeper,

@@ -11,6 +11,8 @@ from ripple.platform.errors import InvalidInput
 from ripple.workflows import store
 from ripple.workflows.authoring.definition import check_workflow_name
 from ripple.workflows.runs.records import TERMINAL, Page, Run, RunStatus, StepRecord
+from ripple.workflows.runs.search_query import parse_where
+from ripple.workflows.store import search
 
 __all__ = ["Reads"]
 
@@ -50,8 +52,11 @@ class Reads:
         parent_run_id: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        where: str | None = None,
     ) -> Page[Run]:
-        """Runs newest first, filtered; `next_cursor` continues the listing."""
+        """Runs newest first, filtered; `next_cursor` continues the listing. `where` is a
+        search expression over attributes, `workflow`, `status` and `created_at`
+        (docs/search.md)."""
         if workflow is not None:
             check_workflow_name(workflow)
         if status is not None:
@@ -62,6 +67,22 @@ class Reads:
                 raise InvalidInput(f"unknown status {status!r}: use one of {allowed}") from None
         if not 1 <= limit <= self.settings.max_page_size:
             raise InvalidInput(f"limit must be 1-{self.settings.max_page_size}", field="limit")
+        if where is not None:
+            tree = parse_where(where)
+            with map_errors():
+                runs = await search.list_runs_where(
+                    self.read_pool,
+                    where=tree,
+                    workflow=workflow,
+                    status=status,
+                    since=since,
+                    until=until,
+                    parent_run_id=parent_run_id,
+                    cursor=cursor,
+                    limit=limit + 1,
+                )
+            items = runs[:limit]
+            return Page(items, items[-1].run_id if len(runs) > limit else None)
         with map_errors():
             runs = await store.list_runs(
                 self.read_pool,

@@ -18,6 +18,7 @@ from typing import Any
 from ripple.platform.core.logs import get_logger
 from ripple.platform.errors import InvalidInput, RippleError
 from ripple.workflows import serde
+from ripple.workflows.authoring.attributes import encode_attributes
 from ripple.workflows.authoring.definition import WorkflowDefinition
 from ripple.workflows.errors import (
     LeaseLost,
@@ -90,6 +91,10 @@ class RunLedger:
         self._background_flush: asyncio.Task[None] | None = None
         #: Set once the outcome is being committed: canceling the task then could tear a commit.
         self.concluding = False
+        #: The key approval links are signed with, and the base URL put before their path
+        #: (set by the worker; None: `approval_url` is refused).
+        self.approval_key: bytes | None = None
+        self.approval_base = ""
 
     # -- clock and bookkeeping ---------------------------------------------------------------
 
@@ -271,3 +276,18 @@ class RunLedger:
         now = self.clock()
         self.record(Entry.recorded(key, seq, kind, value, now))
         return value
+
+    def set_attributes(self, values: dict[str, Any]) -> None:
+        """Journal search attributes (indexed by the journal insert): once per call position,
+        so a replay writes nothing."""
+        encoded = encode_attributes(values, self.definition.attributes)
+        if self._fatal is not None:
+            raise self._fatal
+        try:
+            key, seq, entry = self.journal.allocate(
+                "$attributes", "attributes", current_scope.get()
+            )
+        except NonDeterminismError as exc:
+            raise self.fail_fatal(exc) from None
+        if entry is None:
+            self.record(Entry.recorded(key, seq, "attributes", encoded, self.clock()))

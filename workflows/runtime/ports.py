@@ -62,6 +62,8 @@ class WaitSpec:
     name: str
     event: str | None
     match: dict[str, Any] | None
+    #: For an approval: {step, details, approvers}, stored with the wait.
+    approval: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

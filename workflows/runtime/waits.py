@@ -14,13 +14,19 @@ from pydantic import ValidationError
 from ripple.platform.core.ids import new_id
 from ripple.platform.errors import InvalidInput
 from ripple.workflows import serde
+from ripple.workflows.authoring.approvals import (
+    APPROVAL_PREFIX,
+    Approval,
+    approval_path,
+    sign_token,
+)
 from ripple.workflows.authoring.definition import WorkflowDefinition, check_workflow_name
 from ripple.workflows.authoring.retry import seconds
 from ripple.workflows.errors import (
     StepTimeoutError,
     WorkflowFailed,
 )
-from ripple.workflows.journal import Entry, StepStatus
+from ripple.workflows.journal import Entry, StepStatus, current_scope
 from ripple.workflows.runtime.ledger import RunLedger
 from ripple.workflows.runtime.ports import ChildSpec, WaitSpec
 
@@ -98,6 +104,68 @@ class WaitExecution(RunLedger):
             return timed_out
         finally:
             self._exit()
+
+    async def wait_for_approval(
+        self,
+        name: str,
+        *,
+        approvers: list[str] | None,
+        timeout: timedelta | float | None,
+        details: dict[str, Any] | None,
+        on_timeout: str,
+    ) -> Approval:
+        if on_timeout not in ("reject", "raise"):
+            raise InvalidInput("on_timeout must be 'reject' or 'raise'", field="on_timeout")
+        if details is not None and not isinstance(details, dict):
+            raise InvalidInput("approval details must be a dict (or None)", field="details")
+        names: Any = approvers
+        if names is not None and (
+            isinstance(names, str) or not all(isinstance(a, str) for a in names)
+        ):
+            raise InvalidInput("approvers must be a list of names (or None)", field="approvers")
+        key, seq, entry = self.allocate(APPROVAL_PREFIX + name, "wait")
+        # The approval's step: its journal key without the prefix (`refund-ok`, `refund-ok:1`
+        # for a second call, `branch/scope/refund-ok` inside a race or loop).
+        scope = current_scope.get()
+        step = scope + key[len(scope) :].removeprefix(APPROVAL_PREFIX)
+        self._enter()
+        try:
+            if entry is None:
+                self._count_execution()
+                now = self.clock()
+                expires = None if timeout is None else now + timedelta(seconds=seconds(timeout))
+                entry = Entry.begun(key, seq, "wait", now, due_at=expires)
+                self.journal.put(entry)
+                approval = {
+                    "step": step,
+                    "workflow": self.facts.workflow,
+                    "details": serde.dump(details, field="details"),
+                    "approvers": list(approvers) if approvers is not None else None,
+                }
+                spec = WaitSpec(entry, key, None, None, approval)
+                async with self._flush_lock:
+                    found, payload = await self.writer.register_wait(
+                        self._take(), self.step_count, spec
+                    )
+                if found:
+                    self.journal.put(Entry.begun(key, seq, "wait", now).completed(payload, now))
+                    return Approval.from_payload(payload)
+            if not entry.finished:
+                await self._block("wait", key, entry.due_at)
+                entry = await self._time_out(entry, is_wait=True)
+            if entry.output is not None:
+                return Approval.from_payload(entry.output)
+            if on_timeout == "raise":
+                raise StepTimeoutError(f"approval {step!r} of run {self.run_id} timed out")
+            return Approval(False, None, None, entry.due_at or self.clock())
+        finally:
+            self._exit()
+
+    def approval_url(self, name: str) -> str:
+        if self.approval_key is None:
+            raise InvalidInput("approval links need a worker connected to the database")
+        token = sign_token(self.approval_key, self.run_id, current_scope.get() + name)
+        return self.approval_base + approval_path(token)
 
     async def _time_out(self, entry: Entry, *, is_wait: bool) -> Entry:
         async with self._flush_lock:

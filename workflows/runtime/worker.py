@@ -164,6 +164,8 @@ class Worker:
         #: then claim alone (which takes it), so a busy worker does not leave it waiting.
         self._suspect_waiting = False
         self._stopping = False
+        #: Signs the approval links `ctx.step.approval_url` gives (loaded at start).
+        self._approval_key: bytes | None = None
         self._stop_requested = asyncio.Event()
         #: The claim loop's database outage: logged once, counted, its end logged once.
         self._outage = Outage(log, "worker_claim_failed", "worker_claim_recovered")
@@ -379,6 +381,7 @@ class Worker:
             try:
                 await self._open_pool()
                 await self._register()
+                self._approval_key = await self.client.workflows.approvals.key()
             except Unavailable as exc:
                 await self._close_pool()
                 failures += 1
@@ -638,6 +641,8 @@ class Worker:
             lease=self.settings.lease_seconds,
             max_recoveries=self.settings.max_recoveries,
         )
+        engine.approval_key = self._approval_key
+        engine.approval_base = (self.settings.public_url or "").rstrip("/")
         slot.engine = engine
         in_flight = metrics.RUNS_IN_FLIGHT.labels(claim.workflow)
         in_flight.inc()

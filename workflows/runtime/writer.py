@@ -30,6 +30,7 @@ from ripple.workflows.runtime.ports import (
     child_timeout_error,
     existing_child_entry,
 )
+from ripple.workflows.store import approvals as approval_store
 
 __all__ = ["PgRunWriter", "StepCommitter"]
 
@@ -269,6 +270,16 @@ class PgRunWriter:
                     match=wait.match,
                     expires_at=entry.due_at,
                 )
+                if wait.approval is not None:
+                    await approval_store.insert_approval(
+                        conn,
+                        run_id=self.run_id,
+                        step=wait.approval["step"],
+                        workflow=wait.approval["workflow"],
+                        details=wait.approval["details"],
+                        approvers=wait.approval["approvers"],
+                        expires_at=entry.due_at,
+                    )
                 self.may_have_waits = True
         if signal is None:
             return (False, None)

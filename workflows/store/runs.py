@@ -34,7 +34,7 @@ __all__ = [
     "start_runs",
 ]
 
-_RUN_COLUMNS: Final = (
+RUN_COLUMNS: Final = (
     "run_id, workflow, version, status, input, output, error, attempt, created_at, started_at, "
     "completed_at, parent_run_id, deadline, idempotency_key, priority, blocked_by, forked_from"
 )
@@ -188,7 +188,7 @@ ON CONFLICT (workflow, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOT
 """  # noqa: S608
 
 # $1 run_id
-_SELECT_RUN: Final = f"SELECT {_RUN_COLUMNS} FROM ripple_runs WHERE run_id = $1"  # noqa: S608
+_SELECT_RUN: Final = f"SELECT {RUN_COLUMNS} FROM ripple_runs WHERE run_id = $1"  # noqa: S608
 
 # $1 run_id: what result() needs (not the input, which may be large).
 _SELECT_RUN_OUTCOME: Final = "SELECT status, output, error FROM ripple_runs WHERE run_id = $1"
@@ -196,7 +196,7 @@ _SELECT_RUN_OUTCOME: Final = "SELECT status, output, error FROM ripple_runs WHER
 # $1 workflow|NULL, $2 status|NULL, $3 since|NULL, $4 until|NULL, $5 parent|NULL,
 # $6 cursor (last run_id seen)|NULL, $7 limit
 _LIST_RUNS: Final = f"""
-SELECT {_RUN_COLUMNS} FROM ripple_runs
+SELECT {RUN_COLUMNS} FROM ripple_runs
 WHERE ($1::text IS NULL OR workflow = $1)
   AND ($2::text IS NULL OR status = $2)
   AND ($3::timestamptz IS NULL OR created_at >= $3)

@@ -22,7 +22,8 @@ __all__ = ["RunUpkeep"]
 # candidates: the oldest terminal, unheld runs past their retention, locked (busy rows skipped);
 # doomed: a prefix of them whose journals (estimated by step_count) fit the budget, at least one,
 # so a batch of long runs stays bounded too; then their journal, waits and unconsumed signals,
-# and the runs themselves, in one statement. Candidates left out are unlocked at commit.
+# their search attributes and approvals, and the runs themselves, in one statement.
+# Candidates left out are unlocked at commit.
 _DELETE_EXPIRED_RUNS: Final = """
 WITH candidates AS (
     SELECT run_id, completed_at, step_count FROM ripple_runs
@@ -47,6 +48,10 @@ WITH candidates AS (
     DELETE FROM ripple_waits w USING doomed d WHERE w.run_id = d.run_id RETURNING 1
 ), signals AS (
     DELETE FROM ripple_signals g USING doomed d WHERE g.run_id = d.run_id RETURNING 1
+), attributes AS (
+    DELETE FROM ripple_run_attributes a USING doomed d WHERE a.run_id = d.run_id RETURNING 1
+), approvals AS (
+    DELETE FROM ripple_approvals p USING doomed d WHERE p.run_id = d.run_id RETURNING 1
 ), runs AS (
     DELETE FROM ripple_runs r USING doomed d WHERE r.run_id = d.run_id RETURNING 1
 )
