@@ -77,7 +77,8 @@ FROM ripple_events WHERE topic = $1 ORDER BY created_at DESC LIMIT $2
 # $1 since, $2 until, $3 payload containment (NULL: any), $4 cursor (created_at, id) or NULLs,
 # $5 cursor id, $6 limit; the topic form adds $7 topic.
 _SEARCH_HEAD: Final = """
-SELECT id, topic, payload, idempotency_key, trace, created_at FROM ripple_events
+SELECT id, topic, payload, idempotency_key, trace, created_at, schema_version, cloudevent
+FROM ripple_events
 WHERE created_at >= $1 AND created_at < $2
   AND ($3::jsonb IS NULL OR payload @> $3)
   AND ($4::timestamptz IS NULL OR (created_at, id) < ($4, $5::uuid))

@@ -51,6 +51,10 @@ CROSS_RUN: Final = {
     # Claims: any due run of the worker's workflows, wherever it lives.
     "ripple.workflows.store.claim._CLAIM_RUNS": "claim",
     "ripple.workflows.store.claim._NEXT_DUE": "claim: when the next run becomes due",
+    # Fair claims: the claim's tail advancing each key's pass over the runs it took, and a
+    # workflow that dropped Fairness handing its pending runs back to the plain claim.
+    "ripple.workflows.store.claim._ADVANCE": "claim: fairness keys' pass",
+    "ripple.workflows.store.claim._UNFAIR_RUNS": "a workflow's pending runs lose their keys",
     # Listings and counts for operators and the dashboard (fan-out + merge by created order).
     "ripple.workflows.store.runs._LIST_RUNS": "listing",
     "ripple.workflows.store.operations._COUNT_RUN_FILTER": "bulk operations: count matching runs",

@@ -53,6 +53,7 @@ from ripple.workflows.runtime.engine import RunExecution
 from ripple.workflows.runtime.heartbeat import LeaseHeartbeat
 from ripple.workflows.runtime.ports import Outcome
 from ripple.workflows.runtime.writer import PgRunWriter, StepCommitter
+from ripple.workflows.store import approvals as approval_store
 
 __all__ = ["Worker", "WorkerClient"]
 
@@ -381,7 +382,7 @@ class Worker:
             try:
                 await self._open_pool()
                 await self._register()
-                self._approval_key = await self.client.workflows.approvals.key()
+                self._approval_key = await self._load_approval_key()
             except Unavailable as exc:
                 await self._close_pool()
                 failures += 1
@@ -402,6 +403,11 @@ class Worker:
         """Sleep, returning early when `stop()` is called."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop_requested.wait(), seconds)
+
+    async def _load_approval_key(self) -> bytes:
+        """The approval links' signing key, through the worker's own pool (its outage rule)."""
+        with map_errors():
+            return await approval_store.approval_key(self.pool)
 
     async def _register(self) -> None:
         with map_errors():

@@ -145,3 +145,42 @@ async def test_cloudevents_ingest__event_trace_shows_the_attributes(
         assert text in page.text
     catalogue = await http.get("/ui/catalogue", headers={"host": "127.0.0.1"})
     assert "user.signup" in catalogue.text
+
+
+async def test_cloudevents_ingest__topic_schema_refuses_bad_data_in_every_mode(
+    client: Client, http: httpx.AsyncClient
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"userId": {"type": "integer"}},
+        "required": ["userId"],
+    }
+    await client.topics.register_schema("user.signup", schema)
+    await client.subscribe("user.*", QueueTarget("users"))
+
+    def event(event_id: str, user_id: object) -> CloudEvent:
+        attributes = {"type": "user.signup", "source": "/shop", "id": event_id}
+        return CloudEvent(attributes=attributes, data={"userId": user_id})
+
+    structured = await _post(http, ce_http.to_structured(event("B-1", "x"), JSONFormat()))
+    assert structured.status_code == 422, structured.text
+    assert "/userId" in structured.text
+    binary = await _post(http, ce_http.to_binary(event("B-2", "x"), JSONFormat()))
+    assert binary.status_code == 422, binary.text
+    assert "/userId" in binary.text
+
+    good = JSONFormat().write(event("B-3", 42))
+    wrong = JSONFormat().write(event("B-4", "x"))
+    batch = b"[" + good + b"," + wrong + b"]"
+    answer = await http.post("/v1/events", content=batch, headers={"content-type": BATCH})
+    assert answer.status_code == 202, answer.text
+    ok, refused = answer.json()["results"]
+    assert "eventId" in ok
+    assert refused["status"] == 422
+    assert "/userId" in refused["detail"]
+
+    # Only the valid event was written, and only it reached the subscriber.
+    assert await _count_events(client) == 1
+    assert [m.body for m in await client.queues.receive("users", max_messages=10)] == [
+        {"userId": 42}
+    ]
