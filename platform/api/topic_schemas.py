@@ -120,7 +120,9 @@ async def check_schema(topic: Topic, body: CheckIn, client: ClientDep) -> Report
 async def get_schema(
     topic: Topic,
     client: ClientDep,
-    version: Annotated[int | None, Query(ge=1, description="Default: the latest")] = None,
+    version: Annotated[
+        int | None, Query(ge=1, le=2**31 - 1, description="Default: the latest")
+    ] = None,
 ) -> SchemaVersionOut:
     """One schema version of the topic (the latest by default)."""
     found = await client.topics.get_schema(topic, version)
