@@ -125,6 +125,7 @@ WhereQuery = Annotated[
     str | None,
     Query(
         max_length=4096,
+        pattern=NO_NUL_PATTERN,
         description='Search: `customer = "acme" and amount > 100` over search attributes and '
         "`workflow`, `status`, `created_at` (docs/search.md); 422 names the position of an error.",
     ),
