@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
+from ripple.platform.access.audit import ACTIONS
 from ripple.platform.api.audit_results import AuditPageOut, audit_page_out
 from ripple.platform.api.deps import ClientDep
 from ripple.platform.api.models import UUID_PATTERN, DateTimeIn
@@ -23,7 +24,12 @@ async def list_audit(
     client: ClientDep,
     since: Annotated[DateTimeIn | None, Query(description="Entries at or after this time.")] = None,
     action: Annotated[
-        str | None, Query(max_length=64, description="Only this action (`run.cancel`, ...).")
+        str | None,
+        Query(
+            max_length=64,
+            description="Only this action (`run.cancel`, ...).",
+            json_schema_extra={"enum": list(ACTIONS)},
+        ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=10_000, description="Page size")] = 100,
     cursor: Annotated[
