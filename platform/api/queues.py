@@ -12,6 +12,7 @@ from ripple.platform.api.models import (
     JSON_NUMBER,
     NO_NUL_PATTERN,
     ApiModel,
+    JsonBool,
     JsonFloat,
     JsonInt,
     JsonNotNull,
@@ -80,7 +81,7 @@ class ReceiveIn(ApiModel):
         description="Seconds (0: visible again at once, as in SQS).",
     )
     wait: JsonFloat = Field(default=0.0, ge=0, le=20, description="Long-poll seconds (≤ 20).")
-    fair: bool = Field(
+    fair: JsonBool = Field(
         default=False,
         description="Round robin across `groupId`s (ungrouped messages are one more group), "
         "FIFO within each: a group with a huge backlog cannot starve the others.",
