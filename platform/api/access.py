@@ -244,7 +244,9 @@ async def _cloudevent_topics(request: Request) -> list[str]:
     except (ValueError, RecursionError):
         return ["#"]
     events = body if isinstance(body, list) else [body]
-    topics = {event.get("type") for event in events if isinstance(event, dict)}
-    if not topics or not all(isinstance(topic, str) for topic in topics):
+    # A `type` may be any JSON value here (the route refuses what is not a string): collect
+    # them in a list, as a set cannot hold an object or an array.
+    types = [event.get("type") for event in events if isinstance(event, dict)]
+    if not types or not all(isinstance(topic, str) for topic in types):
         return ["#"]
-    return sorted(str(topic) for topic in topics)
+    return sorted({str(topic) for topic in types})
