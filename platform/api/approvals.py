@@ -4,7 +4,7 @@ integrations; the page people open is `/approve/{token}`, in `ripple.platform.ui
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Path, Query
 from pydantic import Field
@@ -17,7 +17,10 @@ __all__ = ["ApprovalOut", "DecideApproval", "DecisionOut", "router"]
 
 router = APIRouter(tags=["approvals"])
 
-TokenPath = Annotated[str, Path(min_length=1, max_length=1024)]
+#: What `sign_token` makes: two base64url parts joined by a dot (ASCII, so a token of the
+#: longest length stays well inside the request-target limit).
+TOKEN_PATTERN: Final = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"
+TokenPath = Annotated[str, Path(min_length=1, max_length=1024, pattern=TOKEN_PATTERN)]
 
 
 class DecideApproval(ApiModel):
