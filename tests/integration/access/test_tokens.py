@@ -326,6 +326,9 @@ async def test_cloudevents_ingest_needs_publish_for_every_event_type(secured: Cl
             ({"json": [one, other], "headers": batch}, 403),
             ({"json": {}, "headers": {**binary, "ce-type": "order.created"}}, 202),
             ({"json": {}, "headers": {**binary, "ce-type": "billing.paid"}}, 403),
+            # a type that is not a string needs publish:# (and is not a server error)
+            ({"json": {**one, "type": {}}, "headers": ce}, 403),
+            ({"json": [one, {**one, "type": ["order.paid"]}], "headers": batch}, 403),
         ]
         for kwargs, status in cases:
             answer = await http.post("/v1/events", **kwargs)  # type: ignore[arg-type]
