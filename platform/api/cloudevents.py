@@ -41,7 +41,11 @@ STRUCTURED_SCHEMA: Final[dict[str, Any]] = {
     "properties": {
         "specversion": {"type": "string", "enum": ["1.0"]},
         "id": _REQUIRED_STRING,
-        "source": {**_REQUIRED_STRING, "format": "uri-reference"},
+        "source": {
+            **_REQUIRED_STRING,
+            "description": "Identifies the producer; CloudEvents 1.0 says a URI-reference, but "
+            "Ripple takes any non-empty string (with `id`, it is the idempotency key).",
+        },
         "type": {
             "type": "string",
             "minLength": 1,
