@@ -10,7 +10,7 @@ CODE := platform subscribers workflows testing
 # mypy also checks tests/ (pyproject.toml relaxes two rules there).
 TYPED := $(CODE) tests
 
-.PHONY: setup chromium pgbouncer autofailover bench-scale bench-big screenshots run dev test test-unit test-int test-e2e chaos lint fmt typecheck bench bench-dbos clean
+.PHONY: setup chromium pgbouncer autofailover bench-scale bench-big screenshots run dev test test-unit test-int test-e2e chaos lint fmt typecheck bench bench-search bench-dbos clean
 
 # uv installs itself into .tools when it is missing; `uv sync --locked` is idempotent and
 # re-installs the project (strict editable) only when its files change.
@@ -92,6 +92,10 @@ bench-scale: setup
 # claims, publish, list pages and a retention sweep against a partition drop (docs/scaling.md).
 bench-big: setup
 	$(BIN)/python -m bench --only big
+
+# Run and event search over 1M runs and 10M events (seeding them takes minutes).
+bench-search: setup
+	$(BIN)/python -m bench --only search
 
 # The dashboard's pages over the example app, captured into docs/img/ (needs /usr/bin/chromium).
 screenshots: setup
