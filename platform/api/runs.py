@@ -124,6 +124,7 @@ CursorQuery = Annotated[str | None, Query(max_length=512)]
 WhereQuery = Annotated[
     str | None,
     Query(
+        min_length=1,
         max_length=4096,
         pattern=NO_NUL_PATTERN,
         description='Search: `customer = "acme" and amount > 100` over search attributes and '
