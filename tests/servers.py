@@ -112,13 +112,15 @@ class RedisSentinelSet:
     MASTER = "ripple-test"
 
     def __init__(self, down_after_ms: int = 500) -> None:
-        self.master = RedisProcess()
+        self._dir = tempfile.TemporaryDirectory(prefix="ripple-sentinel-")
+        # Replication writes an RDB file even with saving off: keep it out of the cwd.
+        files = ("--dir", self._dir.name)
+        self.master = RedisProcess(extra=files)
         self.replica = RedisProcess(
-            extra=("--replicaof", "127.0.0.1", str(self.master.port), "--replica-priority", "1")
+            extra=(*files, "--replicaof", "127.0.0.1", str(self.master.port))
         )
         self.sentinel_ports = [free_port() for _ in range(3)]
         self.down_after_ms = down_after_ms
-        self._dir = tempfile.TemporaryDirectory(prefix="ripple-sentinel-")
         self._sentinels: list[subprocess.Popen[bytes]] = []
 
     @property
