@@ -114,10 +114,18 @@ class RedisSentinelSet:
     def __init__(self, down_after_ms: int = 500) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="ripple-sentinel-")
         # Replication writes an RDB file even with saving off: keep it out of the cwd.
-        files = ("--dir", self._dir.name)
-        self.master = RedisProcess(extra=files)
+        root = Path(self._dir.name)
+        for name in ("master", "replica"):
+            (root / name).mkdir()
+        self.master = RedisProcess(extra=("--dir", str(root / "master")))
         self.replica = RedisProcess(
-            extra=(*files, "--replicaof", "127.0.0.1", str(self.master.port))
+            extra=(
+                "--dir",
+                str(root / "replica"),
+                "--replicaof",
+                "127.0.0.1",
+                str(self.master.port),
+            )
         )
         self.sentinel_ports = [free_port() for _ in range(3)]
         self.down_after_ms = down_after_ms
