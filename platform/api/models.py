@@ -9,10 +9,18 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    WithJsonSchema,
+)
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -79,8 +87,22 @@ def _rfc3339(value: Any) -> Any:
     return value
 
 
-#: A date-time input: RFC 3339 text with an offset (no numbers, no naive times).
-DateTimeIn = Annotated[datetime, BeforeValidator(_rfc3339)]
+def _utc(value: datetime) -> datetime:
+    # RFC 3339 allows offsets up to 23:59; Postgres refuses those beyond 15:59, so every time
+    # reaches the database in UTC. An instant that lies past the ends of the years 1-9999 in
+    # UTC is taken as the nearest one within them.
+    if value.tzinfo is None:
+        return value
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        offset = value.utcoffset()
+        ahead = offset is not None and offset > timedelta(0)
+        return (datetime.min if ahead else datetime.max).replace(tzinfo=UTC)
+
+
+#: A date-time input: RFC 3339 text with an offset (no numbers, no naive times), in UTC.
+DateTimeIn = Annotated[datetime, BeforeValidator(_rfc3339), AfterValidator(_utc)]
 
 #: A string without U+0000 (Postgres text cannot hold it), for free-text fields.
 NO_NUL_PATTERN: Final = r"^[^\x00]*$"
