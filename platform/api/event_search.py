@@ -32,6 +32,16 @@ class EventPageOut(OutModel):
     next_cursor: str | None = Field(default=None, description="Pass back as `cursor`.")
 
 
+def _json_object(where: str) -> dict[str, Any]:
+    try:
+        value = json.loads(where)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidInput(f"where is not valid JSON: {exc}", field="where") from exc
+    if not isinstance(value, dict):
+        raise InvalidInput('where must be a JSON object, e.g. {"customerId": 42}', field="where")
+    return value
+
+
 @router.get("/events", response_model=EventPageOut, responses=problem_responses(400, 422))
 async def search_events(
     client: ClientDep,
@@ -48,27 +58,25 @@ async def search_events(
         str | None,
         Query(
             max_length=8192,
-            description='A JSON object the payload must contain, e.g. `{"customerId": 42}`.',
+            description='A JSON object the payload must contain, e.g. `{"customerId": 42}`; '
+            "other JSON text is refused with a 422 naming `where`.",
         ),
     ] = None,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
 ) -> EventPageOut:
     """Events newest first in a window of at most 31 days, optionally of one topic and whose
-    payload contains `where`."""
+    payload contains `where`.
+
+    Checked by the server, each refused with a 422 naming the field: `since` before `until`
+    and at most 31 days before it (or before now), `where` a JSON object, `cursor` a
+    `nextCursor` this search answered."""
     contains = None
-    if where is not None:
-        try:
-            contains = json.loads(where)
-        except (ValueError, RecursionError) as exc:
-            raise ProblemError(
-                400, f"`where` is not valid JSON: {exc}", slug="malformed-json"
-            ) from exc
-        if not isinstance(contains, dict):
-            raise ProblemError(422, '`where` must be a JSON object, e.g. {"customerId": 42}')
     try:
+        if where is not None:
+            contains = _json_object(where)
         page = await client.list_events(topic, since, until, contains, limit, cursor)
     except InvalidInput as exc:
-        raise ProblemError(422, exc.message, slug="invalid-input") from exc
+        raise ProblemError.invalid_input(exc) from exc
     return EventPageOut(
         items=[
             EventOut(

@@ -103,12 +103,23 @@ class ProblemError(Exception):
         *,
         slug: str | None = None,
         headers: dict[str, str] | None = None,
+        errors: list[dict[str, Any]] | None = None,
     ) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
         self.slug = slug
         self.headers = headers
+        self.errors = errors
+
+    @classmethod
+    def invalid_input(cls, exc: InvalidInput, location: str = "query") -> ProblemError:
+        """A 422 for `exc`, naming its field (under `location`) in `errors` when it has one."""
+        message = exc.message
+        errors = None
+        if exc.field:
+            errors = [{"loc": [location, exc.field], "msg": message, "type": "invalid_input"}]
+        return cls(422, message, slug="invalid-input", errors=errors)
 
 
 def problem_response(
@@ -182,7 +193,12 @@ def _status_for(exc: RippleError) -> tuple[int, str | None]:
 async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ProblemError)
     return problem_response(
-        exc.status, exc.detail, instance=request.url.path, slug=exc.slug, headers=exc.headers
+        exc.status,
+        exc.detail,
+        instance=request.url.path,
+        slug=exc.slug,
+        errors=exc.errors,
+        headers=exc.headers,
     )
 
 

@@ -198,7 +198,7 @@ async def _page(client: ClientDep, **query: Any) -> RunPage:
     try:
         page = await client.list_runs(**query)
     except InvalidInput as exc:
-        raise ProblemError(422, exc.message, slug="invalid-input") from exc
+        raise ProblemError.invalid_input(exc) from exc
     return run_page(page)
 
 

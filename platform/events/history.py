@@ -84,7 +84,9 @@ class EventSearch:
         if not 1 <= limit <= self.settings.max_page_size:
             raise InvalidInput(f"limit must be 1-{self.settings.max_page_size}", field="limit")
         if where is not None and not isinstance(where, dict):
-            raise InvalidInput('where must be a JSON object, e.g. {"customerId": 42}')
+            raise InvalidInput(
+                'where must be a JSON object, e.g. {"customerId": 42}', field="where"
+            )
         if topic is not None and (not isinstance(topic, str) or not topic or "\x00" in topic):
             raise InvalidInput("topic must be a topic name", field="topic")
         end = _utc(until) if until is not None else datetime.now(UTC) + timedelta(seconds=1)

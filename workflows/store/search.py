@@ -134,7 +134,9 @@ def _builtin_value(field: str, cast: str, value: Value) -> Any:
             return value
         if isinstance(value, str):
             return parse_time(value, 0, value)
-        raise InvalidInput(f'{field} is compared with a time: use "2026-01-31T12:00:00Z"')
+        raise InvalidInput(
+            f'{field} is compared with a time: use "2026-01-31T12:00:00Z"', field="where"
+        )
     if not isinstance(value, str):
         raise InvalidInput(f"{field} is compared with text: quote the value", field="where")
     return value
