@@ -103,19 +103,21 @@ async def redrive_failed(client: ClientDep, body: RedriveFailedIn | None = None)
 @router.get(
     "/subscriptions/{subscription_id}/endpoint",
     response_model=EndpointOut,
-    responses=problem_responses(404),
+    responses=problem_responses(404, 409),
 )
 async def get_endpoint(subscription_id: UuidPath, client: ClientDep) -> EndpointOut:
-    """A webhook subscription's endpoint: circuit breaker state, failures in a row, in flight."""
+    """A webhook subscription's endpoint: circuit breaker state, failures in a row, in flight;
+    409 for a subscription whose target is not a webhook."""
     return EndpointOut.model_validate(jsonable(await client.deliveries.endpoint(subscription_id)))
 
 
 @router.post(
     "/subscriptions/{subscription_id}/endpoint/resume",
     response_model=EndpointOut,
-    responses=problem_responses(404),
+    responses=problem_responses(404, 409),
 )
 async def resume_endpoint(subscription_id: UuidPath, client: ClientDep) -> EndpointOut:
-    """Resume a webhook endpoint now: close its circuit, send its waiting deliveries at once."""
+    """Resume a webhook endpoint now: close its circuit, send its waiting deliveries at once;
+    409 for a subscription whose target is not a webhook."""
     health = await client.deliveries.resume_endpoint(subscription_id)
     return EndpointOut.model_validate(jsonable(health))

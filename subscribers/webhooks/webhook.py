@@ -206,10 +206,16 @@ def _limits(target: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _webhook_subscription(conn: Connection, subscription_id: str) -> None:
-    """Raise `NotFound` unless `subscription_id` is a webhook subscription."""
+    """Raise `NotFound` for no such subscription, `Conflict` for one whose target is not a
+    webhook (it exists, but has no endpoint)."""
     record = await subscription_store.get_subscription(conn, subscription_id)
-    if record is None or record.kind != "webhook":
+    if record is None:
         raise NotFound(f"no webhook subscription {subscription_id}")
+    if record.kind != "webhook":
+        raise Conflict(
+            f"subscription {subscription_id} has a {record.kind} target: only a webhook "
+            "subscription has an endpoint"
+        )
 
 
 def _uuid(value: str | uuid.UUID, what: str) -> uuid.UUID:
@@ -331,7 +337,7 @@ class Deliveries:
 
     async def endpoint(self, subscription_id: str) -> EndpointHealth:
         """The endpoint of a webhook subscription: its circuit breaker, failures in a row and
-        deliveries in flight. Raises `NotFound`."""
+        deliveries in flight. Raises `NotFound`, or `Conflict` when its target is no webhook."""
         sub = _uuid(subscription_id, "subscription")
         async with transaction(self._pool) as conn:
             await _webhook_subscription(conn, subscription_id)
@@ -347,7 +353,7 @@ class Deliveries:
     async def resume_endpoint(self, subscription_id: str) -> EndpointHealth:
         """Resume a webhook endpoint now: close its circuit and make its waiting deliveries
         (retries, and those held back by the circuit) due at once. Returns the endpoint as it
-        is now. Raises `NotFound`."""
+        is now. Raises `NotFound`, or `Conflict` when its target is no webhook."""
         sub = _uuid(subscription_id, "subscription")
         async with transaction(self._pool) as conn:
             await _webhook_subscription(conn, subscription_id)

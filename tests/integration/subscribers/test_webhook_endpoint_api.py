@@ -94,6 +94,14 @@ async def test_endpoint_rest__shows_the_circuit_and_resumes_it(
     missing = await http.post(f"/v1/subscriptions/{uuid.uuid4()}/endpoint/resume")
     assert missing.status_code == 404
     assert missing.headers["content-type"].startswith("application/problem+json")
+    queued = await http.post(
+        "/v1/subscriptions", json={"pattern": "a.*", "target": {"type": "queue", "queue": "q"}}
+    )
+    assert queued.status_code == 201, queued.text
+    for method in ("GET", "POST"):
+        suffix = "/resume" if method == "POST" else ""
+        path = f"/v1/subscriptions/{queued.json()['id']}/endpoint{suffix}"
+        assert (await http.request(method, path)).status_code == 409
     bad = await http.post(
         "/v1/subscriptions",
         json={"pattern": "a.*", "target": {"type": "webhook", "url": URL, "maxInFlight": 0}},
