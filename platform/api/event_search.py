@@ -57,7 +57,7 @@ async def search_events(
     where: Annotated[
         str | None,
         Query(
-            max_length=8192,
+            max_length=4096,
             description='A JSON object the payload must contain, e.g. `{"customerId": 42}`; '
             "other JSON text is refused with a 422 naming `where`.",
         ),
