@@ -72,37 +72,54 @@ def own_redis() -> Iterator[RedisProcess]:
         server.kill()
 
 
-@pytest.fixture
-def chaos_env(cluster: PostgresCluster, own_redis: RedisProcess) -> dict[str, str]:
+def chaos_environment(database_url: str, **settings: str) -> dict[str, str]:
+    """The RIPPLE_* environment of a chaos test's processes: its database, the battery's lease
+    and pool sizes, a prefix of its own, and `settings` (RIPPLE_* names) over them."""
     return {
-        "RIPPLE_DATABASE_URL": cluster.url,
-        "RIPPLE_REDIS_URL": own_redis.url,
+        "RIPPLE_DATABASE_URL": database_url,
         "RIPPLE_REDIS_PREFIX": f"chaos{uuid.uuid4().hex[:8]}:",
         "RIPPLE_LEASE_SECONDS": str(PROFILE.lease),
         "RIPPLE_POLL_INTERVAL": "0.2",
         "RIPPLE_SHUTDOWN_GRACE": "2",
         "RIPPLE_POOL_MIN_SIZE": "1",
         "RIPPLE_POOL_MAX_SIZE": "12",
+        **settings,
     }
+
+
+#: What the test's own client takes from its processes' environment (not the lease: it runs no
+#: work of its own).
+_CLIENT_SETTINGS = (
+    "DATABASE_URL",
+    "REDIS_URL",
+    "REDIS_SENTINELS",
+    "REDIS_SENTINEL_MASTER",
+    "REDIS_PREFIX",
+    "POLL_INTERVAL",
+    "WEBHOOK_ALLOWED_NETWORKS",
+)
+
+
+@pytest.fixture
+def chaos_env(cluster: PostgresCluster, own_redis: RedisProcess) -> dict[str, str]:
+    return chaos_environment(cluster.url, RIPPLE_REDIS_URL=own_redis.url)
 
 
 @pytest.fixture
 async def chaos_client(chaos_env: dict[str, str]) -> AsyncIterator[Client]:
-    settings = load_settings(
-        database_url=chaos_env["RIPPLE_DATABASE_URL"],
-        redis_url=chaos_env["RIPPLE_REDIS_URL"],
-        redis_prefix=chaos_env["RIPPLE_REDIS_PREFIX"],
-        poll_interval=0.2,
-        pool_min_size=1,
-        pool_max_size=10,
-    )
+    chosen = {
+        name.lower(): chaos_env[f"RIPPLE_{name}"]
+        for name in _CLIENT_SETTINGS
+        if f"RIPPLE_{name}" in chaos_env
+    }
+    settings = load_settings(**chosen, pool_min_size=1, pool_max_size=10)
     async with Client(settings=settings) as client:  # applies the migrations
         yield client
 
 
 @pytest.fixture
-async def chaos_effects(chaos_client: Client, cluster: PostgresCluster) -> AsyncIterator[Effects]:
-    pool = await asyncpg.create_pool(cluster.url, min_size=1, max_size=2)
+async def chaos_effects(chaos_client: Client, chaos_env: dict[str, str]) -> AsyncIterator[Effects]:
+    pool = await asyncpg.create_pool(chaos_env["RIPPLE_DATABASE_URL"], min_size=1, max_size=2)
     try:
         await pool.execute(SCHEMA)
         yield Effects(pool)

@@ -14,25 +14,21 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
-import asyncpg
 import pytest
 
 from ripple.platform.client import Client
-from ripple.platform.core.config import load_settings
 from ripple.platform.errors import RippleError
 from ripple.subscribers import QueueTarget, WebhookTarget
 from tests.chaos import restart_app
-from tests.chaos.conftest import FULL, PROFILE
+from tests.chaos.conftest import FULL, chaos_environment
 from tests.chaos.figures import record
 from tests.chaos.test_postgres_restart import _recorded_starts
 from tests.chaos.test_webhook_abuse import start_dispatcher
 from tests.e2e.resilience import app as resilience_app
-from tests.e2e.resilience.app import SCHEMA
 from tests.e2e.resilience.conftest import Effects
 from tests.e2e.resilience.procs import Workers
 from tests.e2e.resilience.test_resilience import _fenced_out
@@ -61,44 +57,11 @@ def formation() -> Iterator[AutoFailoverFormation]:
 
 @pytest.fixture
 def chaos_env(formation: AutoFailoverFormation, own_redis: RedisProcess) -> dict[str, str]:
-    return {
-        "RIPPLE_DATABASE_URL": formation.url,
-        "RIPPLE_REDIS_URL": own_redis.url,
-        "RIPPLE_REDIS_PREFIX": f"chaos{uuid.uuid4().hex[:8]}:",
-        "RIPPLE_LEASE_SECONDS": str(PROFILE.lease),
-        "RIPPLE_POLL_INTERVAL": "0.2",
-        "RIPPLE_SHUTDOWN_GRACE": "2",
-        "RIPPLE_POOL_MIN_SIZE": "1",
-        "RIPPLE_POOL_MAX_SIZE": "12",
-        "RIPPLE_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.1/32",
-    }
-
-
-@pytest.fixture
-async def chaos_client(chaos_env: dict[str, str]) -> AsyncIterator[Client]:
-    settings = load_settings(
-        database_url=chaos_env["RIPPLE_DATABASE_URL"],
-        redis_url=chaos_env["RIPPLE_REDIS_URL"],
-        redis_prefix=chaos_env["RIPPLE_REDIS_PREFIX"],
-        poll_interval=0.2,
-        pool_min_size=1,
-        pool_max_size=10,
-        webhook_allowed_networks="127.0.0.1/32",
+    return chaos_environment(
+        formation.url,
+        RIPPLE_REDIS_URL=own_redis.url,
+        RIPPLE_WEBHOOK_ALLOWED_NETWORKS="127.0.0.1/32",
     )
-    async with Client(settings=settings) as client:
-        yield client
-
-
-@pytest.fixture
-async def chaos_effects(
-    chaos_client: Client, formation: AutoFailoverFormation
-) -> AsyncIterator[Effects]:
-    pool = await asyncpg.create_pool(formation.url, min_size=1, max_size=2)
-    try:
-        await pool.execute(SCHEMA)
-        yield Effects(pool)
-    finally:
-        pool.terminate()
 
 
 async def _retried(call: Callable[[], Awaitable[Any]], refused: Counter[str]) -> tuple[Any, float]:

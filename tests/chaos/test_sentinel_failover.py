@@ -7,15 +7,13 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
 import redis
 
 from ripple.platform.client import Client
-from ripple.platform.core.config import load_settings
-from tests.chaos.conftest import FULL, PROFILE
+from tests.chaos.conftest import FULL, chaos_environment
 from tests.chaos.figures import record
 from tests.e2e.resilience import app
 from tests.e2e.resilience.conftest import Effects
@@ -42,32 +40,12 @@ def sentinels() -> Iterator[RedisSentinelSet]:
 
 @pytest.fixture
 def chaos_env(cluster: PostgresCluster, sentinels: RedisSentinelSet) -> dict[str, str]:
-    return {
-        "RIPPLE_DATABASE_URL": cluster.url,
-        "RIPPLE_REDIS_SENTINELS": sentinels.addresses,
-        "RIPPLE_REDIS_SENTINEL_MASTER": sentinels.MASTER,
-        "RIPPLE_REDIS_PREFIX": f"chaos{uuid.uuid4().hex[:8]}:",
-        "RIPPLE_LEASE_SECONDS": str(PROFILE.lease),
-        "RIPPLE_POLL_INTERVAL": str(POLL),
-        "RIPPLE_SHUTDOWN_GRACE": "2",
-        "RIPPLE_POOL_MIN_SIZE": "1",
-        "RIPPLE_POOL_MAX_SIZE": "12",
-    }
-
-
-@pytest.fixture
-async def chaos_client(chaos_env: dict[str, str]) -> AsyncIterator[Client]:
-    settings = load_settings(
-        database_url=chaos_env["RIPPLE_DATABASE_URL"],
-        redis_sentinels=chaos_env["RIPPLE_REDIS_SENTINELS"],
-        redis_sentinel_master=chaos_env["RIPPLE_REDIS_SENTINEL_MASTER"],
-        redis_prefix=chaos_env["RIPPLE_REDIS_PREFIX"],
-        poll_interval=POLL,
-        pool_min_size=1,
-        pool_max_size=10,
+    return chaos_environment(
+        cluster.url,
+        RIPPLE_REDIS_SENTINELS=sentinels.addresses,
+        RIPPLE_REDIS_SENTINEL_MASTER=sentinels.MASTER,
+        RIPPLE_POLL_INTERVAL=str(POLL),
     )
-    async with Client(settings=settings) as client:
-        yield client
 
 
 async def _phase(client: Client, count: int) -> list[str]:
