@@ -30,7 +30,7 @@ from ripple.platform.core.embedded import EmbeddedServices, start_embedded
 from ripple.platform.core.migrate import apply_migrations
 from tests.helpers import rest_client
 from tests.pgproxy import PgProxy
-from tests.servers import PostgresCluster, RedisProcess
+from tests.servers import PostgresCluster, RedisProcess, RedisSentinelSet
 
 PG_URL = os.environ.get("RIPPLE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("RIPPLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -219,3 +219,14 @@ def redis_process() -> Iterator[RedisProcess]:
         yield server
     finally:
         server.kill()
+
+
+@pytest.fixture
+def sentinels() -> Iterator[RedisSentinelSet]:
+    """A Redis master, its replica and three Sentinels of this test's own."""
+    servers = RedisSentinelSet()
+    servers.start()
+    try:
+        yield servers
+    finally:
+        servers.stop()

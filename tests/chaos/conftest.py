@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import asyncpg
@@ -63,13 +63,9 @@ def profile() -> Profile:
 
 
 @pytest.fixture
-def own_redis() -> Iterator[RedisProcess]:
-    server = RedisProcess()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.kill()
+def own_redis(redis_process: RedisProcess) -> RedisProcess:
+    """The battery's name for `redis_process` (tests/conftest.py)."""
+    return redis_process
 
 
 def chaos_environment(database_url: str, **settings: str) -> dict[str, str]:

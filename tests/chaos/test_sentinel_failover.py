@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -26,16 +25,6 @@ pytestmark = pytest.mark.timeout(240 if FULL else 90)
 #: Poll interval of the workers: long, so work driven by polling shows as latency.
 POLL = 2.0
 PER_PHASE = 30 if FULL else 10
-
-
-@pytest.fixture
-def sentinels() -> Iterator[RedisSentinelSet]:
-    servers = RedisSentinelSet()
-    servers.start()
-    try:
-        yield servers
-    finally:
-        servers.stop()
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ through the new master."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 
@@ -16,16 +15,6 @@ from tests.helpers import assert_eventually
 from tests.servers import RedisSentinelSet
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-def sentinels() -> Iterator[RedisSentinelSet]:
-    servers = RedisSentinelSet()
-    servers.start()
-    try:
-        yield servers
-    finally:
-        servers.stop()
 
 
 def _endpoint(servers: RedisSentinelSet) -> RedisEndpoint:
