@@ -676,15 +676,11 @@ class Breaker:
     probe_interval: float
 
 
-#: The settings' defaults (`webhook_circuit_failures`, `webhook_circuit_probe_interval`).
-DEFAULT_BREAKER: Final = Breaker(failures=5, probe_interval=30.0)
-
-
 async def finish_attempts(
     conn: Connection,
     attempts: Sequence[FinishedAttempt],
     disable_after: float,
-    breaker: Breaker | None = None,
+    breaker: Breaker,
 ) -> list[tuple[bool, bool]]:
     """End claims with their outcomes, record the attempts and the endpoints' health.
 
@@ -694,7 +690,6 @@ async def finish_attempts(
     """
     if not attempts:
         return []
-    breaker = breaker or DEFAULT_BREAKER
     rows = await conn.fetch(
         FINISH_ATTEMPTS,
         finish_document(attempts),
