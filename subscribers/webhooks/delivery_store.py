@@ -20,6 +20,7 @@ import asyncpg
 
 from ripple.platform.core.db import Connection
 from ripple.platform.events import subscription_store
+from ripple.subscribers.targets import DEFAULT_MAX_IN_FLIGHT
 
 __all__ = [
     "Attempt",
@@ -92,7 +93,7 @@ RETURNING event_id
 # limit lets nothing through yet, or its held claims (`held`, across every dispatcher) reach its
 # `maxInFlight`. Also returns the seconds until the soonest rate limit lets a delivery through
 # (NULL: none waits), so a dispatcher can claim again then.
-LOCK_CLAIMABLE: Final = """
+LOCK_CLAIMABLE: Final = f"""
 WITH held AS (
     SELECT subscription_id, count(*) AS n FROM ripple_webhook_deliveries
     WHERE claim_token IS NOT NULL AND next_attempt_at > now()
@@ -105,7 +106,7 @@ WITH held AS (
       AND NOT (s.id = ANY($2::uuid[]))
       AND (h.circuit_open_until IS NULL OR h.circuit_open_until <= now())
       AND (h.rate_open_at IS NULL OR h.rate_open_at <= now())
-      AND COALESCE(held.n, 0) < COALESCE((s.target->>'maxInFlight')::int, 10)
+      AND COALESCE(held.n, 0) < COALESCE((s.target->>'maxInFlight')::int, {DEFAULT_MAX_IN_FLIGHT})
 ), due AS (
     SELECT DISTINCT d.subscription_id FROM (
         SELECT d.subscription_id FROM ripple_webhook_deliveries d
@@ -121,7 +122,7 @@ SELECT ARRAY(
        ) AS subs,
        (SELECT extract(epoch FROM min(rate_open_at) - now())::float8
         FROM ripple_webhook_health WHERE rate_open_at > now()) AS rate_wait
-"""
+"""  # noqa: S608
 
 # $1 batch size, $2 the subscriptions LOCK_CLAIMABLE locked, $3/$4 in-flight counts in this
 # process (subscription ids uuid[], counts int[]), $5 per-endpoint limit in this process,
@@ -138,10 +139,10 @@ SELECT ARRAY(
 # (a dispatcher that keeps dying still uses up the budget) and pushes next_attempt_at to the
 # lease expiry, so a dead dispatcher's delivery becomes due again by itself; the health row
 # records the new rate schedule and, for a probe, when the next probe may go.
-CLAIM_DUE: Final = """
+CLAIM_DUE: Final = f"""
 WITH subs AS (
     SELECT s.id,
-           COALESCE((s.target->>'maxInFlight')::int, 10) - (
+           COALESCE((s.target->>'maxInFlight')::int, {DEFAULT_MAX_IN_FLIGHT}) - (
                SELECT count(*) FROM ripple_webhook_deliveries c
                WHERE c.subscription_id = s.id AND c.claim_token IS NOT NULL
                  AND c.next_attempt_at > now()) AS room,
@@ -216,7 +217,7 @@ WITH subs AS (
                                   ELSE EXCLUDED.circuit_open_until END
 )
 SELECT * FROM claimed
-"""
+"""  # noqa: S608
 
 # $1 delivery ids uuid[], $2 their claim tokens uuid[], $3 attempts to give back (1: the claims
 # were never attempted, so the claim's count is undone; 0: cancelled attempts, which may have
