@@ -91,8 +91,10 @@ RETURNING event_id
 # subscription whose budget is spent is left out before the due index is read, so its backlog
 # never hides the deliveries of others: its circuit is open until a probe is due, its rate
 # limit lets nothing through yet, or its held claims (`held`, across every dispatcher) reach its
-# `maxInFlight`. Also returns the seconds until the soonest rate limit lets a delivery through
-# (NULL: none waits), so a dispatcher can claim again then.
+# `maxInFlight`. Also returns the seconds until the soonest rate limit lets a due delivery
+# through (NULL: none waits), so a dispatcher can claim again then; a schedule with nothing due
+# behind it is no reason to wait (`run_until_idle` would sleep a whole period for nothing).
+# That check reads the pending deliveries of paced endpoints only, by the subscription index.
 LOCK_CLAIMABLE: Final = f"""
 WITH held AS (
     SELECT subscription_id, count(*) AS n FROM ripple_webhook_deliveries
@@ -120,8 +122,12 @@ SELECT ARRAY(
            SELECT subscription_id FROM due
            WHERE pg_try_advisory_xact_lock($3::int, hashtext(subscription_id::text))
        ) AS subs,
-       (SELECT extract(epoch FROM min(rate_open_at) - now())::float8
-        FROM ripple_webhook_health WHERE rate_open_at > now()) AS rate_wait
+       (SELECT extract(epoch FROM min(h.rate_open_at) - now())::float8
+        FROM ripple_webhook_health h
+        WHERE h.rate_open_at > now()
+          AND EXISTS (SELECT 1 FROM ripple_webhook_deliveries d
+                      WHERE d.subscription_id = h.subscription_id AND d.status = 'pending'
+                        AND d.next_attempt_at <= now())) AS rate_wait
 """  # noqa: S608
 
 # $1 batch size, $2 the subscriptions LOCK_CLAIMABLE locked, $3/$4 in-flight counts in this
