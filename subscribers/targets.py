@@ -7,7 +7,7 @@ Targets only describe; each kind's `validate()` (in its module) decides what is 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -20,16 +20,22 @@ from pydantic import (
 )
 
 from ripple.platform.core.limits import RateLimit
+from ripple.platform.errors import InvalidInput
 from ripple.subscribers.webhooks.signing import SECRET_PATTERN, decode_secret, generate_secret
 from ripple.workflows.authoring.retry import RetryPolicy
 
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",
+    "MAX_IN_FLIGHT",
+    "WEBHOOK_FORMATS",
     "QueueTarget",
     "Target",
+    "WebhookFormat",
     "WebhookTarget",
     "WorkflowTarget",
     "new_webhook_secret",
+    "rate_limit_of",
+    "rate_limit_row",
 ]
 
 
@@ -94,24 +100,36 @@ _Retry = Annotated[
 ]
 
 
-def _to_rate_limit(value: Any) -> RateLimit | None:
+def rate_limit_of(value: Any) -> RateLimit | None:
+    """A webhook target's rate limit from a `RateLimit` or its stored form `{limit,
+    perSeconds}` (`per` also read; the period defaults to a second). Raises `InvalidInput`."""
     if value is None or isinstance(value, RateLimit):
         return value
     if isinstance(value, dict) and set(value) <= {"limit", "perSeconds", "per"}:
         per = value.get("perSeconds", value.get("per", 1.0))
-        try:
-            return RateLimit(value.get("limit"), per)  # type: ignore[arg-type]
-        except ValueError as exc:
-            raise ValueError(f"invalid rate limit: {exc}") from exc
-    raise ValueError("rate_limit must be a RateLimit or {limit, perSeconds}")
+        return RateLimit(value.get("limit"), per)  # type: ignore[arg-type]
+    raise InvalidInput(
+        "webhook `rateLimit` must be {limit, perSeconds}, e.g. {limit: 100, perSeconds: 1}",
+        field="rateLimit",
+    )
+
+
+def rate_limit_row(limit: RateLimit) -> dict[str, Any]:
+    """The stored (and wire) form of a webhook target's rate limit."""
+    return {"limit": limit.limit, "perSeconds": limit.seconds}
+
+
+def _to_rate_limit(value: Any) -> RateLimit | None:
+    try:
+        return rate_limit_of(value)
+    except InvalidInput as exc:
+        raise ValueError(f"invalid rate limit: {exc}") from exc
 
 
 _Rate = Annotated[
     RateLimit | None,
     PlainValidator(_to_rate_limit),
-    PlainSerializer(
-        lambda r: {"limit": r.limit, "perSeconds": r.seconds} if r is not None else None
-    ),
+    PlainSerializer(lambda r: rate_limit_row(r) if r is not None else None),
     WithJsonSchema(
         {
             "type": "object",
@@ -127,6 +145,13 @@ _Rate = Annotated[
 
 #: Deliveries one webhook subscription may have in flight when its target does not say.
 DEFAULT_MAX_IN_FLIGHT: Final = 10
+#: Largest `maxInFlight` a webhook target may ask for.
+MAX_IN_FLIGHT: Final = 1000
+#: A webhook's body format: Ripple's `{type, timestamp, data}`, a structured CloudEvent, or a
+#: binary one (`ce-*` headers, body = the payload).
+WebhookFormat = Literal["ripple", "cloudevents", "cloudevents-binary"]
+#: The webhook body formats, the default first.
+WEBHOOK_FORMATS: Final[tuple[str, ...]] = get_args(WebhookFormat)
 
 
 class _Target(BaseModel):
@@ -178,11 +203,12 @@ class WebhookTarget(_Target):
     )
     retry: _Retry = None
     timeout: float | None = Field(default=None, gt=0, le=300)
-    #: The body: Ripple's `{type, timestamp, data}`, a structured CloudEvent, or a binary one
-    #: (`ce-*` headers, body = the payload). Standard Webhooks signatures in every format.
-    format: Literal["ripple", "cloudevents", "cloudevents-binary"] = "ripple"
+    #: The body (`WebhookFormat`). Standard Webhooks signatures in every format.
+    format: WebhookFormat = "ripple"
     #: Most deliveries of this subscription in flight at once, across every dispatcher.
-    max_in_flight: int = Field(default=DEFAULT_MAX_IN_FLIGHT, ge=1, le=1000, alias="maxInFlight")
+    max_in_flight: int = Field(
+        default=DEFAULT_MAX_IN_FLIGHT, ge=1, le=MAX_IN_FLIGHT, alias="maxInFlight"
+    )
     #: Most deliveries started per period, across every dispatcher (None: no limit).
     rate_limit: _Rate = Field(default=None, alias="rateLimit")
 

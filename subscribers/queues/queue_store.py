@@ -65,6 +65,24 @@ SELECT id, deduplication_id FROM ripple_queue_messages
 WHERE queue = $1 AND deduplication_id = ANY($2::text[])
 """
 
+# The end of a receive's CTEs, shared by CLAIM_MESSAGES and CLAIM_FAIR ($1 queue, $3 visibility
+# timeout, $4 default max receives): `claimed` delivers the rows of `picked` (receive_count + 1,
+# invisible for $3 s), except messages already received max_receives times, which become dead
+# letters instead.
+_RECEIVE_PICKED: Final = """), lim AS MATERIALIZED (
+    SELECT coalesce((SELECT max_receives FROM ripple_queues WHERE name = $1), $4) AS n
+), claimed AS (
+UPDATE ripple_queue_messages m SET
+    receive_count = CASE WHEN m.receive_count < lim.n
+                         THEN m.receive_count + 1 ELSE m.receive_count END,
+    visible_at = CASE WHEN m.receive_count < lim.n
+                      THEN now() + make_interval(secs => $3) ELSE m.visible_at END,
+    dead_at = CASE WHEN m.receive_count < lim.n THEN NULL ELSE now() END
+FROM lim
+WHERE m.id = ANY(ARRAY(SELECT id FROM picked))
+RETURNING m.id, m.body, m.headers, m.group_id, m.receive_count, m.dead_at IS NOT NULL AS dead
+)"""
+
 # $1 queue, $2 max messages, $3 visibility timeout (seconds), $4 default max receives
 # Steps: `ready` = visible ungrouped messages, oldest visibility first; `heads` = the lowest
 # id of each FIFO group (a group whose head is in flight or delayed yields nothing, which is
@@ -73,7 +91,7 @@ WHERE queue = $1 AND deduplication_id = ANY($2::text[])
 # messages already received max_receives times, which become dead letters instead. Rows come
 # back oldest id first as (id text, body, headers (NULL for none), group_id, receive_count,
 # receipt, dead): what `Message` holds, so the client builds nothing else per message.
-CLAIM_MESSAGES: Final = """
+CLAIM_MESSAGES: Final = f"""
 WITH ready AS (
     SELECT id, receive_count FROM ripple_queue_messages
     WHERE queue = $1 AND dead_at IS NULL AND group_id IS NULL AND visible_at <= now()
@@ -95,23 +113,11 @@ WITH ready AS (
     UNION ALL
     (SELECT id FROM grouped)
     LIMIT $2
-), lim AS MATERIALIZED (
-    SELECT coalesce((SELECT max_receives FROM ripple_queues WHERE name = $1), $4) AS n
-), claimed AS (
-UPDATE ripple_queue_messages m SET
-    receive_count = CASE WHEN m.receive_count < lim.n
-                         THEN m.receive_count + 1 ELSE m.receive_count END,
-    visible_at = CASE WHEN m.receive_count < lim.n
-                      THEN now() + make_interval(secs => $3) ELSE m.visible_at END,
-    dead_at = CASE WHEN m.receive_count < lim.n THEN NULL ELSE now() END
-FROM lim
-WHERE m.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING m.id, m.body, m.headers, m.group_id, m.receive_count, m.dead_at IS NOT NULL AS dead
-)
-SELECT id::text, body, NULLIF(headers, '{}'::jsonb) AS headers, group_id, receive_count,
+{_RECEIVE_PICKED}
+SELECT id::text, body, NULLIF(headers, '{{}}'::jsonb) AS headers, group_id, receive_count,
     id::text || '.' || receive_count::text AS receipt, dead
 FROM claimed ORDER BY id
-"""
+"""  # noqa: S608
 # $1 queue, $2 max messages, $3 visibility timeout (seconds), $4 default max receives
 # The fair receive: a round robin across lanes, each FIFO group (`group_id`) one lane and the
 # ungrouped messages one more, so a group with a huge backlog takes one message per turn like
@@ -122,8 +128,8 @@ FROM claimed ORDER BY id
 # messages the same way; `turns` takes $2 in turn order (every lane's first, then every lane's
 # second, ...; oldest first within a turn); `locked` locks them, skipping rows other receivers
 # hold and re-checking visibility; `picked` keeps, per group, only an unbroken run from its head
-# (a skipped message drops those behind it). The rest is CLAIM_MESSAGES', rows in turn order.
-CLAIM_FAIR: Final = """
+# (a skipped message drops those behind it). The rest is _RECEIVE_PICKED, rows in turn order.
+CLAIM_FAIR: Final = f"""
 WITH RECURSIVE groups AS (
     (SELECT group_id FROM ripple_queue_messages
      WHERE queue = $1 AND dead_at IS NULL AND group_id IS NOT NULL
@@ -164,23 +170,11 @@ WITH RECURSIVE groups AS (
         FROM locked l
     ) AS p
     WHERE p.group_id IS NULL OR p.k = p.rank
-), lim AS MATERIALIZED (
-    SELECT coalesce((SELECT max_receives FROM ripple_queues WHERE name = $1), $4) AS n
-), claimed AS (
-UPDATE ripple_queue_messages m SET
-    receive_count = CASE WHEN m.receive_count < lim.n
-                         THEN m.receive_count + 1 ELSE m.receive_count END,
-    visible_at = CASE WHEN m.receive_count < lim.n
-                      THEN now() + make_interval(secs => $3) ELSE m.visible_at END,
-    dead_at = CASE WHEN m.receive_count < lim.n THEN NULL ELSE now() END
-FROM lim
-WHERE m.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING m.id, m.body, m.headers, m.group_id, m.receive_count, m.dead_at IS NOT NULL AS dead
-)
-SELECT c.id::text, c.body, NULLIF(c.headers, '{}'::jsonb) AS headers, c.group_id,
+{_RECEIVE_PICKED}
+SELECT c.id::text, c.body, NULLIF(c.headers, '{{}}'::jsonb) AS headers, c.group_id,
     c.receive_count, c.id::text || '.' || c.receive_count::text AS receipt, c.dead
 FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.rank, c.id
-"""
+"""  # noqa: S608
 # $1 queue, $2 receipts ("{id}.{receive count}") joined by ",", checked by the caller: one
 # text, not a text[] (asyncpg checks every array element in Python). Deletes the messages
 # they match; returns the receipts that matched.

@@ -20,6 +20,7 @@ import asyncpg
 
 from ripple.platform.core.db import Connection
 from ripple.platform.events import subscription_store
+from ripple.subscribers.targets import DEFAULT_MAX_IN_FLIGHT
 
 __all__ = [
     "Attempt",
@@ -90,9 +91,11 @@ RETURNING event_id
 # subscription whose budget is spent is left out before the due index is read, so its backlog
 # never hides the deliveries of others: its circuit is open until a probe is due, its rate
 # limit lets nothing through yet, or its held claims (`held`, across every dispatcher) reach its
-# `maxInFlight`. Also returns the seconds until the soonest rate limit lets a delivery through
-# (NULL: none waits), so a dispatcher can claim again then.
-LOCK_CLAIMABLE: Final = """
+# `maxInFlight`. Also returns the seconds until the soonest rate limit lets a due delivery
+# through (NULL: none waits), so a dispatcher can claim again then; a schedule with nothing due
+# behind it is no reason to wait (`run_until_idle` would sleep a whole period for nothing).
+# That check reads the pending deliveries of paced endpoints only, by the subscription index.
+LOCK_CLAIMABLE: Final = f"""
 WITH held AS (
     SELECT subscription_id, count(*) AS n FROM ripple_webhook_deliveries
     WHERE claim_token IS NOT NULL AND next_attempt_at > now()
@@ -105,7 +108,7 @@ WITH held AS (
       AND NOT (s.id = ANY($2::uuid[]))
       AND (h.circuit_open_until IS NULL OR h.circuit_open_until <= now())
       AND (h.rate_open_at IS NULL OR h.rate_open_at <= now())
-      AND COALESCE(held.n, 0) < COALESCE((s.target->>'maxInFlight')::int, 10)
+      AND COALESCE(held.n, 0) < COALESCE((s.target->>'maxInFlight')::int, {DEFAULT_MAX_IN_FLIGHT})
 ), due AS (
     SELECT DISTINCT d.subscription_id FROM (
         SELECT d.subscription_id FROM ripple_webhook_deliveries d
@@ -119,9 +122,13 @@ SELECT ARRAY(
            SELECT subscription_id FROM due
            WHERE pg_try_advisory_xact_lock($3::int, hashtext(subscription_id::text))
        ) AS subs,
-       (SELECT extract(epoch FROM min(rate_open_at) - now())::float8
-        FROM ripple_webhook_health WHERE rate_open_at > now()) AS rate_wait
-"""
+       (SELECT extract(epoch FROM min(h.rate_open_at) - now())::float8
+        FROM ripple_webhook_health h
+        WHERE h.rate_open_at > now()
+          AND EXISTS (SELECT 1 FROM ripple_webhook_deliveries d
+                      WHERE d.subscription_id = h.subscription_id AND d.status = 'pending'
+                        AND d.next_attempt_at <= now())) AS rate_wait
+"""  # noqa: S608
 
 # $1 batch size, $2 the subscriptions LOCK_CLAIMABLE locked, $3/$4 in-flight counts in this
 # process (subscription ids uuid[], counts int[]), $5 per-endpoint limit in this process,
@@ -138,10 +145,10 @@ SELECT ARRAY(
 # (a dispatcher that keeps dying still uses up the budget) and pushes next_attempt_at to the
 # lease expiry, so a dead dispatcher's delivery becomes due again by itself; the health row
 # records the new rate schedule and, for a probe, when the next probe may go.
-CLAIM_DUE: Final = """
+CLAIM_DUE: Final = f"""
 WITH subs AS (
     SELECT s.id,
-           COALESCE((s.target->>'maxInFlight')::int, 10) - (
+           COALESCE((s.target->>'maxInFlight')::int, {DEFAULT_MAX_IN_FLIGHT}) - (
                SELECT count(*) FROM ripple_webhook_deliveries c
                WHERE c.subscription_id = s.id AND c.claim_token IS NOT NULL
                  AND c.next_attempt_at > now()) AS room,
@@ -216,7 +223,7 @@ WITH subs AS (
                                   ELSE EXCLUDED.circuit_open_until END
 )
 SELECT * FROM claimed
-"""
+"""  # noqa: S608
 
 # $1 delivery ids uuid[], $2 their claim tokens uuid[], $3 attempts to give back (1: the claims
 # were never attempted, so the claim's count is undone; 0: cancelled attempts, which may have
@@ -676,15 +683,11 @@ class Breaker:
     probe_interval: float
 
 
-#: The settings' defaults (`webhook_circuit_failures`, `webhook_circuit_probe_interval`).
-DEFAULT_BREAKER: Final = Breaker(failures=5, probe_interval=30.0)
-
-
 async def finish_attempts(
     conn: Connection,
     attempts: Sequence[FinishedAttempt],
     disable_after: float,
-    breaker: Breaker | None = None,
+    breaker: Breaker,
 ) -> list[tuple[bool, bool]]:
     """End claims with their outcomes, record the attempts and the endpoints' health.
 
@@ -694,7 +697,6 @@ async def finish_attempts(
     """
     if not attempts:
         return []
-    breaker = breaker or DEFAULT_BREAKER
     rows = await conn.fetch(
         FINISH_ATTEMPTS,
         finish_document(attempts),

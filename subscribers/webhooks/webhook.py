@@ -13,19 +13,24 @@ import builtins
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from ripple.platform.access import audit_store
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, transaction
 from ripple.platform.core.ids import new_ids
-from ripple.platform.core.limits import RateLimit
 from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import DeliveriesReady, SubscriptionsChanged, Waker
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
 from ripple.platform.events import subscription_store
 from ripple.platform.events.fanout import FanOutItem, PublishedEvent, SubscriptionRow
-from ripple.subscribers.targets import DEFAULT_MAX_IN_FLIGHT
+from ripple.subscribers.targets import (
+    DEFAULT_MAX_IN_FLIGHT,
+    MAX_IN_FLIGHT,
+    WEBHOOK_FORMATS,
+    rate_limit_of,
+    rate_limit_row,
+)
 from ripple.subscribers.webhooks import delivery_store as store
 from ripple.subscribers.webhooks.delivery_store import (
     Attempt,
@@ -58,9 +63,6 @@ __all__ = [
     "WebhookKind",
 ]
 
-#: The webhook body formats (`WebhookTarget.format`), the default first.
-WEBHOOK_FORMATS: Final = ("ripple", "cloudevents", "cloudevents-binary")
-
 log = get_logger("ripple.webhooks")
 
 
@@ -85,8 +87,6 @@ def __getattr__(name: str) -> Any:
 RESOLVE_TIMEOUT = 5.0
 #: Longest per-attempt timeout a target may ask for, in seconds.
 MAX_TIMEOUT = 300.0
-#: Largest `maxInFlight` a target may ask for.
-MAX_IN_FLIGHT = 1000
 
 
 class WebhookKind:
@@ -188,20 +188,9 @@ def _limits(target: dict[str, Any]) -> dict[str, Any]:
             field="maxInFlight",
         )
     out["maxInFlight"] = cap
-    rate = target.get("rateLimit", target.get("rate_limit"))
-    if rate is not None:
-        if isinstance(rate, RateLimit):
-            limit = rate
-        elif isinstance(rate, dict) and set(rate) <= {"limit", "perSeconds", "per"}:
-            per: Any = rate.get("perSeconds", rate.get("per", 1.0))
-            count: Any = rate.get("limit")
-            limit = RateLimit(count, per)  # RateLimit checks both
-        else:
-            raise InvalidInput(
-                "webhook `rateLimit` must be {limit, perSeconds}, e.g. {limit: 100, perSeconds: 1}",
-                field="rateLimit",
-            )
-        out["rateLimit"] = {"limit": limit.limit, "perSeconds": limit.seconds}
+    limit = rate_limit_of(target.get("rateLimit", target.get("rate_limit")))
+    if limit is not None:
+        out["rateLimit"] = rate_limit_row(limit)
     return out
 
 

@@ -48,6 +48,18 @@ async def test_webhook_target__stores_its_limits(client: Client) -> None:
     raw = {"type": "webhook", "url": URL, "rateLimit": {"limit": 0}}
     with pytest.raises(InvalidInput, match="limit"):
         await client.subscriptions.subscribe("order.*", raw, None)
+    raw = {"type": "webhook", "url": URL, "rateLimit": {"limit": 5, "burst": 2}}
+    with pytest.raises(InvalidInput, match="rateLimit"):
+        await client.subscriptions.subscribe("order.*", raw, None)
+    raw = {"type": "webhook", "url": URL, "format": "xml"}
+    with pytest.raises(InvalidInput, match="format"):
+        await client.subscriptions.subscribe("order.*", raw, None)
+    with pytest.raises(ValueError, match="invalid rate limit"):
+        WebhookTarget(URL, rate_limit={"limit": 0})
+    assert WebhookTarget(URL, rate_limit={"limit": 2}).to_row()["rateLimit"] == {
+        "limit": 2,
+        "perSeconds": 1.0,
+    }
 
 
 async def test_endpoint_rest__shows_the_circuit_and_resumes_it(

@@ -144,3 +144,19 @@ async def test_resume_endpoint__of_an_unknown_subscription_is_not_found(ops: Del
         await ops.resume_endpoint(str(uuid.uuid4()))
     with pytest.raises(NotFound):
         await ops.endpoint("not-a-uuid")
+
+
+async def test_run_until_idle__returns_once_a_rate_limited_endpoint_has_nothing_due(
+    pool: Pool, hook_settings: Settings, hooks: Hooks
+) -> None:
+    """A rate schedule that is still closed but has no due delivery behind it is no reason to
+    wait: the claim's rate wait counts only endpoints with something due."""
+    async with Sink() as sink:
+        sub = await hooks.subscribe(sink.url(), rateLimit={"limit": 1, "perSeconds": 60})
+        await publish_many(hooks, [sub], 1)
+        dispatcher = WebhookDispatcher(pool, NullWaker(), hook_settings)
+        started = time.monotonic()
+        assert await asyncio.wait_for(dispatcher.run_until_idle(), 30) == 1
+        assert time.monotonic() - started < 10
+    statuses = {row["status"] for row in await hooks.deliveries(sub)}
+    assert statuses == {"delivered"}

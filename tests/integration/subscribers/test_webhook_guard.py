@@ -26,6 +26,9 @@ from tests.helpers import assert_eventually
 from tests.integration.subscribers.conftest import Hooks
 from tests.integration.subscribers.webhook_sink import Received, Reply, Sink
 
+#: The circuit breaker at its settings' defaults.
+BREAKER = store.Breaker(failures=5, probe_interval=30.0)
+
 
 class ScriptedResolver:
     """DNS seam: answers cycle through the script on each call for a host."""
@@ -322,7 +325,7 @@ async def test_webhook_dispatcher__lost_lease_is_retried_and_stale_claim_fenced(
             healthy=False,
         )
         async with transaction(pool) as conn:
-            assert await store.finish_attempts(conn, [late], 60.0) == [(False, False)]
+            assert await store.finish_attempts(conn, [late], 60.0, BREAKER) == [(False, False)]
     (row,) = await hooks.deliveries(sub)
     assert row["status"] == "delivered"
     assert len(sink.received) == 1
@@ -562,7 +565,7 @@ async def test_webhook_finish_attempts__one_batch_fences_records_and_folds_healt
     batch = [finished(ok[0], True), finished(bad[0], False), finished(ok[1], False)]
     batch.append(finished(bad[1], False))
     async with pool.acquire() as conn:
-        results = await store.finish_attempts(conn, batch, 3600.0)
+        results = await store.finish_attempts(conn, batch, 3600.0, BREAKER)
     # ok_sub had a success in the batch: healthy, never exhausted; bad_sub is exhausted
     assert results == [(True, False), (True, True), (True, False), (False, False)]
     statuses = {
@@ -628,14 +631,18 @@ async def test_webhook_finish__a_healthy_endpoint_does_not_serialize_concurrent_
     assert len(claimed) == 3
 
     async with pool.acquire() as conn:  # the endpoint's health row: healthy, just now
-        assert await store.finish_attempts(conn, [_finished(claimed[0])], 60.0) == [(True, False)]
+        assert await store.finish_attempts(conn, [_finished(claimed[0])], 60.0, BREAKER) == [
+            (True, False)
+        ]
     # the second batch is written while the first one's transaction is still open
     async with pool.acquire() as first, pool.acquire() as second, first.transaction():
-        assert await store.finish_attempts(first, [_finished(claimed[1])], 60.0) == [(True, False)]
+        assert await store.finish_attempts(first, [_finished(claimed[1])], 60.0, BREAKER) == [
+            (True, False)
+        ]
         async with second.transaction():
             await second.execute("SET LOCAL lock_timeout = '2s'")
             # with the old statement: LockNotAvailableError after 2 s
-            assert await store.finish_attempts(second, [_finished(claimed[2])], 60.0) == [
+            assert await store.finish_attempts(second, [_finished(claimed[2])], 60.0, BREAKER) == [
                 (True, False)
             ]
 
