@@ -19,6 +19,7 @@ __all__ = [
     "recent_events",
     "search_events",
     "topic_activity",
+    "topic_events_since",
 ]
 
 # $1 the events, a JSON array of {id, topic, payload (JSON text, encoded once by publish), key
@@ -65,6 +66,11 @@ SELECT_TOPIC_ACTIVITY: Final = """
 SELECT topic, count(*) AS events, max(created_at) AS last_at
 FROM ripple_events WHERE created_at >= $1
 GROUP BY topic ORDER BY topic LIMIT $2
+"""
+# $1 topic, $2 since (timestamptz): how many events of the topic since then (the (topic,
+# created_at) index).
+SELECT_TOPIC_EVENTS_SINCE: Final = """
+SELECT count(*) FROM ripple_events WHERE topic = $1 AND created_at >= $2
 """
 # $1 topic, $2 limit: its newest events (the (topic, created_at) index).
 SELECT_RECENT_EVENTS: Final = """
@@ -173,6 +179,11 @@ async def topic_activity(
     time."""
     rows = await conn.fetch(SELECT_TOPIC_ACTIVITY, since, limit)
     return {row["topic"]: (row["events"], row["last_at"]) for row in rows}
+
+
+async def topic_events_since(conn: Connection, topic: str, since: datetime) -> int:
+    """How many events of `topic` were published since `since`."""
+    return int(await conn.fetchval(SELECT_TOPIC_EVENTS_SINCE, topic, since))
 
 
 async def recent_events(conn: Connection, topic: str, limit: int) -> list[EventRecord]:

@@ -73,7 +73,7 @@ async def topic_page(
         raise ProblemError(404, f"no topic {topic!r}") from exc
     async with client.read_pool.acquire() as conn:
         versions = await schema_store.list_schemas(conn, topic)
-        activity = await event_store.topic_activity(conn, since, MAX_TOPICS)
+        count = await event_store.topic_events_since(conn, topic, since)
         events = await event_store.recent_events(conn, topic, LAST_EVENTS)
     by_number = {v.version: v for v in versions}
     new = by_number.get(head or 0) or (versions[-1] if versions else None)
@@ -82,7 +82,6 @@ async def topic_page(
     subscriptions = [
         s for s in await client.list_subscriptions() if compile_pattern(s.pattern).matches(topic)
     ]
-    count = activity.get(topic, (0, None))[0]
     return render(
         request,
         nonce,
