@@ -136,25 +136,29 @@ async def insert_events(
     keys: list[str | None],
     traces: list[dict[str, str] | None],
     versions: list[int | None],
-    schema_versions: list[int | None] | None = None,
-    cloudevents: list[dict[str, Any] | None] | None = None,
+    schema_versions: list[int | None],
+    cloudevents: list[dict[str, Any] | None],
 ) -> dict[str, tuple[datetime, bool]]:
     """Insert events (`payloads` as JSON text, `cloudevents` their CloudEvents attributes); for
     those inserted (repeated keys are left out), by id: the creation time and whether a
     workflow wait listens to the topic."""
-    # One JSON document, not six parallel arrays: asyncpg checks each array element's type
+    # One JSON document, not eight parallel arrays: asyncpg checks each array element's type
     # in Python (two to three isinstance checks of abstract classes apiece).
-    schemas = schema_versions if schema_versions is not None else [None] * len(ids)
     doc = [
-        {"id": i, "topic": t, "payload": p, "key": k, "trace": c, "version": v, "schema": s}
-        for i, t, p, k, c, v, s in zip(
-            ids, topics, payloads, keys, traces, versions, schemas, strict=True
+        {
+            "id": i,
+            "topic": t,
+            "payload": p,
+            "key": k,
+            "trace": c,
+            "version": v,
+            "schema": s,
+            "ce": e,
+        }
+        for i, t, p, k, c, v, s, e in zip(
+            ids, topics, payloads, keys, traces, versions, schema_versions, cloudevents, strict=True
         )
     ]
-    if cloudevents is not None:
-        for row, ce in zip(doc, cloudevents, strict=True):
-            if ce is not None:
-                row["ce"] = ce
     rows = await conn.fetch(INSERT_EVENTS, doc)
     return {str(row[0]): (row[1], row[2]) for row in rows}
 
