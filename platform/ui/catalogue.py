@@ -79,9 +79,7 @@ async def topic_page(
     new = by_number.get(head or 0) or (versions[-1] if versions else None)
     old = by_number.get(base or 0) or by_number.get(new.version - 1 if new else 0)
     diff = schema_diff(old.schema, new.schema) if old and new and old is not new else None
-    subscriptions = [
-        s for s in await client.list_subscriptions() if compile_pattern(s.pattern).matches(topic)
-    ]
+    subscriptions = [c.record for c in await client.subscriptions.matching(topic)]
     return render(
         request,
         nonce,

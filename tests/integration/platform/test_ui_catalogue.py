@@ -7,6 +7,7 @@ import pytest
 
 from ripple.platform.client import Client
 from ripple.platform.ui import catalogue
+from ripple.subscribers import QueueTarget
 
 LOOPBACK = {"host": "127.0.0.1"}  # loopback without tokens: the dashboard needs no login
 
@@ -24,3 +25,19 @@ async def test_ui_catalogue__topic_page_counts_its_own_events_past_the_listing_c
     assert page.status_code == 200, page.text
     rate = catalogue.RATE_WINDOW.total_seconds() / 60
     assert f'<td id="rate">{3 / rate:.1f} ' in page.text
+
+
+async def test_ui_catalogue__topic_page_lists_the_subscriptions_matching_it(
+    client: Client, http: httpx.AsyncClient
+) -> None:
+    mine = await client.subscribe("orders.*", QueueTarget("orders"))
+    every = await client.subscribe("#", QueueTarget("all"))
+    other = await client.subscribe("users.*", QueueTarget("users"))
+    await client.pause_subscription(every.id)
+    page = await http.get("/ui/catalogue/orders.created", headers=LOOPBACK)
+    assert page.status_code == 200, page.text
+    listed = page.text.split('id="topic-subscriptions"', 1)[1].split("</table>", 1)[0]
+    assert mine.id in listed
+    assert every.id in listed
+    assert "status-paused" in listed
+    assert other.id not in listed
