@@ -54,6 +54,8 @@ _RFC3339: Final = re.compile(
     r"(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)"
 )
 _KEY_PREFIX: Final = "ce:"
+#: What a `ce-*` header value carries unencoded: printable ASCII but space, '"' and '%'.
+_HEADER_SAFE: Final = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in ' "%')
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,12 +216,11 @@ def structured_body(
 
 def binary_headers(event_id: str, topic: str, event_time: datetime, source: str) -> dict[str, str]:
     """The `ce-*` and `content-type` headers of a binary-mode CloudEvent (body = the payload)."""
-    safe = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in ' "%')
     return {
         "content-type": "application/json",
         "ce-specversion": SPEC_VERSION,
         "ce-id": event_id,
-        "ce-source": quote(source, safe=safe),
+        "ce-source": quote(source, safe=_HEADER_SAFE),
         "ce-type": topic,
         "ce-time": _time(event_time),
     }

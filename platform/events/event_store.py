@@ -19,6 +19,7 @@ __all__ = [
     "recent_events",
     "search_events",
     "topic_activity",
+    "topic_events_since",
 ]
 
 # $1 the events, a JSON array of {id, topic, payload (JSON text, encoded once by publish), key
@@ -65,6 +66,11 @@ SELECT_TOPIC_ACTIVITY: Final = """
 SELECT topic, count(*) AS events, max(created_at) AS last_at
 FROM ripple_events WHERE created_at >= $1
 GROUP BY topic ORDER BY topic LIMIT $2
+"""
+# $1 topic, $2 since (timestamptz): how many events of the topic since then (the (topic,
+# created_at) index).
+SELECT_TOPIC_EVENTS_SINCE: Final = """
+SELECT count(*) FROM ripple_events WHERE topic = $1 AND created_at >= $2
 """
 # $1 topic, $2 limit: its newest events (the (topic, created_at) index).
 SELECT_RECENT_EVENTS: Final = """
@@ -130,25 +136,29 @@ async def insert_events(
     keys: list[str | None],
     traces: list[dict[str, str] | None],
     versions: list[int | None],
-    schema_versions: list[int | None] | None = None,
-    cloudevents: list[dict[str, Any] | None] | None = None,
+    schema_versions: list[int | None],
+    cloudevents: list[dict[str, Any] | None],
 ) -> dict[str, tuple[datetime, bool]]:
     """Insert events (`payloads` as JSON text, `cloudevents` their CloudEvents attributes); for
     those inserted (repeated keys are left out), by id: the creation time and whether a
     workflow wait listens to the topic."""
-    # One JSON document, not six parallel arrays: asyncpg checks each array element's type
+    # One JSON document, not eight parallel arrays: asyncpg checks each array element's type
     # in Python (two to three isinstance checks of abstract classes apiece).
-    schemas = schema_versions if schema_versions is not None else [None] * len(ids)
     doc = [
-        {"id": i, "topic": t, "payload": p, "key": k, "trace": c, "version": v, "schema": s}
-        for i, t, p, k, c, v, s in zip(
-            ids, topics, payloads, keys, traces, versions, schemas, strict=True
+        {
+            "id": i,
+            "topic": t,
+            "payload": p,
+            "key": k,
+            "trace": c,
+            "version": v,
+            "schema": s,
+            "ce": e,
+        }
+        for i, t, p, k, c, v, s, e in zip(
+            ids, topics, payloads, keys, traces, versions, schema_versions, cloudevents, strict=True
         )
     ]
-    if cloudevents is not None:
-        for row, ce in zip(doc, cloudevents, strict=True):
-            if ce is not None:
-                row["ce"] = ce
     rows = await conn.fetch(INSERT_EVENTS, doc)
     return {str(row[0]): (row[1], row[2]) for row in rows}
 
@@ -173,6 +183,11 @@ async def topic_activity(
     time."""
     rows = await conn.fetch(SELECT_TOPIC_ACTIVITY, since, limit)
     return {row["topic"]: (row["events"], row["last_at"]) for row in rows}
+
+
+async def topic_events_since(conn: Connection, topic: str, since: datetime) -> int:
+    """How many events of `topic` were published since `since`."""
+    return int(await conn.fetchval(SELECT_TOPIC_EVENTS_SINCE, topic, since))
 
 
 async def recent_events(conn: Connection, topic: str, limit: int) -> list[EventRecord]:

@@ -73,16 +73,13 @@ async def topic_page(
         raise ProblemError(404, f"no topic {topic!r}") from exc
     async with client.read_pool.acquire() as conn:
         versions = await schema_store.list_schemas(conn, topic)
-        activity = await event_store.topic_activity(conn, since, MAX_TOPICS)
+        count = await event_store.topic_events_since(conn, topic, since)
         events = await event_store.recent_events(conn, topic, LAST_EVENTS)
     by_number = {v.version: v for v in versions}
     new = by_number.get(head or 0) or (versions[-1] if versions else None)
     old = by_number.get(base or 0) or by_number.get(new.version - 1 if new else 0)
     diff = schema_diff(old.schema, new.schema) if old and new and old is not new else None
-    subscriptions = [
-        s for s in await client.list_subscriptions() if compile_pattern(s.pattern).matches(topic)
-    ]
-    count = activity.get(topic, (0, None))[0]
+    subscriptions = [c.record for c in await client.subscriptions.matching(topic)]
     return render(
         request,
         nonce,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 __all__ = ["COMPATIBILITY_MODES", "Compatibility", "CompatibilityReport", "SchemaVersion"]
 
@@ -18,15 +18,7 @@ Compatibility = Literal[
     "full_transitive",
 ]
 #: Every compatibility mode, the default first.
-COMPATIBILITY_MODES: Final[tuple[Compatibility, ...]] = (
-    "backward",
-    "forward",
-    "full",
-    "none",
-    "backward_transitive",
-    "forward_transitive",
-    "full_transitive",
-)
+COMPATIBILITY_MODES: Final[tuple[Compatibility, ...]] = get_args(Compatibility)
 
 
 @dataclass(frozen=True, slots=True)

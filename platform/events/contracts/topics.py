@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any, cast, get_args
+from typing import Any, cast
 
 import jsonschema_rs
 from pydantic import BaseModel
@@ -81,7 +81,7 @@ def fingerprint(document: Mapping[str, Any]) -> str:
 
 
 def check_mode(compatibility: Any) -> Compatibility:
-    if compatibility not in get_args(Compatibility):
+    if compatibility not in COMPATIBILITY_MODES:
         raise InvalidInput(
             f"unknown compatibility {compatibility!r}; use one of {', '.join(COMPATIBILITY_MODES)}",
             field="compatibility",

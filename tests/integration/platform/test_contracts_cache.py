@@ -1,0 +1,48 @@
+"""The topic schema cache publish validates against: read on a cache miss (start, a
+registration, a hint, the poll interval), not once per publish."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ripple.platform.client import Client
+from ripple.platform.core.config import Settings
+from ripple.platform.errors import InvalidInput
+from ripple.platform.events.contracts import schema_store
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    # A poll interval longer than the test: no read below is the poll's.
+    return settings.model_copy(update={"poll_interval": 60.0})
+
+
+async def test_contracts_cache__publishes_read_the_schemas_on_a_miss_not_each_time(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads = 0
+    latest = schema_store.latest_schemas
+
+    async def counted(conn: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return await latest(conn)
+
+    monkeypatch.setattr(schema_store, "latest_schemas", counted)
+    # The first publish reads; the change listener's start may wake the cache once more.
+    for n in range(20):
+        await client.publish("no.schema", {"n": n})
+    assert 1 <= reads <= 2
+
+    before = reads
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    await client.topics.register_schema("with.schema", schema)
+    with pytest.raises(InvalidInput, match="/n"):
+        await client.publish("with.schema", {"n": "x"})
+    for n in range(20):
+        await client.publish("with.schema", {"n": n})
+        await client.publish("no.schema", {"n": n})
+    # The registration drops the cache here and its hint comes back to this process too.
+    assert 1 <= reads - before <= 2
