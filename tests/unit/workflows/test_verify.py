@@ -123,6 +123,7 @@ async def test_verify__the_export_format_round_trips() -> None:
         (r.run_id, r.status, [e.key for e in r.journal]) for r in runs
     ]
     assert (await verify_runs(again, [code_b])).runs_checked == 2
+    assert [r.journal for r in again] == [sorted(r.journal, key=lambda e: e.seq) for r in runs]
 
 
 @workflow(name="quote")
