@@ -16,8 +16,7 @@ from ripple.platform.errors import Conflict, Gone, InvalidInput, NotFound
 from ripple.workflows.authoring.approvals import (
     APPROVAL_PREFIX,
     Approval,
-    approval_path,
-    sign_token,
+    approval_url,
     verify_token,
 )
 from ripple.workflows.runs.records import TERMINAL
@@ -80,8 +79,7 @@ class Approvals:
         return self._key
 
     def url(self, key: bytes, run_id: str, step: str) -> str:
-        base = (self.settings.public_url or "").rstrip("/")
-        return base + approval_path(sign_token(key, run_id, step))
+        return approval_url(self.settings.public_url, key, run_id, step)
 
     async def list(
         self, pending: bool = True, *, run_id: str | None = None, limit: int = 100

@@ -626,7 +626,7 @@ class Worker:
             max_recoveries=self.settings.max_recoveries,
         )
         engine.approval_key = self._approval_key
-        engine.approval_base = (self.settings.public_url or "").rstrip("/")
+        engine.approval_public_url = self.settings.public_url
         slot.engine = engine
         in_flight = metrics.RUNS_IN_FLIGHT.labels(claim.workflow)
         in_flight.inc()
