@@ -1,7 +1,7 @@
 """Fair claim vs the unconstrained claim: claim throughput of a worker's claim statement over a
 100,000-run backlog, with 1, 100 and 10,000 active fairness keys.
 
-The worker's claims: `claim_runs_plain` and `claim_runs_fair_plain` (neither workflow declares
+The worker's claims: `claim_runs_plain` without and with `fair` (neither workflow declares
 concurrency or throttle). Each database holds two backlogs of BACKLOG pending runs: one of a
 plain workflow and one of a fair workflow spread over the keys. Two claimers with the worker's
 settings (generic plans) claim batches of BATCH, alternating claim by claim so both see the
@@ -74,7 +74,7 @@ async def _measure(keys: int) -> tuple[float, float, int]:
                                     pairs=[("plain", 1)],
                                 )
                             else:
-                                runs, _, _ = await store.claim_runs_fair_plain(
+                                runs, _, _ = await store.claim_runs_plain(
                                     fair_conn,
                                     worker_id="bench",
                                     lease=30.0,

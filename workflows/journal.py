@@ -4,7 +4,7 @@ non-determinism check (same key at the same call position, same kind). Pure: no 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -137,6 +137,23 @@ class Entry:
             due_at=_get(row, "due_at"),
         )
 
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Entry:
+        """The entry `to_json` gave (a missing optional field as its default); KeyError,
+        TypeError or ValueError for a malformed one."""
+        return cls(
+            key=doc["key"],
+            seq=doc["seq"],
+            kind=doc["kind"],
+            status=doc["status"],
+            attempts=doc.get("attempts", 0),
+            output=doc.get("output"),
+            error=doc.get("error"),
+            due_at=_when(doc.get("due_at")),
+            started_at=_when(doc.get("started_at")),
+            completed_at=_when(doc.get("completed_at")),
+        )
+
     def to_json(self) -> dict[str, Any]:
         """The form the journal writes of `store` read (timestamps as ISO text)."""
         return {
@@ -163,6 +180,10 @@ def _get(row: Any, name: str) -> Any:
 
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
+
+
+def _when(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
 
 
 #: Journal kinds whose entries scope the steps called inside them (`race/branch/step`,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-__all__ = ["APPROVAL_PREFIX", "Approval", "approval_path", "sign_token", "verify_token"]
+__all__ = ["APPROVAL_PREFIX", "Approval", "approval_url", "sign_token", "verify_token"]
 
 #: Journal keys and wait names of approvals: `approval:<step>`.
 APPROVAL_PREFIX: Final = "approval:"
@@ -79,6 +79,7 @@ def verify_token(key: bytes, token: str) -> tuple[str, str] | None:
     return (run_id, step) if slash else None
 
 
-def approval_path(token: str) -> str:
-    """The approval page of `token`, relative to the API's base URL."""
-    return f"/approve/{token}"
+def approval_url(public_url: str | None, key: bytes, run_id: str, step: str) -> str:
+    """The link to the approval page of `step` of run `run_id`, on the API's `public_url`
+    (None: relative to it)."""
+    return f"{(public_url or '').rstrip('/')}/approve/{sign_token(key, run_id, step)}"

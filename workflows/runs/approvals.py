@@ -16,8 +16,7 @@ from ripple.platform.errors import Conflict, Gone, InvalidInput, NotFound
 from ripple.workflows.authoring.approvals import (
     APPROVAL_PREFIX,
     Approval,
-    approval_path,
-    sign_token,
+    approval_url,
     verify_token,
 )
 from ripple.workflows.runs.records import TERMINAL
@@ -80,8 +79,7 @@ class Approvals:
         return self._key
 
     def url(self, key: bytes, run_id: str, step: str) -> str:
-        base = (self.settings.public_url or "").rstrip("/")
-        return base + approval_path(sign_token(key, run_id, step))
+        return approval_url(self.settings.public_url, key, run_id, step)
 
     async def list(
         self, pending: bool = True, *, run_id: str | None = None, limit: int = 100
@@ -95,33 +93,36 @@ class Approvals:
             rows = await store.list_approvals(
                 self.pool, pending=pending, run_id=run_id, limit=limit
             )
-        return [
-            PendingApproval(
-                run_id=r.run_id,
-                step=r.step,
-                url=self.url(key, r.run_id, r.step),
-                expires_at=r.expires_at,
-                details=r.details,
-                workflow=r.workflow,
-                approvers=r.approvers,
-                created_at=r.created_at,
-                decided_at=r.decided_at,
-                approved=r.approved,
-                by=r.decided_by,
-                comment=r.comment,
-                expired=r.expired,
-                run_active=r.run_active is not False,
-            )
-            for r in rows
-        ]
+        return [self._approval(key, r) for r in rows]
 
     async def get(self, url_or_token: str) -> PendingApproval:
         """The approval a link names (any state); NotFound for a forged or altered one."""
         run_id, step = await self._verify(url_or_token)
-        for item in await self.list(pending=False, run_id=run_id, limit=500):
-            if item.step == step:
-                return item
-        raise NotFound("no such approval: check the link")
+        with map_errors():
+            rows = await store.list_approvals(
+                self.pool, pending=False, run_id=run_id, step=step, limit=1
+            )
+        if not rows:
+            raise NotFound("no such approval: check the link")
+        return self._approval(await self.key(), rows[0])
+
+    def _approval(self, key: bytes, r: store.ApprovalRow) -> PendingApproval:
+        return PendingApproval(
+            run_id=r.run_id,
+            step=r.step,
+            url=self.url(key, r.run_id, r.step),
+            expires_at=r.expires_at,
+            details=r.details,
+            workflow=r.workflow,
+            approvers=r.approvers,
+            created_at=r.created_at,
+            decided_at=r.decided_at,
+            approved=r.approved,
+            by=r.decided_by,
+            comment=r.comment,
+            expired=r.expired,
+            run_active=r.run_active is not False,
+        )
 
     async def _verify(self, url_or_token: str) -> tuple[str, str]:
         token = str(url_or_token).rstrip("/").rsplit("/", 1)[-1]

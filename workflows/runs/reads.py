@@ -67,25 +67,11 @@ class Reads:
                 raise InvalidInput(f"unknown status {status!r}: use one of {allowed}") from None
         if not 1 <= limit <= self.settings.max_page_size:
             raise InvalidInput(f"limit must be 1-{self.settings.max_page_size}", field="limit")
-        if where is not None:
-            tree = parse_where(where)
-            with map_errors():
-                runs = await search.list_runs_where(
-                    self.read_pool,
-                    where=tree,
-                    workflow=workflow,
-                    status=status,
-                    since=since,
-                    until=until,
-                    parent_run_id=parent_run_id,
-                    cursor=cursor,
-                    limit=limit + 1,
-                )
-            items = runs[:limit]
-            return Page(items, items[-1].run_id if len(runs) > limit else None)
+        tree = None if where is None else parse_where(where)
         with map_errors():
-            runs = await store.list_runs(
+            runs = await search.list_runs_where(
                 self.read_pool,
+                where=tree,
                 workflow=workflow,
                 status=status,
                 since=since,

@@ -179,21 +179,7 @@ def load_runs(text: str) -> list[RecordedRun]:
                 input=run.get("input"),
                 attempt=run.get("attempt", 1),
                 created_at=_when(run.get("createdAt")),
-                journal=[
-                    Entry(
-                        key=e["key"],
-                        seq=e["seq"],
-                        kind=e["kind"],
-                        status=e["status"],
-                        attempts=e.get("attempts", 0),
-                        output=e.get("output"),
-                        error=e.get("error"),
-                        due_at=_when(e.get("due_at")),
-                        started_at=_when(e.get("started_at")),
-                        completed_at=_when(e.get("completed_at")),
-                    )
-                    for e in run["journal"]
-                ],
+                journal=[Entry.from_json(e) for e in run["journal"]],
             )
             for run in doc["runs"]
         ]

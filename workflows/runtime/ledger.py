@@ -91,10 +91,10 @@ class RunLedger:
         self._background_flush: asyncio.Task[None] | None = None
         #: Set once the outcome is being committed: canceling the task then could tear a commit.
         self.concluding = False
-        #: The key approval links are signed with, and the base URL put before their path
-        #: (set by the worker; None: `approval_url` is refused).
+        #: The key approval links are signed with, and the API's public URL they are on
+        #: (set by the worker; no key: `approval_url` is refused).
         self.approval_key: bytes | None = None
-        self.approval_base = ""
+        self.approval_public_url: str | None = None
 
     # -- clock and bookkeeping ---------------------------------------------------------------
 

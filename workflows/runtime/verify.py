@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ripple.workflows import serde
+from ripple.workflows.authoring.composition import Branch
 from ripple.workflows.authoring.context import WorkflowContext
 from ripple.workflows.authoring.definition import WorkflowDefinition
 from ripple.workflows.authoring.retry import RetryPolicy
@@ -227,15 +228,20 @@ class VerifyExecution(RunExecution):
 
         return tracked
 
-    async def race(self, name: str, branches: Mapping[str, Callable[[], Awaitable[Any]]]) -> Any:
-        self._branches = set(branches) if isinstance(branches, Mapping) else None
-        tracked = {b: self._track(fn) for b, fn in branches.items()}
-        return await super().race(name, tracked)
+    def _track_branches(self, branches: Any) -> Any:
+        """`branches`, each noting that the replay entered its scope; anything but a mapping
+        as it is, for the composition to refuse as a run would."""
+        if not isinstance(branches, Mapping):
+            self._branches = None
+            return branches
+        self._branches = set(branches)
+        return {b: self._track(fn) for b, fn in branches.items()}
 
-    async def join(self, name: str, branches: Mapping[str, Callable[[], Awaitable[Any]]]) -> Any:
-        self._branches = set(branches) if isinstance(branches, Mapping) else None
-        tracked = {b: self._track(fn) for b, fn in branches.items()}
-        return await super().join(name, tracked)
+    async def race(self, name: str, branches: Mapping[str, Branch]) -> Any:
+        return await super().race(name, self._track_branches(branches))
+
+    async def join(self, name: str, branches: Mapping[str, Branch]) -> Any:
+        return await super().join(name, self._track_branches(branches))
 
     async def loop(self, ctx: WorkflowContext, name: str, body: Any, state: Any, keep: int) -> Any:
         async def tracked(ctx: WorkflowContext, state: Any) -> Any:

@@ -17,8 +17,7 @@ from ripple.workflows import serde
 from ripple.workflows.authoring.approvals import (
     APPROVAL_PREFIX,
     Approval,
-    approval_path,
-    sign_token,
+    approval_url,
 )
 from ripple.workflows.authoring.definition import WorkflowDefinition, check_workflow_name
 from ripple.workflows.authoring.retry import seconds
@@ -164,8 +163,8 @@ class WaitExecution(RunLedger):
     def approval_url(self, name: str) -> str:
         if self.approval_key is None:
             raise InvalidInput("approval links need a worker connected to the database")
-        token = sign_token(self.approval_key, self.run_id, current_scope.get() + name)
-        return self.approval_base + approval_path(token)
+        step = current_scope.get() + name
+        return approval_url(self.approval_public_url, self.approval_key, self.run_id, step)
 
     async def _time_out(self, entry: Entry, *, is_wait: bool) -> Entry:
         async with self._flush_lock:

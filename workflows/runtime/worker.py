@@ -560,31 +560,7 @@ class Worker:
         alone = not self._inflight
         if alone:
             self._suspect_waiting = False
-        if self._fair and now < self._governed_until:
-            claims = await store.claim_runs_fair(
-                conn,
-                worker_id=self.worker_id,
-                lease=lease,
-                limit=limit,
-                pairs=self._pairs,
-                fair=self._fair,
-                alone=alone,
-            )
-        elif self._fair:
-            claims, governed, waiting = await store.claim_runs_fair_plain(
-                conn,
-                worker_id=self.worker_id,
-                lease=lease,
-                limit=limit,
-                pairs=self._pairs,
-                fair=self._fair,
-                alone=alone,
-            )
-            if governed:
-                self._governed_until = now + GOVERNED_HOLD
-            if waiting:
-                self._suspect_waiting = True
-        elif now < self._governed_until:
+        if now < self._governed_until:
             claims = await store.claim_runs(
                 conn,
                 worker_id=self.worker_id,
@@ -592,6 +568,7 @@ class Worker:
                 limit=limit,
                 pairs=self._pairs,
                 alone=alone,
+                fair=self._fair,
             )
         else:
             claims, governed, waiting = await store.claim_runs_plain(
@@ -601,6 +578,7 @@ class Worker:
                 limit=limit,
                 pairs=self._pairs,
                 alone=alone,
+                fair=self._fair,
             )
             if governed:
                 self._governed_until = now + GOVERNED_HOLD
@@ -648,7 +626,7 @@ class Worker:
             max_recoveries=self.settings.max_recoveries,
         )
         engine.approval_key = self._approval_key
-        engine.approval_base = (self.settings.public_url or "").rstrip("/")
+        engine.approval_public_url = self.settings.public_url
         slot.engine = engine
         in_flight = metrics.RUNS_IN_FLIGHT.labels(claim.workflow)
         in_flight.inc()

@@ -46,12 +46,13 @@ RETURNING decided_at
 """
 
 # Pending (undecided, unexpired, run still active) approvals, oldest first, or every approval
-# (of one run), with whether its run is still active.
-# $1 pending only bool, $2 run_id (NULL: any), $3 limit
+# (of one run, or one approval), with whether its run is still active.
+# $1 pending only bool, $2 run_id (NULL: any), $3 limit, $4 step (NULL: any)
 _LIST: Final = f"""
 SELECT {_COLUMNS}, r.status IN ('pending', 'running', 'sleeping', 'waiting') AS run_active
 FROM ripple_approvals a JOIN ripple_runs r USING (run_id)
 WHERE ($2::text IS NULL OR a.run_id = $2)
+  AND ($4::text IS NULL OR a.step = $4)
   AND (NOT $1 OR (a.decided_at IS NULL AND (a.expires_at IS NULL OR a.expires_at > now())
                   AND r.status IN ('pending', 'running', 'sleeping', 'waiting')))
 ORDER BY a.created_at, a.run_id, a.step
@@ -138,10 +139,10 @@ async def decide_approval(
 
 
 async def list_approvals(
-    conn: Executor, *, pending: bool, run_id: str | None, limit: int
+    conn: Executor, *, pending: bool, run_id: str | None, limit: int, step: str | None = None
 ) -> list[ApprovalRow]:
-    """Approvals oldest first: the pending ones, or all (of one run)."""
-    rows = await conn.fetch(_LIST, pending, run_id, limit)
+    """Approvals oldest first: the pending ones, or all (of one run, or its `step`)."""
+    rows = await conn.fetch(_LIST, pending, run_id, limit, step)
     return [ApprovalRow.from_row(row) for row in rows]
 
 

@@ -15,8 +15,6 @@ __all__ = [
     "ClaimedRun",
     "PlainClaim",
     "claim_runs",
-    "claim_runs_fair",
-    "claim_runs_fair_plain",
     "claim_runs_plain",
     "delete_worker",
     "heartbeat_worker",
@@ -402,7 +400,7 @@ FROM (SELECT EXISTS (SELECT 1 FROM c WHERE {_GOVERNED}) AS governed,
 LEFT JOIN taken AS t ON true
 """  # noqa: S608
 
-# The fair claim without flow control, tried first (`claim_runs_fair_plain`), as
+# The fair claim without flow control, tried first (`claim_runs_plain` with `fair`), as
 # `_CLAIM_PLAIN` is for `_CLAIM_RUNS`: a fair workflow without concurrency or throttle never
 # pays for their CTEs.
 _FAIR_PLAIN_SELECT: Final = f"""SELECT t.*, g.governed, g.suspect_waiting
@@ -530,11 +528,15 @@ async def claim_runs(
     limit: int,
     pairs: Sequence[tuple[str, int]],
     alone: bool = True,
+    fair: Sequence[str] = (),
 ) -> list[ClaimedRun]:
     """Claim up to `limit` due runs of the given (workflow, version) pairs. A suspect (a run
     whose worker was lost) is claimed only by a claim made `alone` (nothing in flight on the
-    claiming worker), and then it is the only run claimed."""
-    rows = await conn.fetch(_CLAIM_RUNS, *_claim_args(worker_id, lease, limit, pairs, alone))
+    claiming worker), and then it is the only run claimed. The pending runs of the fair
+    workflows among them (`fair`: their names) are claimed in a weighted round robin across
+    fairness keys, in the same statement as the other runs and under the same flow control."""
+    statement, _ = _statements(fair)
+    rows = await conn.fetch(statement, *_claim_args(worker_id, lease, limit, pairs, alone, fair))
     return [ClaimedRun.from_row(row) for row in rows]
 
 
@@ -546,12 +548,13 @@ async def claim_runs_plain(
     limit: int,
     pairs: Sequence[tuple[str, int]],
     alone: bool = True,
+    fair: Sequence[str] = (),
 ) -> PlainClaim:
     """`claim_runs` that tries the claim without flow control first: the claimed runs,
     whether flow control was needed (candidates it must decide were found, and claimed with
     it by a second statement), and whether a suspect waits for a claim made alone."""
-    args = _claim_args(worker_id, lease, limit, pairs, alone)
-    rows = await conn.fetch(_CLAIM_PLAIN, *args)
+    full, plain = _statements(fair)
+    rows = await conn.fetch(plain, *_claim_args(worker_id, lease, limit, pairs, alone, fair))
     claimed = [ClaimedRun.from_row(row) for row in rows if row["run_id"] is not None]
     governed: bool = rows[0]["governed"]
     waiting: bool = rows[0]["suspect_waiting"]
@@ -559,63 +562,27 @@ async def claim_runs_plain(
         # Alone no more once this claim took runs: a suspect must not join them.
         alone = alone and not claimed
         rest = await conn.fetch(
-            _CLAIM_RUNS, *_claim_args(worker_id, lease, limit - len(claimed), pairs, alone)
+            full, *_claim_args(worker_id, lease, limit - len(claimed), pairs, alone, fair)
         )
         claimed += [ClaimedRun.from_row(row) for row in rest]
     return PlainClaim(claimed, governed, waiting)
 
 
-async def claim_runs_fair(
-    conn: Executor,
-    *,
-    worker_id: str,
-    lease: float,
-    limit: int,
-    pairs: Sequence[tuple[str, int]],
-    fair: Sequence[str],
-    alone: bool = True,
-) -> list[ClaimedRun]:
-    """`claim_runs` for a worker serving fair workflows (`fair`: their names, among `pairs`):
-    their pending runs are claimed in a weighted round robin across fairness keys, in the
-    same statement as the other runs and under the same flow control."""
-    args = (*_claim_args(worker_id, lease, limit, pairs, alone), sorted(set(fair)))
-    rows = await conn.fetch(_CLAIM_FAIR, *args)
-    return [ClaimedRun.from_row(row) for row in rows]
-
-
-async def claim_runs_fair_plain(
-    conn: Executor,
-    *,
-    worker_id: str,
-    lease: float,
-    limit: int,
-    pairs: Sequence[tuple[str, int]],
-    fair: Sequence[str],
-    alone: bool = True,
-) -> PlainClaim:
-    """`claim_runs_fair` that tries the claim without flow control first, as
-    `claim_runs_plain` does (and claims the runs flow control must decide with it)."""
-    fair_names = sorted(set(fair))
-    args = (*_claim_args(worker_id, lease, limit, pairs, alone), fair_names)
-    rows = await conn.fetch(_CLAIM_FAIR_PLAIN, *args)
-    claimed = [ClaimedRun.from_row(row) for row in rows if row["run_id"] is not None]
-    governed: bool = rows[0]["governed"]
-    waiting: bool = rows[0]["suspect_waiting"]
-    if governed and len(claimed) < limit:
-        alone = alone and not claimed
-        rest = await conn.fetch(
-            _CLAIM_FAIR,
-            *_claim_args(worker_id, lease, limit - len(claimed), pairs, alone),
-            fair_names,
-        )
-        claimed += [ClaimedRun.from_row(row) for row in rest]
-    return PlainClaim(claimed, governed, waiting)
+def _statements(fair: Sequence[str]) -> tuple[str, str]:
+    """The claim with flow control and the one without, fair when `fair` names workflows."""
+    return (_CLAIM_FAIR, _CLAIM_FAIR_PLAIN) if fair else (_CLAIM_RUNS, _CLAIM_PLAIN)
 
 
 def _claim_args(
-    worker_id: str, lease: float, limit: int, pairs: Sequence[tuple[str, int]], alone: bool
+    worker_id: str,
+    lease: float,
+    limit: int,
+    pairs: Sequence[tuple[str, int]],
+    alone: bool,
+    fair: Sequence[str],
 ) -> tuple[Any, ...]:
-    return (worker_id, lease, limit, *_pair_args(pairs), alone)
+    args = (worker_id, lease, limit, *_pair_args(pairs), alone)
+    return (*args, sorted(set(fair))) if fair else args
 
 
 def _pair_args(pairs: Sequence[tuple[str, int]]) -> tuple[list[str], list[str], list[int]]:

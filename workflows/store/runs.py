@@ -194,18 +194,20 @@ _SELECT_RUN: Final = f"SELECT {RUN_COLUMNS} FROM ripple_runs WHERE run_id = $1" 
 _SELECT_RUN_OUTCOME: Final = "SELECT status, output, error FROM ripple_runs WHERE run_id = $1"
 
 # $1 workflow|NULL, $2 status|NULL, $3 since|NULL, $4 until|NULL, $5 parent|NULL,
-# $6 cursor (last run_id seen)|NULL, $7 limit
-_LIST_RUNS: Final = f"""
-SELECT {RUN_COLUMNS} FROM ripple_runs
-WHERE ($1::text IS NULL OR workflow = $1)
-  AND ($2::text IS NULL OR status = $2)
-  AND ($3::timestamptz IS NULL OR created_at >= $3)
-  AND ($4::timestamptz IS NULL OR created_at < $4)
-  AND ($5::text IS NULL OR parent_run_id = $5)
-  AND ($6::text IS NULL OR run_id < $6)
-ORDER BY run_id DESC
+# $6 cursor (last run_id seen)|NULL, $7 limit; {where}: more conditions on the runs (aliased
+# `r`), the run search's (`search`), with their parameters from $8 on
+LIST_RUNS: Final = f"""
+SELECT {RUN_COLUMNS} FROM ripple_runs r
+WHERE ($1::text IS NULL OR r.workflow = $1)
+  AND ($2::text IS NULL OR r.status = $2)
+  AND ($3::timestamptz IS NULL OR r.created_at >= $3)
+  AND ($4::timestamptz IS NULL OR r.created_at < $4)
+  AND ($5::text IS NULL OR r.parent_run_id = $5)
+  AND ($6::text IS NULL OR r.run_id < $6){{where}}
+ORDER BY r.run_id DESC
 LIMIT $7
 """  # noqa: S608
+_LIST_RUNS: Final = LIST_RUNS.format(where="")
 
 # $1 run ids text[]: which of them were canceled.
 _SELECT_CANCELED: Final = """
@@ -453,10 +455,15 @@ async def list_runs(
     parent_run_id: str | None,
     cursor: str | None,
     limit: int,
+    where: tuple[str, Sequence[Any]] | None = None,
 ) -> list[Run]:
-    """Runs newest first (by id), after `cursor`."""
+    """Runs newest first (by id), after `cursor`; `where`: a condition on the runs and its
+    parameters, as `search.compile_where` makes them."""
+    statement, params = _LIST_RUNS, ()
+    if where is not None:
+        statement, params = LIST_RUNS.format(where="\n  AND " + where[0]), tuple(where[1])
     rows = await conn.fetch(
-        _LIST_RUNS, workflow, status, since, until, parent_run_id, cursor, limit
+        statement, workflow, status, since, until, parent_run_id, cursor, limit, *params
     )
     return [Run.from_row(row) for row in rows]
 

@@ -24,28 +24,15 @@ from ripple.workflows.runs.search_query import (
     Value,
     parse_time,
 )
+from ripple.workflows.store import runs
 from ripple.workflows.store.rows import Executor
-from ripple.workflows.store.runs import RUN_COLUMNS
 
 __all__ = ["WhereSql", "compile_where", "list_runs_where"]
 
 #: The query operator -> its SQL operator (the only operators that reach the statement).
 _OPS: Final = {"=": "=", "!=": "<>", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
-#: The listing, as _LIST_RUNS in `runs`, plus the compiled where after `AND`.
-# $1 workflow, $2 status, $3 since, $4 until, $5 parent_run_id, $6 cursor, $7 limit,
-# $8... the where's values
-_LIST_HEAD: Final = f"""
-SELECT {RUN_COLUMNS} FROM ripple_runs r
-WHERE ($1::text IS NULL OR r.workflow = $1)
-  AND ($2::text IS NULL OR r.status = $2)
-  AND ($3::timestamptz IS NULL OR r.created_at >= $3)
-  AND ($4::timestamptz IS NULL OR r.created_at < $4)
-  AND ($5::text IS NULL OR r.parent_run_id = $5)
-  AND ($6::text IS NULL OR r.run_id < $6)
-  AND """  # noqa: S608
-_LIST_TAIL: Final = "\nORDER BY r.run_id DESC\nLIMIT $7"
-_FIRST_WHERE_PARAM: Final = 8
+_FIRST_WHERE_PARAM: Final = 8  # after the listing's own parameters (`runs.LIST_RUNS`)
 
 #: Run columns a query may name, with the SQL type of their parameter.
 _BUILTINS: Final = {
@@ -151,7 +138,7 @@ def compile_where(node: Node, first: int = _FIRST_WHERE_PARAM) -> tuple[str, lis
 async def list_runs_where(
     conn: Executor,
     *,
-    where: Node,
+    where: Node | None,
     workflow: str | None,
     status: str | None,
     since: datetime | None,
@@ -160,10 +147,15 @@ async def list_runs_where(
     cursor: str | None,
     limit: int,
 ) -> list[Run]:
-    """Runs matching `where` (and the plain filters), newest first, after `cursor`."""
-    condition, params = compile_where(where)
-    statement = _LIST_HEAD + condition + _LIST_TAIL
-    rows = await conn.fetch(
-        statement, workflow, status, since, until, parent_run_id, cursor, limit, *params
+    """Runs matching `where` (None: all) and the plain filters, newest first, after `cursor`."""
+    return await runs.list_runs(
+        conn,
+        workflow=workflow,
+        status=status,
+        since=since,
+        until=until,
+        parent_run_id=parent_run_id,
+        cursor=cursor,
+        limit=limit,
+        where=None if where is None else compile_where(where),
     )
-    return [Run.from_row(row) for row in rows]

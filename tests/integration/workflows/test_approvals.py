@@ -163,3 +163,20 @@ async def test_approval__a_canceled_run_closes_its_approval(app: App) -> None:
     assert await app.workflows.approvals.list() == []
     [item] = await app.workflows.approvals.list(pending=False)
     assert item.state == "closed"
+
+
+async def test_approval__get_reads_the_linked_approval_among_many_of_its_run(app: App) -> None:
+    """A link opens its approval however many approvals its run has (a loop may ask one per
+    iteration), not only those among the run's first few hundred."""
+    handle = await app.workflows.start(refund, {})
+    async with app.worker(refund):
+        url = await pending_link(app, handle.run_id)
+        await app.pool.execute(
+            "INSERT INTO ripple_approvals (run_id, step, workflow, created_at) "
+            "SELECT $1, 'earlier-' || i, 'refund', now() - interval '1 hour' "
+            "FROM generate_series(1, 600) AS i",
+            handle.run_id,
+        )
+        item = await app.workflows.approvals.get(url)
+        assert (item.run_id, item.step, item.state) == (handle.run_id, "refund-ok", "pending")
+        assert item.url == url

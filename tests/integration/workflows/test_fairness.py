@@ -83,7 +83,7 @@ async def _active_keys(app: App) -> int:
 
 
 async def _claim(conn: Any, limit: int, worker_id: str = "w") -> list[store.ClaimedRun]:
-    return await store.claim_runs_fair(
+    return await store.claim_runs(
         conn,
         worker_id=worker_id,
         lease=30.0,

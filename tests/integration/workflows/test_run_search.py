@@ -11,7 +11,7 @@ from ripple.platform.errors import InvalidInput
 from ripple.workflows import WorkflowContext, workflow
 from ripple.workflows.runs.records import RunStatus
 from ripple.workflows.runs.search_query import parse_where
-from ripple.workflows.store import search
+from ripple.workflows.store import runs, search
 from tests.helpers import assert_eventually
 from tests.integration.workflows.conftest import App
 
@@ -245,7 +245,7 @@ async def test_where__plans_use_the_attribute_indexes(app: App) -> None:
         ('customer in ["c7", "c8"] and amount < 5000', "ripple_run_attributes_"),
     ]:
         condition, params = search.compile_where(parse_where(where))
-        sql = search._LIST_HEAD + condition + search._LIST_TAIL
+        sql = runs.LIST_RUNS.format(where="\n  AND " + condition)
         args = [None, None, None, None, None, None, 51, *params]
         rows = await app.pool.fetch("EXPLAIN (ANALYZE, COSTS OFF) " + sql, *args)
         plan = "\n".join(r[0] for r in rows)

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from ripple.platform.errors import InvalidInput
-from ripple.workflows.authoring.approvals import sign_token, verify_token
+from ripple.workflows.authoring.approvals import approval_url, sign_token, verify_token
 from ripple.workflows.authoring.attributes import encode_attributes
 from ripple.workflows.runs.search_query import And, Compare, In, Not, Or, parse_where
 from ripple.workflows.store.search import compile_where
@@ -113,3 +113,12 @@ def test_approval_token__round_trips_and_refuses_tampering() -> None:
     other_head = sign_token(key, "run-2", "refund-ok").split(".")[0]
     for forged in (f"{other_head}.{tail}", head, f"{head}.{tail[:-1]}", "", "a.b.c", "%%.%%"):
         assert verify_token(key, forged) is None
+
+
+def test_approval_url__the_signed_page_on_the_public_url_or_relative() -> None:
+    key = b"k" * 32
+    token = sign_token(key, "run-1", "refund-ok")
+    assert approval_url(None, key, "run-1", "refund-ok") == f"/approve/{token}"
+    for base in ("https://ripple.example", "https://ripple.example/"):
+        link = approval_url(base, key, "run-1", "refund-ok")
+        assert link == f"https://ripple.example/approve/{token}"

@@ -7,6 +7,7 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
+from ripple.platform.errors import InvalidInput
 from ripple.workflows import WorkflowContext, workflow
 from ripple.workflows.runs.records import RunStatus
 from ripple.workflows.runs.verification import RecordedRun, dump_runs, load_runs
@@ -123,6 +124,7 @@ async def test_verify__the_export_format_round_trips() -> None:
         (r.run_id, r.status, [e.key for e in r.journal]) for r in runs
     ]
     assert (await verify_runs(again, [code_b])).runs_checked == 2
+    assert [r.journal for r in again] == [sorted(r.journal, key=lambda e: e.seq) for r in runs]
 
 
 @workflow(name="quote")
@@ -188,3 +190,25 @@ async def test_verify__a_finished_race_checks_its_winner_is_still_a_branch() -> 
     [winner] = (await verify_runs(done, [race_renamed_branch])).divergences
     assert winner.status == RunStatus.COMPLETED
     assert "'answer'" in winner.expected
+
+
+@workflow(name="refused-race")
+async def refused_race(ctx: WorkflowContext) -> str:
+    try:
+        await ctx.step.race("pick", [lambda: ctx.step.sleep("nap", 1)])  # type: ignore[arg-type]
+    except InvalidInput:
+        return "refused"
+    return "raced"
+
+
+async def test_verify__a_race_refused_in_the_run_is_refused_in_the_replay() -> None:
+    """Branches that are not a mapping reach the composition's check in a replay too, so the
+    replay takes the path the run took."""
+    runs = MemoryRuns([refused_race])
+    run_id = runs.start(refused_race)
+    await runs.execute(run_id)
+    run = runs.run(run_id)
+    assert (run.status, run.output) == (RunStatus.COMPLETED, "refused")
+    recorded_run = RecordedRun(run.run_id, run.workflow, run.version, run.status, None, run.entries)
+    report = await verify_runs([recorded_run], [refused_race])
+    assert (report.runs_checked, report.divergences) == (1, [])
