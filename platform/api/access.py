@@ -32,7 +32,6 @@ from ripple.platform.ops.metrics import API_REQUESTS
 __all__ = ["Access", "Principal", "need_of", "token_valid"]
 
 CHALLENGE: Final = {"WWW-Authenticate": 'Bearer realm="ripple"'}
-_REQUEST_ID_HEADER: Final = "x-request-id"
 _MAX_REQUEST_ID: Final = 128
 
 
@@ -44,6 +43,11 @@ class Principal:
     token_id: str | None
     scopes: tuple[str, ...]
     rate_limit: RateLimit | None = None
+
+    @classmethod
+    def of(cls, token: Token) -> Principal:
+        """The principal of a stored token."""
+        return cls(token.name, token.id, tuple(token.scopes), token.rate_limit)
 
     def actor(self, request_id: str | None) -> Actor:
         return Actor(name=self.name, token_id=self.token_id, request_id=request_id)
@@ -63,9 +67,10 @@ def _topic_matches(pattern: str, topic: str) -> bool:
 
 def token_valid(presented: str, tokens: Sequence[str]) -> bool:
     """True if `presented` equals one of `tokens`; compares against all, in constant time."""
+    raw = presented.encode()
     ok = False
     for token in tokens:
-        ok |= hmac.compare_digest(presented.encode(), token.encode())
+        ok |= hmac.compare_digest(raw, token.encode())
     return ok
 
 
@@ -85,7 +90,7 @@ class Access:
 
     def __init__(self, client: Client, env_tokens: Sequence[str]) -> None:
         self._client = client
-        self._env = [token.encode() for token in env_tokens]
+        self._env = list(env_tokens)
 
     @property
     def auth_required(self) -> bool:
@@ -102,16 +107,12 @@ class Access:
         """
         if secret is None:
             return None if self._env else LOCAL
-        presented = secret.encode()
-        env = False
-        for token in self._env:
-            env |= hmac.compare_digest(presented, token)
-        if env:
+        if token_valid(secret, self._env):
             return ENV
         stored = await self._client.tokens.authenticate(secret)
         if stored is None:
             return None
-        return _principal(stored)
+        return Principal.of(stored)
 
     async def authorize(self, principal: Principal, need: Need) -> None:
         """Raise 403 unless `principal` has a scope for `need`, 429 over its rate limit; count
@@ -170,10 +171,6 @@ class Access:
                 f"token that has it (ripple tokens create NAME --scope {need})",
                 slug="forbidden",
             )
-
-
-def _principal(token: Token) -> Principal:
-    return Principal(token.name, token.id, tuple(token.scopes), token.rate_limit)
 
 
 def _template(request: Request) -> str:
