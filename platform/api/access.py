@@ -118,23 +118,23 @@ class Access:
         """Raise 403 unless `principal` has a scope for `need`, 429 over its rate limit; count
         the request."""
         self.require(principal, need)
-        await self.limit(principal)
-        API_REQUESTS.labels(principal.name).inc()
+        await self.admit(principal)
 
-    async def limit(self, principal: Principal) -> None:
-        """Raise 429 with `Retry-After` when `principal` is over its rate limit."""
-        if principal.rate_limit is None or principal.token_id is None:
-            return
-        decision = await self._client.tokens.limiter.check(principal.token_id, principal.rate_limit)
-        if not decision.allowed:
-            wait = max(1, int(decision.retry_after + 0.999))
-            raise ProblemError(
-                429,
-                f"token {principal.name!r} is over its rate limit of "
-                f"{principal.rate_limit.limit} requests per {principal.rate_limit.seconds:g} s; "
-                f"retry after {wait} s",
-                headers={"Retry-After": str(wait)},
-            )
+    async def admit(self, principal: Principal) -> None:
+        """Raise 429 with `Retry-After` when `principal` is over its rate limit; else count the
+        request (a route whose scope is already checked, such as a hot route, calls this)."""
+        limit = principal.rate_limit
+        if limit is not None and principal.token_id is not None:
+            decision = await self._client.tokens.limiter.check(principal.token_id, limit)
+            if not decision.allowed:
+                wait = max(1, int(decision.retry_after + 0.999))
+                raise ProblemError(
+                    429,
+                    f"token {principal.name!r} is over its rate limit of {limit.limit} requests "
+                    f"per {limit.seconds:g} s; retry after {wait} s",
+                    headers={"Retry-After": str(wait)},
+                )
+        API_REQUESTS.labels(principal.name).inc()
 
     async def check(self, request: Request, secret: str | None) -> Principal:
         """Authenticate and authorise `request` (see the module doc); raises the problem."""

@@ -283,6 +283,19 @@ async def test_requests_are_counted_by_token_name(secured: Client, api: httpx.As
     assert token.secret not in metrics.text
 
 
+async def test_a_hot_route_request_is_counted_by_token_name(
+    secured: Client, api: httpx.AsyncClient
+) -> None:
+    token = await secured.tokens.create("hot-publisher", scopes=["publish:#"])
+    assert token.secret is not None
+    answer = await api.post(
+        "/v1/topics/a.b/events", json={"payload": 1}, headers=bearer(token.secret)
+    )
+    assert answer.status_code == 202
+    metrics = await api.get("/metrics", headers=bearer(ENV_TOKEN))
+    assert 'ripple_api_requests_total{token="hot-publisher"} 1.0' in metrics.text
+
+
 async def test_a_failing_audit_insert_rolls_the_token_change_back(secured: Client) -> None:
     kept = await secured.tokens.create("kept", scopes=["read"])
     async with secured.pool.acquire() as conn:
