@@ -12,37 +12,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ripple.platform.access import audit_store
+from ripple.platform.access.audit_store import ACTIONS
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, map_errors
 from ripple.platform.errors import InvalidInput
 
 __all__ = ["ACTIONS", "Audit", "AuditEntry", "AuditPage"]
-
-#: Every audited action name (API.md, "Wave 3 — access").
-ACTIONS: tuple[str, ...] = (
-    "run.cancel",
-    "run.retry",
-    "run.fork",
-    "run.signal",
-    "run.wake",
-    "runs.cancel_many",
-    "runs.retry_many",
-    "delivery.redrive",
-    "subscription.create",
-    "subscription.delete",
-    "subscription.pause",
-    "subscription.resume",
-    "subscription.replay",
-    "schedule.create",
-    "schedule.pause",
-    "schedule.resume",
-    "schedule.trigger",
-    "schedule.delete",
-    "topic.schema.register",
-    "token.create",
-    "token.revoke",
-    "approval.decide",
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,34 @@ from ripple.platform.access.actors import current_actor
 from ripple.platform.core.db import Connection
 from ripple.platform.core.ids import uuid7
 
-__all__ = ["AuditRow", "add_to_count", "delete_old_audit", "list_audit", "record"]
+__all__ = ["ACTIONS", "AuditRow", "add_to_count", "delete_old_audit", "list_audit", "record"]
+
+#: Every audited action name: `record` refuses any other, so each one written can be listed.
+ACTIONS: tuple[str, ...] = (
+    "run.cancel",
+    "run.retry",
+    "run.fork",
+    "run.signal",
+    "run.wake",
+    "runs.cancel_many",
+    "runs.retry_many",
+    "delivery.redrive",
+    "endpoint.resume",
+    "subscription.create",
+    "subscription.delete",
+    "subscription.pause",
+    "subscription.resume",
+    "subscription.replay",
+    "schedule.create",
+    "schedule.pause",
+    "schedule.resume",
+    "schedule.trigger",
+    "schedule.delete",
+    "topic.schema.register",
+    "token.create",
+    "token.revoke",
+    "approval.decide",
+)
 
 # $1 id, $2 actor, $3 token_id, $4 action, $5 target, $6 request_id, $7 details
 _INSERT: Final = """
@@ -88,7 +115,10 @@ async def record(
     """Write one audit row for `action` on `target`, as the current actor, on `conn`; its id.
 
     Call it inside the action's transaction: a failing insert rolls the action back.
+    Raises ValueError for an action not in `ACTIONS` (the listing could not filter on it).
     """
+    if action not in ACTIONS:
+        raise ValueError(f"audit action {action!r} is not in audit_store.ACTIONS")
     actor = current_actor()
     audit_id = uuid7()
     await conn.execute(

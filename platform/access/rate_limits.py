@@ -3,9 +3,9 @@
 Each token with a `RateLimit` has one bucket in Redis (a Lua script refills and takes in one
 round trip, on Redis's clock). So that a high limit does not cost a Redis round trip per
 request, a process takes a small batch at once (1 % of a second's worth of the limit, at most
-`_MAX_BATCH`, at least 1) and spends it locally within `_BATCH_SECONDS`; what it does not spend
-in time lapses. Small limits (under 100 per second) are therefore exact, and a larger one errs
-by at most one batch per process on the side of refusing.
+`_MAX_BATCH` and half the bucket, at least 1) and spends it locally within `_BATCH_SECONDS`;
+what it does not spend in time lapses. Small limits (under 100 per second) are therefore exact,
+and a larger one errs by at most one batch per process on the side of refusing.
 
 With Redis unreachable each process keeps a local bucket with the token's rate divided by the
 number of live API processes, as last counted in Redis (each limiter announces itself there

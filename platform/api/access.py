@@ -32,7 +32,6 @@ from ripple.platform.ops.metrics import API_REQUESTS
 __all__ = ["Access", "Principal", "need_of", "token_valid"]
 
 CHALLENGE: Final = {"WWW-Authenticate": 'Bearer realm="ripple"'}
-_REQUEST_ID_HEADER: Final = "x-request-id"
 _MAX_REQUEST_ID: Final = 128
 
 
@@ -44,6 +43,11 @@ class Principal:
     token_id: str | None
     scopes: tuple[str, ...]
     rate_limit: RateLimit | None = None
+
+    @classmethod
+    def of(cls, token: Token) -> Principal:
+        """The principal of a stored token."""
+        return cls(token.name, token.id, tuple(token.scopes), token.rate_limit)
 
     def actor(self, request_id: str | None) -> Actor:
         return Actor(name=self.name, token_id=self.token_id, request_id=request_id)
@@ -63,9 +67,10 @@ def _topic_matches(pattern: str, topic: str) -> bool:
 
 def token_valid(presented: str, tokens: Sequence[str]) -> bool:
     """True if `presented` equals one of `tokens`; compares against all, in constant time."""
+    raw = presented.encode()
     ok = False
     for token in tokens:
-        ok |= hmac.compare_digest(presented.encode(), token.encode())
+        ok |= hmac.compare_digest(raw, token.encode())
     return ok
 
 
@@ -85,7 +90,7 @@ class Access:
 
     def __init__(self, client: Client, env_tokens: Sequence[str]) -> None:
         self._client = client
-        self._env = [token.encode() for token in env_tokens]
+        self._env = list(env_tokens)
 
     @property
     def auth_required(self) -> bool:
@@ -102,38 +107,34 @@ class Access:
         """
         if secret is None:
             return None if self._env else LOCAL
-        presented = secret.encode()
-        env = False
-        for token in self._env:
-            env |= hmac.compare_digest(presented, token)
-        if env:
+        if token_valid(secret, self._env):
             return ENV
         stored = await self._client.tokens.authenticate(secret)
         if stored is None:
             return None
-        return _principal(stored)
+        return Principal.of(stored)
 
     async def authorize(self, principal: Principal, need: Need) -> None:
         """Raise 403 unless `principal` has a scope for `need`, 429 over its rate limit; count
         the request."""
         self.require(principal, need)
-        await self.limit(principal)
-        API_REQUESTS.labels(principal.name).inc()
+        await self.admit(principal)
 
-    async def limit(self, principal: Principal) -> None:
-        """Raise 429 with `Retry-After` when `principal` is over its rate limit."""
-        if principal.rate_limit is None or principal.token_id is None:
-            return
-        decision = await self._client.tokens.limiter.check(principal.token_id, principal.rate_limit)
-        if not decision.allowed:
-            wait = max(1, int(decision.retry_after + 0.999))
-            raise ProblemError(
-                429,
-                f"token {principal.name!r} is over its rate limit of "
-                f"{principal.rate_limit.limit} requests per {principal.rate_limit.seconds:g} s; "
-                f"retry after {wait} s",
-                headers={"Retry-After": str(wait)},
-            )
+    async def admit(self, principal: Principal) -> None:
+        """Raise 429 with `Retry-After` when `principal` is over its rate limit; else count the
+        request (a route whose scope is already checked, such as a hot route, calls this)."""
+        limit = principal.rate_limit
+        if limit is not None and principal.token_id is not None:
+            decision = await self._client.tokens.limiter.check(principal.token_id, limit)
+            if not decision.allowed:
+                wait = max(1, int(decision.retry_after + 0.999))
+                raise ProblemError(
+                    429,
+                    f"token {principal.name!r} is over its rate limit of {limit.limit} requests "
+                    f"per {limit.seconds:g} s; retry after {wait} s",
+                    headers={"Retry-After": str(wait)},
+                )
+        API_REQUESTS.labels(principal.name).inc()
 
     async def check(self, request: Request, secret: str | None) -> Principal:
         """Authenticate and authorise `request` (see the module doc); raises the problem."""
@@ -170,10 +171,6 @@ class Access:
                 f"token that has it (ripple tokens create NAME --scope {need})",
                 slug="forbidden",
             )
-
-
-def _principal(token: Token) -> Principal:
-    return Principal(token.name, token.id, tuple(token.scopes), token.rate_limit)
 
 
 def _template(request: Request) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 
 from ripple.platform.access.audit import ACTIONS
 from ripple.platform.api.audit_results import AuditPageOut, audit_page_out
@@ -20,7 +20,6 @@ router = APIRouter(tags=["audit"])
 
 @router.get("/audit", response_model=AuditPageOut, responses=problem_responses(422))
 async def list_audit(
-    request: Request,
     client: ClientDep,
     since: Annotated[DateTimeIn | None, Query(description="Entries at or after this time.")] = None,
     action: Annotated[

@@ -34,7 +34,6 @@ from ripple.platform.access.actors import acting_as
 from ripple.platform.access.scopes import Kind, Need
 from ripple.platform.api.access import Access, Principal, request_id
 from ripple.platform.client import Client
-from ripple.platform.ops.metrics import API_REQUESTS
 
 __all__ = ["HotRoute", "HotRoutes"]
 
@@ -110,8 +109,7 @@ class HotRoutes:
             await self.app(scope, _replay(messages, receive), send)
             return
         try:
-            await self._access.limit(principal)
-            API_REQUESTS.labels(principal.name).inc()
+            await self._access.admit(principal)
             with acting_as(principal.actor(request_id(scope["headers"]))):
                 response = await route.answer(self._client, param, value)
         except Exception as exc:

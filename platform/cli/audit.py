@@ -3,37 +3,16 @@
 from __future__ import annotations
 
 import json
-import re
-from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 import typer
 
 from ripple.platform.cli.app import app
 from ripple.platform.cli.operate import operate
-from ripple.platform.cli.options import Remote, operator_command
-from ripple.platform.cli.output import fail, print_json, short_time, table
+from ripple.platform.cli.options import Remote, operator_command, since_arg
+from ripple.platform.cli.output import print_json, short_time, table
 
 __all__ = ["audit"]
-
-_AGO = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
-
-
-def since_arg(text: str | None) -> datetime | None:
-    """`--since`: a duration back from now (`90m`, `12h`, `7d`) or an ISO-8601 time."""
-    if text is None:
-        return None
-    ago = _AGO.fullmatch(text.strip())
-    if ago is not None:
-        return datetime.now(UTC) - timedelta(seconds=float(ago[1]) * _UNIT[ago[2]])
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise fail(
-            "--since must be a duration such as 7d, 12h, 30m or an ISO-8601 time", 2
-        ) from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
 @operator_command(app.command("audit"))
@@ -47,7 +26,7 @@ def audit(
     cursor: Annotated[str | None, typer.Option(help="The next cursor of a previous page.")] = None,
 ) -> None:
     """List audited operator and admin actions, newest first."""
-    when = since_arg(since)
+    when = since_arg(since, "--since")
     page = operate(remote, lambda op: op.audit(when, action, limit, cursor), writes=False)
     if remote.as_json:
         print_json(page)

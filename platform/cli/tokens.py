@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, Final
+from typing import Annotated
 
 import typer
 
 from ripple.platform.cli.app import tokens_app
 from ripple.platform.cli.operate import operate
-from ripple.platform.cli.options import Remote, operator_command
-from ripple.platform.cli.output import emit, fail, out, print_json, short_time, table
+from ripple.platform.cli.options import Remote, duration_arg, operator_command
+from ripple.platform.cli.output import emit, out, print_json, short_time, table
 
-__all__ = ["parse_duration", "tokens_create", "tokens_list", "tokens_revoke"]
-
-_DURATION: Final = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
-_UNIT_SECONDS: Final = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in `90d`, `12h`, `30m`, `45s`, `2w` or a bare number of seconds."""
-    match = _DURATION.fullmatch(text.strip())
-    if match is None or float(match.group(1)) <= 0:
-        raise fail(f"--expires-in {text!r}: give a positive duration such as 90d, 12h or 30m", 2)
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+__all__ = ["tokens_create", "tokens_list", "tokens_revoke"]
 
 
 @operator_command(tokens_app.command("create"))
@@ -49,7 +37,7 @@ def tokens_create(
     """Create a token and print its secret (shown this once; only a hash is stored)."""
     body: dict[str, object] = {"name": name, "scopes": scope}
     if expires_in is not None:
-        body["expiresIn"] = parse_duration(expires_in)
+        body["expiresIn"] = duration_arg(expires_in, "--expires-in").total_seconds()
     if rate_limit is not None:
         body["rateLimit"] = {"limit": rate_limit, "perSeconds": per}
     result = operate(remote, lambda op: op.token_create(body))

@@ -98,9 +98,7 @@ async def _principal(request: Request, name: str) -> Principal | None:
         return None if _auth_on(request) else LOCAL
     client: Client = request.app.state.client
     token = await client.tokens.active(name)
-    if token is None:
-        return None
-    return Principal(token.name, token.id, tuple(token.scopes), token.rate_limit)
+    return None if token is None else Principal.of(token)
 
 
 async def page_session(request: Request) -> str:

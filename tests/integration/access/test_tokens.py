@@ -3,6 +3,7 @@ limits, audit rows, and the lookup cache that refuses a revoked token."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -282,6 +283,19 @@ async def test_requests_are_counted_by_token_name(secured: Client, api: httpx.As
     assert token.secret not in metrics.text
 
 
+async def test_a_hot_route_request_is_counted_by_token_name(
+    secured: Client, api: httpx.AsyncClient
+) -> None:
+    token = await secured.tokens.create("hot-publisher", scopes=["publish:#"])
+    assert token.secret is not None
+    answer = await api.post(
+        "/v1/topics/a.b/events", json={"payload": 1}, headers=bearer(token.secret)
+    )
+    assert answer.status_code == 202
+    metrics = await api.get("/metrics", headers=bearer(ENV_TOKEN))
+    assert 'ripple_api_requests_total{token="hot-publisher"} 1.0' in metrics.text
+
+
 async def test_a_failing_audit_insert_rolls_the_token_change_back(secured: Client) -> None:
     kept = await secured.tokens.create("kept", scopes=["read"])
     async with secured.pool.acquire() as conn:
@@ -333,3 +347,39 @@ async def test_cloudevents_ingest_needs_publish_for_every_event_type(secured: Cl
         for kwargs, status in cases:
             answer = await http.post("/v1/events", **kwargs)  # type: ignore[arg-type]
             assert answer.status_code == status, (kwargs, answer.text)
+
+
+async def test_dashboard_session_of_a_stored_token_keeps_its_scopes_until_revoked(
+    secured: Client, api: httpx.AsyncClient
+) -> None:
+    run = await secured.start("ui-token", {})
+    reader = await secured.tokens.create("viewer", scopes=["read"])
+    operator = await secured.tokens.create("operator", scopes=["read", "operate"])
+    assert reader.secret is not None
+    assert operator.secret is not None
+
+    login = await api.post("/ui/login", data={"token": reader.secret, "next": "/ui/runs"})
+    assert login.status_code == 303
+    page = await api.get(f"/ui/runs/{run.run_id}")
+    assert page.status_code == 200
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert csrf is not None
+    refused = await api.post(f"/ui/runs/{run.run_id}/cancel", data={"csrf": csrf.group(1)})
+    assert refused.status_code == 403
+    assert await _audit(secured, "run.cancel") == []
+
+    api.cookies.clear()
+    login = await api.post("/ui/login", data={"token": operator.secret, "next": "/ui/runs"})
+    assert login.status_code == 303
+    page = await api.get(f"/ui/runs/{run.run_id}")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert csrf is not None
+    done = await api.post(f"/ui/runs/{run.run_id}/cancel", data={"csrf": csrf.group(1)})
+    assert done.status_code == 303
+    (canceled,) = await _audit(secured, "run.cancel")
+    assert (canceled["actor"], canceled["token_id"]) == ("operator", operator.id)
+
+    await secured.tokens.revoke(operator.id)
+    after = await api.get("/ui/runs")
+    assert after.status_code == 303
+    assert after.headers["location"].startswith("/ui/login")

@@ -102,6 +102,9 @@ async def test_endpoint_rest__shows_the_circuit_and_resumes_it(
         sub_id,
     )
     assert audit == 1
+    listed = await http.get("/v1/audit", params={"action": "endpoint.resume"})
+    assert listed.status_code == 200, listed.text
+    assert [e["target"] for e in listed.json()["items"]] == [sub_id]
 
     missing = await http.post(f"/v1/subscriptions/{uuid.uuid4()}/endpoint/resume")
     assert missing.status_code == 404

@@ -3,12 +3,14 @@ I/O)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 import typer
 from typer.testing import CliRunner
 
 from ripple.platform.api.app import V1_ROUTES, create_app
-from ripple.platform.cli.options import Remote, operator_command
+from ripple.platform.cli.options import Remote, duration_arg, operator_command, since_arg
 from ripple.platform.core.config import load_settings
 
 SETTINGS = load_settings(database_url="postgresql://unused@127.0.0.1:1/none")
@@ -74,3 +76,21 @@ def test_cli_options__an_app_with_some_route_modules_serves_only_their_paths() -
 def test_cli_options__an_unknown_route_module_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown route modules"):
         create_app(SETTINGS, routes=["runs", "nope"])
+
+
+def test_cli_options__durations_and_since_take_units_plain_seconds_or_a_time() -> None:
+    assert duration_arg("90d", "--expires-in") == timedelta(days=90)
+    assert duration_arg(" 2w ", "--since") == timedelta(weeks=2)
+    assert duration_arg("1.5h", "--since") == timedelta(minutes=90)
+    assert duration_arg("45", "--since") == timedelta(seconds=45)
+    for bad in ("0d", "-1h", "7x", "", "d"):
+        with pytest.raises(typer.Exit) as exited:
+            duration_arg(bad, "--expires-in")
+        assert exited.value.exit_code == 2
+    ago = since_arg("12h", "--since")
+    assert ago is not None
+    assert abs(datetime.now(UTC) - timedelta(hours=12) - ago) < timedelta(minutes=1)
+    assert since_arg("2026-01-31T12:00:00", "--since") == datetime(2026, 1, 31, 12, tzinfo=UTC)
+    assert since_arg(None, "--since") is None
+    with pytest.raises(typer.Exit):
+        since_arg("yesterday", "--since")
