@@ -6,22 +6,21 @@ replica or a read-only role works); unlike other commands they apply no pending 
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from ripple.platform.cli.app import app, runs_app
 from ripple.platform.cli.operate import settings
+from ripple.platform.cli.options import duration_arg
 from ripple.platform.cli.output import err, fail, out, print_json, table
 
 if TYPE_CHECKING:
     from ripple.workflows.runs.deploys import Deploys
 
-__all__ = ["parse_duration", "runs_export", "verify", "workflows_versions"]
+__all__ = ["runs_export", "verify", "workflows_versions"]
 
 T = TypeVar("T")
 
@@ -29,16 +28,6 @@ workflows_app = typer.Typer(
     help="Workflow versions in use.", no_args_is_help=True, rich_markup_mode=None
 )
 app.add_typer(workflows_app, name="workflows")
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(text: str, what: str) -> timedelta:
-    """`7d`, `12h`, `30m`, `45s`, `2w` (or plain seconds) as a timedelta; exit 2 otherwise."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
-    if match is None or float(match.group(1)) <= 0:
-        raise fail(f"{what} must be a positive duration such as 7d, 12h or 30m, not {text!r}", 2)
-    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2) or "s"])
 
 
 def _run(action: Callable[[Deploys], Awaitable[T]]) -> T:
@@ -87,7 +76,7 @@ def verify(
     from ripple.platform.processes.server import load_app
     from ripple.workflows.runtime.verify import verify_runs
 
-    window = parse_duration(since, "--since")
+    window = duration_arg(since, "--since")
     try:
         definitions = load_app(app_path).workflows
     except RippleError as exc:
@@ -148,7 +137,7 @@ def runs_export(
 
     if not run_ids and workflow is None:
         raise fail("name run ids, or a workflow with --workflow", 2)
-    window = parse_duration(since, "--since")
+    window = duration_arg(since, "--since")
     runs = _run(
         lambda deploys: deploys.export(run_ids or (), workflow=workflow, since=window, limit=limit)
     )
