@@ -77,10 +77,10 @@ def operate(
 async def _direct(action: Callable[[Operator], Awaitable[T]], writes: bool) -> T:
     from ripple.platform.cli.direct import ClientOperator
     from ripple.platform.client import Client
-    from ripple.platform.core.logs import configure_logging
+    from ripple.platform.core.logs import configure_plain_logging
     from ripple.workflows.errors import WorkflowError
 
-    configure_logging(level="warning")
+    configure_plain_logging("warning")
     async with Client.for_command(settings=settings(), writes=writes) as client:
         try:
             return await action(ClientOperator(client))

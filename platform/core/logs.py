@@ -6,6 +6,9 @@ left unconfigured prints every line (debug included) to stdout, which a library 
 the process that imports it. Such a logger goes to structlog once the application configured
 structlog, and to the stdlib logger of the same name otherwise (silent unless the application
 configured stdlib logging: the `ripple` logger has a `NullHandler`).
+
+structlog itself is imported when a library logger first logs (or logging is configured), not
+when a module creates its logger: a one-shot command that logs nothing never imports it.
 """
 
 from __future__ import annotations
@@ -14,11 +17,19 @@ import logging
 import sys
 import time
 from collections.abc import Callable, MutableMapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import structlog
+if TYPE_CHECKING:
+    import structlog
 
-__all__ = ["REPEAT_WINDOW", "Outage", "Repeats", "configure_logging", "get_logger"]
+__all__ = [
+    "REPEAT_WINDOW",
+    "Outage",
+    "Repeats",
+    "configure_logging",
+    "configure_plain_logging",
+    "get_logger",
+]
 
 _configured = False
 
@@ -45,23 +56,29 @@ class _LibraryLogger:
     """A logger that follows the application's choice: structlog once structlog is configured,
     else the stdlib logger `name` (whose level is checked before anything is rendered)."""
 
-    __slots__ = ("_stdlib", "_structlog")
+    __slots__ = ("_name", "_stdlib", "_structlog")
 
     def __init__(self, name: str) -> None:
-        # A lazy proxy: it picks up structlog's configuration when it is first used.
-        self._structlog: Any = structlog.get_logger(name)
-        self._stdlib: Any = structlog.wrap_logger(
-            logging.getLogger(name),
-            processors=[
-                structlog.stdlib.filter_by_level,
-                structlog.contextvars.merge_contextvars,
-                _to_stdlib,
-            ],
-            wrapper_class=structlog.stdlib.BoundLogger,
-            cache_logger_on_first_use=True,
-        )
+        self._name = name
+        self._structlog: Any = None
+        self._stdlib: Any = None
 
     def _target(self) -> Any:
+        import structlog
+
+        if self._structlog is None:
+            # A lazy proxy: it picks up structlog's configuration when it is first used.
+            self._structlog = structlog.get_logger(self._name)
+            self._stdlib = structlog.wrap_logger(
+                logging.getLogger(self._name),
+                processors=[
+                    structlog.stdlib.filter_by_level,
+                    structlog.contextvars.merge_contextvars,
+                    _to_stdlib,
+                ],
+                wrapper_class=structlog.stdlib.BoundLogger,
+                cache_logger_on_first_use=True,
+            )
         return self._structlog if structlog.is_configured() else self._stdlib
 
     def debug(self, event: str, **kw: Any) -> None:
@@ -94,6 +111,8 @@ def configure_logging(*, console: bool = False, level: str = "info", force: bool
     """Configure structlog and stdlib logging (what `ripple serve/worker/dev` do for
     themselves; an application embedding the client configures its own). Idempotent unless
     `force`."""
+    import structlog
+
     global _configured
     if _configured and not force:
         return
@@ -118,6 +137,13 @@ def configure_logging(*, console: bool = False, level: str = "info", force: bool
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr, force=True)
+
+
+def configure_plain_logging(level: str = "warning") -> None:
+    """Configure stdlib logging only, to stderr at `level`: what a one-shot command (a `ripple`
+    operator command) needs. Library loggers then write `LEVEL:logger:event key=value` lines
+    through stdlib, and structlog is imported only if one of them logs."""
+    logging.basicConfig(level=logging.getLevelName(level.upper()), stream=sys.stderr)
 
 
 def _error_text(exc: BaseException | None) -> str:
