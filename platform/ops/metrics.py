@@ -2,11 +2,19 @@
 
 Label values are bounded: workflow names, step base names (auto-indexed keys `name:3` collapse to
 `name`), topic prefixes (first segment), queue names and statuses.
+
+The metrics are created (and prometheus-client imported) when one of them is first used: a
+process that records none, such as a one-shot `ripple` command, never imports it. `/metrics`
+calls `define()` first, so a scrape lists every metric either way.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import threading
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = [
     "API_REQUESTS",
@@ -25,6 +33,7 @@ __all__ = [
     "STEP_RETRIES",
     "SWEEPER_DELETED",
     "WEBHOOK_ENDPOINT_FAILING",
+    "define",
     "step_label",
     "topic_prefix",
 ]
@@ -49,60 +58,106 @@ _DURATION_BUCKETS = (
     3600,
 )
 
-RUNS_STARTED = Counter("workflow_runs_started", "Workflow runs created.", ["workflow"])
-RUNS_COMPLETED = Counter(
-    "workflow_runs_completed",
-    "Workflow runs that reached a terminal state.",
-    ["workflow", "status"],
-)
-RUNS_IN_FLIGHT = Gauge(
-    "workflow_runs_in_flight", "Runs executing in this process now.", ["workflow"]
-)
-RUN_DURATION = Histogram(
-    "workflow_run_duration_seconds",
-    "Creation to terminal state.",
-    ["workflow"],
-    buckets=_DURATION_BUCKETS,
-)
-STEP_DURATION = Histogram(
-    "workflow_step_duration_seconds",
-    "One step attempt's execution time.",
-    ["workflow", "step"],
-    buckets=_DURATION_BUCKETS,
-)
-STEP_RETRIES = Counter(
-    "workflow_step_retries", "Step attempts that failed and were scheduled again.", ["workflow"]
-)
-SIGNALS = Counter("workflow_signals", "Signals accepted.", ["outcome"])
-EVENTS_PUBLISHED = Counter(
-    "events_published", "Events published (first topic segment).", ["topic_prefix"]
-)
-DELIVERIES = Counter(
-    "deliveries", "Deliveries to subscription targets by outcome.", ["kind", "outcome"]
-)
-QUEUE_DEPTH = Gauge("queue_depth", "Messages waiting or in flight.", ["queue"])
-QUEUE_OLDEST_AGE = Gauge(
-    "queue_oldest_age_seconds", "Age of the oldest visible message.", ["queue"]
-)
-WEBHOOK_ENDPOINT_FAILING = Gauge(
-    "webhook_endpoint_failing", "1 while a webhook subscription keeps failing.", ["subscription"]
-)
-LEASE_EXPIRATIONS = Counter(
-    "lease_expirations", "Runs reclaimed after their lease expired (a worker died or stalled)."
-)
-SWEEPER_DELETED = Counter("sweeper_deleted", "Rows deleted by retention.", ["kind"])
-RUNS_STRANDED = Gauge(
-    "workflow_runs_stranded",
-    "Active runs pinned to a (workflow, version) no live worker serves.",
-    ["workflow", "version"],
-)
+if TYPE_CHECKING:
+    RUNS_STARTED: Counter
+    RUNS_COMPLETED: Counter
+    RUNS_IN_FLIGHT: Gauge
+    RUN_DURATION: Histogram
+    STEP_DURATION: Histogram
+    STEP_RETRIES: Counter
+    SIGNALS: Counter
+    EVENTS_PUBLISHED: Counter
+    DELIVERIES: Counter
+    QUEUE_DEPTH: Gauge
+    QUEUE_OLDEST_AGE: Gauge
+    WEBHOOK_ENDPOINT_FAILING: Gauge
+    LEASE_EXPIRATIONS: Counter
+    SWEEPER_DELETED: Counter
+    RUNS_STRANDED: Gauge
+    API_REQUESTS: Counter
+
+#: The metrics: the upper-case names of `__all__`, created together by `define()`.
+_NAMES: Final = frozenset(name for name in __all__ if name.isupper())
+_defining = threading.Lock()
 
 
-API_REQUESTS = Counter(
-    "ripple_api_requests",
-    "Authorised API requests by token name (`env` for RIPPLE_API_TOKENS, `local` without auth).",
-    ["token"],
-)
+def define() -> None:
+    """Create every metric in the default registry, once (safe from any thread)."""
+    with _defining:
+        if "RUNS_STARTED" not in globals():
+            globals().update(_create())
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    define()
+    return globals()[name]
+
+
+def _create() -> dict[str, Any]:
+    from prometheus_client import Counter, Gauge, Histogram
+
+    return {
+        "RUNS_STARTED": Counter("workflow_runs_started", "Workflow runs created.", ["workflow"]),
+        "RUNS_COMPLETED": Counter(
+            "workflow_runs_completed",
+            "Workflow runs that reached a terminal state.",
+            ["workflow", "status"],
+        ),
+        "RUNS_IN_FLIGHT": Gauge(
+            "workflow_runs_in_flight", "Runs executing in this process now.", ["workflow"]
+        ),
+        "RUN_DURATION": Histogram(
+            "workflow_run_duration_seconds",
+            "Creation to terminal state.",
+            ["workflow"],
+            buckets=_DURATION_BUCKETS,
+        ),
+        "STEP_DURATION": Histogram(
+            "workflow_step_duration_seconds",
+            "One step attempt's execution time.",
+            ["workflow", "step"],
+            buckets=_DURATION_BUCKETS,
+        ),
+        "STEP_RETRIES": Counter(
+            "workflow_step_retries",
+            "Step attempts that failed and were scheduled again.",
+            ["workflow"],
+        ),
+        "SIGNALS": Counter("workflow_signals", "Signals accepted.", ["outcome"]),
+        "EVENTS_PUBLISHED": Counter(
+            "events_published", "Events published (first topic segment).", ["topic_prefix"]
+        ),
+        "DELIVERIES": Counter(
+            "deliveries", "Deliveries to subscription targets by outcome.", ["kind", "outcome"]
+        ),
+        "QUEUE_DEPTH": Gauge("queue_depth", "Messages waiting or in flight.", ["queue"]),
+        "QUEUE_OLDEST_AGE": Gauge(
+            "queue_oldest_age_seconds", "Age of the oldest visible message.", ["queue"]
+        ),
+        "WEBHOOK_ENDPOINT_FAILING": Gauge(
+            "webhook_endpoint_failing",
+            "1 while a webhook subscription keeps failing.",
+            ["subscription"],
+        ),
+        "LEASE_EXPIRATIONS": Counter(
+            "lease_expirations",
+            "Runs reclaimed after their lease expired (a worker died or stalled).",
+        ),
+        "SWEEPER_DELETED": Counter("sweeper_deleted", "Rows deleted by retention.", ["kind"]),
+        "RUNS_STRANDED": Gauge(
+            "workflow_runs_stranded",
+            "Active runs pinned to a (workflow, version) no live worker serves.",
+            ["workflow", "version"],
+        ),
+        "API_REQUESTS": Counter(
+            "ripple_api_requests",
+            "Authorised API requests by token name (`env` for RIPPLE_API_TOKENS, `local` "
+            "without auth).",
+            ["token"],
+        ),
+    }
 
 
 def step_label(step_key: str) -> str:

@@ -16,8 +16,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Mapping
-
-from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
+from typing import TYPE_CHECKING
 
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Pool, map_errors
@@ -25,6 +24,9 @@ from ripple.platform.core.logs import get_logger
 from ripple.platform.errors import RippleError
 from ripple.platform.ops import metrics, observability_store
 from ripple.platform.ops.ports import RunStats
+
+if TYPE_CHECKING:
+    from prometheus_client import Gauge
 
 __all__ = ["UNPINNED_VERSION", "GaugeCollector", "metrics_exposition", "serve_metrics"]
 
@@ -149,6 +151,9 @@ async def metrics_exposition(collector: GaugeCollector | None = None) -> bytes:
     """The Prometheus text exposition of this process, gauges refreshed first when given one."""
     if collector is not None:
         await collector.refresh_if_stale()
+    from prometheus_client import generate_latest
+
+    metrics.define()
     return generate_latest()
 
 
@@ -179,6 +184,8 @@ async def serve_metrics(
         try:
             method, path = await asyncio.wait_for(_read_request_line(reader), _REQUEST_TIMEOUT)
             if method == "GET" and path == "/metrics":
+                from prometheus_client import CONTENT_TYPE_LATEST
+
                 status, content_type = "200 OK", CONTENT_TYPE_LATEST
                 body = await metrics_exposition(collector)
             else:

@@ -15,9 +15,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
-
-from prometheus_client import Counter
+from typing import TYPE_CHECKING, Any, Final
 
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, map_errors, transaction
@@ -25,10 +23,13 @@ from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import SubscriptionsChanged, Waker
 from ripple.platform.errors import RippleError
 from ripple.platform.events import subscription_store
-from ripple.platform.ops.metrics import DELIVERIES
+from ripple.platform.ops import metrics
 from ripple.subscribers.webhooks import delivery_store as store
 from ripple.subscribers.webhooks.outcomes import Decision
 from ripple.subscribers.webhooks.slots import Slots
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter
 
 __all__ = ["OutcomeRecorder"]
 
@@ -215,7 +216,7 @@ class OutcomeRecorder:
         decision = outcome.decision
         counter = self._counted.get(decision.action)
         if counter is None:  # labels() takes a lock and builds a key on every call
-            counter = DELIVERIES.labels(kind="webhook", outcome=decision.action)
+            counter = metrics.DELIVERIES.labels(kind="webhook", outcome=decision.action)
             self._counted[decision.action] = counter
         counter.inc()
         # `webhook_endpoint_failing` is not set here: the gauge collector recomputes it from
