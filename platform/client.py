@@ -7,14 +7,12 @@ logic of its own beyond wiring: each method delegates to the module that owns th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Self, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast, overload
 
-from ripple.platform.access.audit import Audit
-from ripple.platform.access.rate_limits import RateLimiter
-from ripple.platform.access.tokens import Tokens
 from ripple.platform.core import migrate
 from ripple.platform.core.config import Settings, load_settings
 from ripple.platform.core.db import (
@@ -27,31 +25,31 @@ from ripple.platform.core.db import (
 from ripple.platform.core.embedded import discover_dev_urls
 from ripple.platform.core.wake import NullWaker, create_waker
 from ripple.platform.errors import NotFound, RippleError
-from ripple.platform.events.backfill import Backfills
-from ripple.platform.events.contracts.topics import Topics
 from ripple.platform.events.contracts.validation import Contracts
-from ripple.platform.events.fanout import TargetKind
-from ripple.platform.events.history import EventPage, EventSearch
-from ripple.platform.events.publish import Explanation, Publisher, PublishResult
-from ripple.platform.events.subscriptions import Subscription, Subscriptions
-from ripple.platform.events.topics import validate_pattern
-from ripple.platform.ops.observability import GaugeCollector
-from ripple.platform.ops.services import BackgroundService
-from ripple.platform.ops.sweeper import Sweeper
-from ripple.platform.schedules.schedules import Scheduler, Schedules
-from ripple.subscribers import QueueTarget, Target, WebhookTarget, WorkflowTarget
-from ripple.subscribers.queues.queue import QueueKind
-from ripple.subscribers.queues.queues import Queues
-from ripple.subscribers.webhooks.webhook import Deliveries, WebhookKind
-from ripple.subscribers.workflow import WorkflowKind
-from ripple.workflows.authoring.definition import WorkflowDefinition
-from ripple.workflows.runs.approvals import Approvals
 from ripple.workflows.runs.client import WorkflowClient
-from ripple.workflows.runs.deploys import Deploys
-from ripple.workflows.runs.handle import RunHandle
-from ripple.workflows.runs.operations import RunFilter, RunOperations, WaitOutcome
-from ripple.workflows.runs.records import Page, Run, SignalResult, StepRecord
-from ripple.workflows.runs.verification import VerifyReport
+
+if TYPE_CHECKING:
+    from ripple.platform.access.audit import Audit
+    from ripple.platform.access.tokens import Tokens
+    from ripple.platform.events.backfill import Backfills
+    from ripple.platform.events.contracts.topics import Topics
+    from ripple.platform.events.fanout import TargetKind
+    from ripple.platform.events.history import EventPage, EventSearch
+    from ripple.platform.events.publish import Explanation, Publisher, PublishResult
+    from ripple.platform.events.subscriptions import Subscription, Subscriptions
+    from ripple.platform.ops.observability import GaugeCollector
+    from ripple.platform.ops.services import BackgroundService
+    from ripple.platform.schedules.schedules import Schedules
+    from ripple.subscribers import QueueTarget, Target, WebhookTarget, WorkflowTarget
+    from ripple.subscribers.queues.queues import Queues
+    from ripple.subscribers.webhooks.webhook import Deliveries
+    from ripple.workflows.authoring.definition import WorkflowDefinition
+    from ripple.workflows.runs.approvals import Approvals
+    from ripple.workflows.runs.deploys import Deploys
+    from ripple.workflows.runs.handle import RunHandle
+    from ripple.workflows.runs.operations import RunOperations, WaitOutcome
+    from ripple.workflows.runs.records import Page, Run, SignalResult, StepRecord
+    from ripple.workflows.runs.verification import VerifyReport
 
 __all__ = ["Client"]
 
@@ -68,8 +66,9 @@ class Client:
         settings: full settings, for tests and embedding (overrides the two URLs' defaults).
 
     Use as `async with Client() as client:`; connecting applies pending migrations. The parts
-    (`workflows`, `queues`, `schedules`, `deliveries`, ...) exist from construction and raise
-    "client is not connected" when used before `connect()`.
+    (`workflows`, `queues`, `schedules`, `deliveries`, ...) are attributes from construction
+    (each built on first access) and raise "client is not connected" when used before
+    `connect()`.
     """
 
     def __init__(
@@ -85,67 +84,147 @@ class Client:
         #: The background writers' pool (webhook dispatcher, sweeper): see `connect()`.
         self._background_pool: Pool | None = None
         self._waker: NullWaker | None = None
-        # The parts are built now and reach the pools and the waker through these accessors,
-        # so they exist before `connect()` and raise "client is not connected" until then.
-        pool = cast(Pool, _ConnectedPool(lambda: self.pool))
-        read_pool = cast(Pool, _ConnectedPool(lambda: self.read_pool))
-        waker = cast(NullWaker, _ConnectedWaker(self))
+        # The parts reach the pools and the waker through these accessors, so they work before
+        # `connect()` is called and raise "client is not connected" until then.
+        self._pools = (
+            cast(Pool, _ConnectedPool(lambda: self.pool)),
+            cast(Pool, _ConnectedPool(lambda: self.read_pool)),
+        )
+        self._wakes = cast(NullWaker, _ConnectedWaker(self))
+        pool, read_pool = self._pools
         #: Each topic's latest schema, compiled (publish, matches and filters are checked).
-        self.contracts: Contracts = Contracts(pool, waker, self.settings)
+        self.contracts: Contracts = Contracts(pool, self._wakes, self.settings)
         #: Runs: start, read, signal, cancel (the flat run methods below delegate to it).
         self.workflows: WorkflowClient = WorkflowClient(
-            pool, waker, self.settings, read_pool=read_pool, contracts=self.contracts
+            pool, self._wakes, self.settings, read_pool=read_pool, contracts=self.contracts
         )
-        self._kinds: dict[str, TargetKind] = {
-            "queue": QueueKind(waker),
-            "webhook": WebhookKind(self.settings, waker),
+        #: Approvals of runs: `list`, `get`, `decide` (`ctx.step.wait_for_approval`).
+        self.approvals: Approvals = self.workflows.approvals
+
+    # The other parts are attributes too, built (and their modules imported) on first use: a
+    # short command that reads runs does not load publish, webhooks, schedules or tokens.
+
+    @functools.cached_property
+    def _kinds(self) -> dict[str, TargetKind]:
+        from ripple.subscribers.queues.queue import QueueKind
+        from ripple.subscribers.webhooks.webhook import WebhookKind
+        from ripple.subscribers.workflow import WorkflowKind
+
+        return {
+            "queue": QueueKind(self._wakes),
+            "webhook": WebhookKind(self.settings, self._wakes),
             "workflow": WorkflowKind(self.workflows),
         }
-        #: Subscriptions and their cached compiled set (use the flat `*_subscription` methods).
-        self.subscriptions: Subscriptions = Subscriptions(
-            pool, waker, self.settings, self._kinds, self.contracts
+
+    @functools.cached_property
+    def subscriptions(self) -> Subscriptions:
+        """Subscriptions and their cached compiled set (use the flat `*_subscription` methods)."""
+        from ripple.platform.events.subscriptions import Subscriptions
+
+        return Subscriptions(
+            self._pools[0], self._wakes, self.settings, self._kinds, self.contracts
         )
-        #: Publish and fan-out (use `publish` and `explain`).
-        self.publisher: Publisher = Publisher(
-            pool,
-            waker,
+
+    @functools.cached_property
+    def publisher(self) -> Publisher:
+        """Publish and fan-out (use `publish` and `explain`)."""
+        from ripple.platform.events.publish import Publisher
+
+        return Publisher(
+            self._pools[0],
+            self._wakes,
             self.settings,
             self.subscriptions,
             self._kinds,
             self.workflows,
             self.contracts,
         )
-        #: Retry, fork, bulk actions and waits on runs (use the flat methods).
-        self.operations: RunOperations = RunOperations(self.workflows)
-        #: Backfills and replays of retained events (use `subscribe` and `replay_events`).
-        self.backfills: Backfills = Backfills(pool, self.settings, self._kinds)
-        #: Published events by topic, window and payload (use `list_events`).
-        self.events: EventSearch = EventSearch(read_pool, self.settings)
-        #: Approvals of runs: `list`, `get`, `decide` (`ctx.step.wait_for_approval`).
-        self.approvals: Approvals = self.workflows.approvals
-        #: Topic schemas: `register_schema`, `check_schema`, `get_schema`, `list_schemas`, ...
-        self.topics: Topics = Topics(pool, self.contracts)
-        #: API tokens: `create`, `list`, `revoke` (and the API's `authenticate`).
-        self.tokens: Tokens = Tokens(
-            pool,
-            waker,
+
+    @functools.cached_property
+    def operations(self) -> RunOperations:
+        """Retry, fork, bulk actions and waits on runs (use the flat methods)."""
+        from ripple.workflows.runs.operations import RunOperations
+
+        return RunOperations(self.workflows)
+
+    @functools.cached_property
+    def backfills(self) -> Backfills:
+        """Backfills and replays of retained events (use `subscribe` and `replay_events`)."""
+        from ripple.platform.events.backfill import Backfills
+
+        return Backfills(self._pools[0], self.settings, self._kinds)
+
+    @functools.cached_property
+    def events(self) -> EventSearch:
+        """Published events by topic, window and payload (use `list_events`)."""
+        from ripple.platform.events.history import EventSearch
+
+        return EventSearch(self._pools[1], self.settings)
+
+    @functools.cached_property
+    def topics(self) -> Topics:
+        """Topic schemas: `register_schema`, `check_schema`, `get_schema`, `list_schemas`, ..."""
+        from ripple.platform.events.contracts.topics import Topics
+
+        return Topics(self._pools[0], self.contracts)
+
+    @functools.cached_property
+    def tokens(self) -> Tokens:
+        """API tokens: `create`, `list`, `revoke` (and the API's `authenticate`)."""
+        from ripple.platform.access.rate_limits import RateLimiter
+        from ripple.platform.access.tokens import Tokens
+        from ripple.platform.events.topics import validate_pattern
+
+        return Tokens(
+            self._pools[0],
+            self._wakes,
             validate_pattern,
             RateLimiter(self.settings.redis_url, prefix=self.settings.redis_prefix),
         )
-        #: Queues: `send`, `receive`, `ack`, `nack`, `stats`, `dead_letters`, `redrive`.
-        self.queues: Queues = Queues(pool, waker, self.settings)
-        #: Schedules managed at run time (`create`, `pause`, `resume`, `trigger`, `delete`).
-        self.schedules: Schedules = Schedules(pool, _Firing(self), waker)
-        #: Webhook deliveries: `list`, `get`, `attempts`, `redrive`, `redrive_failed`.
-        self.deliveries: Deliveries = Deliveries(pool, waker, self.settings, read_pool=read_pool)
-        #: The audit trail: `list` (the audited actions write it themselves).
-        self.audit: Audit = Audit(pool, self.settings)
-        #: Recorded runs for `verify` and exports, versions in use, early wakes.
-        self.deploys: Deploys = Deploys(pool, read_pool, waker)
-        #: Refreshes the gauges computed from Postgres (call before exposing `/metrics`).
-        self.gauges: GaugeCollector = GaugeCollector(
-            pool, self.settings, runs=self.workflows.upkeep
-        )
+
+    @functools.cached_property
+    def queues(self) -> Queues:
+        """Queues: `send`, `receive`, `ack`, `nack`, `stats`, `dead_letters`, `redrive`."""
+        from ripple.subscribers.queues.queues import Queues
+
+        return Queues(self._pools[0], self._wakes, self.settings)
+
+    @functools.cached_property
+    def schedules(self) -> Schedules:
+        """Schedules managed at run time (`create`, `pause`, `resume`, `trigger`, `delete`)."""
+        from ripple.platform.schedules.schedules import Schedules
+
+        return Schedules(self._pools[0], _Firing(self), self._wakes)
+
+    @functools.cached_property
+    def deliveries(self) -> Deliveries:
+        """Webhook deliveries: `list`, `get`, `attempts`, `redrive`, `redrive_failed`."""
+        from ripple.subscribers.webhooks.webhook import Deliveries
+
+        pool, read_pool = self._pools
+        return Deliveries(pool, self._wakes, self.settings, read_pool=read_pool)
+
+    @functools.cached_property
+    def audit(self) -> Audit:
+        """The audit trail: `list` (the audited actions write it themselves)."""
+        from ripple.platform.access.audit import Audit
+
+        return Audit(self._pools[0], self.settings)
+
+    @functools.cached_property
+    def deploys(self) -> Deploys:
+        """Recorded runs for `verify` and exports, versions in use, early wakes."""
+        from ripple.workflows.runs.deploys import Deploys
+
+        pool, read_pool = self._pools
+        return Deploys(pool, read_pool, self._wakes)
+
+    @functools.cached_property
+    def gauges(self) -> GaugeCollector:
+        """Refreshes the gauges computed from Postgres (call before exposing `/metrics`)."""
+        from ripple.platform.ops.observability import GaugeCollector
+
+        return GaugeCollector(self._pools[0], self.settings, runs=self.workflows.upkeep)
 
     @classmethod
     def for_command(cls, *, settings: Settings | None = None, writes: bool = True) -> Client:
@@ -197,9 +276,13 @@ class Client:
     async def close(self) -> None:
         """Stop the wake layer and close the pool."""
         if self._waker is not None:
-            await self.subscriptions.close()
+            # Only the parts built so far hold listeners.
+            built = vars(self)
+            if "subscriptions" in built:
+                await self.subscriptions.close()
             await self.contracts.close()
-            await self.tokens.close()
+            if "tokens" in built:
+                await self.tokens.close()
             await self._waker.close()
             self._waker = None
         if self._read_pool is not None and self._read_pool is not self._pool:
@@ -251,6 +334,8 @@ class Client:
         `worker_db_timeout` (RIPPLE_WORKER_DB_TIMEOUT, default the lease), as a worker's are.
         """
         # The dispatcher loads aiohttp: only processes that run it import it.
+        from ripple.platform.ops.sweeper import Sweeper
+        from ripple.platform.schedules.schedules import Scheduler
         from ripple.subscribers.webhooks.dispatcher import WebhookDispatcher
 
         writers = self.pool if self._background_pool is None else self._background_pool
@@ -438,6 +523,8 @@ class Client:
         """Cancel every active run matching the filters (in batches, safe while workers run);
         returns how many. `status` must be an active status (default: all of them).
         `dry_run`: only count the runs that match now."""
+        from ripple.workflows.runs.operations import RunFilter
+
         return await self.operations.cancel_many(
             RunFilter(workflow, status, since, until, created_before), dry_run=dry_run
         )
@@ -454,6 +541,8 @@ class Client:
     ) -> int:
         """Retry every failed or canceled run matching the filters (in batches, safe while
         workers run); returns how many. `dry_run`: only count the runs that match now."""
+        from ripple.workflows.runs.operations import RunFilter
+
         return await self.operations.retry_many(
             RunFilter(workflow, status, since, until, created_before), dry_run=dry_run
         )

@@ -15,9 +15,7 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
-
-import jsonschema_rs
+from typing import TYPE_CHECKING, Any, Final
 
 from ripple.platform.core import db
 from ripple.platform.core.config import Settings
@@ -29,6 +27,9 @@ from ripple.platform.events.contracts import schema_store
 from ripple.platform.events.contracts.paths import undeclared_paths
 from ripple.platform.events.contracts.records import SchemaVersion
 from ripple.platform.events.topics import compile_pattern
+
+if TYPE_CHECKING:
+    import jsonschema_rs
 
 __all__ = ["CompiledSchema", "Contracts", "compile_schema", "violations"]
 
@@ -80,6 +81,8 @@ class CompiledSchema:
 
 def compile_schema(schema: Mapping[str, Any]) -> jsonschema_rs.Validator:
     """A validator for a JSON Schema 2020-12 document (formats checked)."""
+    import jsonschema_rs  # only processes that compile a schema load the validator
+
     return jsonschema_rs.Draft202012Validator(dict(schema), validate_formats=True)
 
 
@@ -99,6 +102,8 @@ def violations(validator: jsonschema_rs.Validator, payload: Any) -> list[str]:
 def _message(error: jsonschema_rs.ValidationError) -> str:
     """The violation in the words of Python's jsonschema for the common kinds (values as
     Python reprs: `'x' is not of type 'integer'`), else jsonschema-rs's own message."""
+    import jsonschema_rs
+
     kind = error.kind
     if isinstance(kind, jsonschema_rs.ValidationErrorKind.Type):
         return f"{error.instance!r} is not of type {', '.join(repr(t) for t in kind.types)}"
