@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ripple.platform.cli.app import app
+from ripple.platform.cli.groups import app
 from ripple.platform.cli.operate import operate
 from ripple.platform.cli.options import Remote, operator_command, since_arg
 from ripple.platform.cli.output import print_json, short_time, table

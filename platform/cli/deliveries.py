@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ripple.platform.cli.app import deliveries_app
+from ripple.platform.cli.groups import deliveries_app
 from ripple.platform.cli.operate import operate
 from ripple.platform.cli.options import Remote, operator_command
 from ripple.platform.cli.output import emit, fail, print_json, table

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from ripple.platform.cli.app import app, runs_app
+from ripple.platform.cli.groups import app, runs_app
 from ripple.platform.cli.operate import settings
 from ripple.platform.cli.options import duration_arg
 from ripple.platform.cli.output import err, fail, out, print_json, table

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ripple.platform.cli.app import app
+from ripple.platform.cli.groups import app
 from ripple.platform.cli.operate import settings as load
 from ripple.platform.cli.output import err, fail, out
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ripple.platform.cli.app import queues_app
+from ripple.platform.cli.groups import queues_app
 from ripple.platform.cli.operate import operate
 from ripple.platform.cli.options import QueueArg, Remote, json_arg, operator_command
 from ripple.platform.cli.output import emit, print_json, table

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ripple.platform.cli.app import app, runs_app
+from ripple.platform.cli.groups import app, runs_app
 from ripple.platform.cli.operate import operate
 from ripple.platform.cli.options import (
     BeforeOpt,

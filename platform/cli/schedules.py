@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ripple.platform.cli.app import schedules_app
+from ripple.platform.cli.groups import schedules_app
 from ripple.platform.cli.operate import operate
 from ripple.platform.cli.options import Remote, ScheduleArg, json_arg, operator_command
 from ripple.platform.cli.output import emit, fail, out, print_json, short_time, table

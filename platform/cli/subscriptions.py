@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ripple.platform.cli.app import app, subscriptions_app
+from ripple.platform.cli.groups import app, subscriptions_app
 from ripple.platform.cli.operate import operate
 from ripple.platform.cli.options import (
     Remote,

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ripple.platform.cli.app import tokens_app
+from ripple.platform.cli.groups import tokens_app
 from ripple.platform.cli.operate import operate
 from ripple.platform.cli.options import Remote, duration_arg, operator_command
 from ripple.platform.cli.output import emit, out, print_json, short_time, table

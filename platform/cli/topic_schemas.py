@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ripple.platform.cli.app import topic_schemas_app
+from ripple.platform.cli.groups import topic_schemas_app
 from ripple.platform.cli.operate import operate
 from ripple.platform.cli.options import Remote, json_arg, operator_command
 from ripple.platform.cli.output import emit, fail, out, print_json

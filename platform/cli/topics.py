@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ripple.platform.cli.app import app, topics_app
+from ripple.platform.cli.groups import app, topics_app
 from ripple.platform.cli.operate import operate
 from ripple.platform.cli.options import (
     PayloadArg,

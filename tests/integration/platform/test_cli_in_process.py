@@ -52,6 +52,52 @@ async def test_cli_in_process__a_read_only_command_connects_no_redis(client: Cli
     assert loaded == []
 
 
+#: What `ripple runs list` has no use for: the logging and metrics libraries (nothing is logged
+#: or counted), the schema validator, the engine, the parts of the client it does not call, and
+#: the other command groups.
+UNUSED_BY_RUNS_LIST = (
+    "structlog",
+    "prometheus_client",
+    "jsonschema_rs",
+    "ripple.workflows.runtime.worker",
+    "ripple.platform.events.publish",
+    "ripple.platform.access.tokens",
+    "ripple.platform.schedules.schedules",
+    "ripple.subscribers.webhooks.webhook",
+    "ripple.platform.cli.queues",
+    "ripple.platform.cli.processes",
+)
+
+
+async def test_cli_in_process__runs_list_loads_only_what_it_uses(client: Client) -> None:
+    handle = await client.start("cli-lean", {"n": 1})
+    # Through the console entry point, as `ripple runs list --json` runs.
+    code = (
+        "import json, sys\n"
+        "sys.argv = ['ripple', 'runs', 'list', '--json']\n"
+        "from ripple.platform.cli import main\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "finally:\n"
+        f"    loaded = [m for m in {(*NEVER, *UNUSED_BY_RUNS_LIST)!r} if m in sys.modules]\n"
+        "    print(json.dumps(loaded), file=sys.stderr)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RIPPLE_")}
+    env["RIPPLE_DATABASE_URL"] = str(client.settings.database_url)
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert [r["runId"] for r in json.loads(done.stdout)["items"]] == [handle.run_id]
+    assert json.loads(done.stderr.splitlines()[-1]) == []
+
+
 async def test_cli_in_process__a_write_still_wakes_other_processes(client: Client) -> None:
     async with client.waker.listen(queue_channel("cli-lean")) as listener:
         sent, loaded = await asyncio.to_thread(
