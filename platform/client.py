@@ -84,6 +84,8 @@ class Client:
         #: The background writers' pool (webhook dispatcher, sweeper): see `connect()`.
         self._background_pool: Pool | None = None
         self._waker: NullWaker | None = None
+        #: `close()` drops the connections without the protocol's goodbye (`for_command`).
+        self._abandon_connections = False
         # The parts reach the pools and the waker through these accessors, so they work before
         # `connect()` is called and raise "client is not connected" until then.
         self._pools = (
@@ -230,13 +232,19 @@ class Client:
     def for_command(cls, *, settings: Settings | None = None, writes: bool = True) -> Client:
         """A client for one short command, such as a `ripple` operator command: a pool of one
         connection and, when the command only reads (`writes=False`), no Redis connection
-        (wake hints follow writes only). Connecting still applies pending migrations."""
+        (wake hints follow writes only). Connecting still applies pending migrations.
+
+        `close()` ends its connections at once instead of waiting for the server to
+        acknowledge each goodbye: every call has committed or rolled back by then, and Postgres
+        takes a client's end of a connection outside a transaction as a normal disconnect."""
         lean: dict[str, Any] = {"pool_min_size": 1}
         if not writes:
             lean["redis_url"] = None
             lean["redis_sentinels"] = []
         # The parts take the settings at construction: resolve them first, then build once.
-        return cls(settings=_resolve_settings(settings).model_copy(update=lean))
+        client = cls(settings=_resolve_settings(settings).model_copy(update=lean))
+        client._abandon_connections = True
+        return client
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -286,14 +294,20 @@ class Client:
             await self._waker.close()
             self._waker = None
         if self._read_pool is not None and self._read_pool is not self._pool:
-            await self._read_pool.close()
+            await self._close_pool(self._read_pool)
         self._read_pool = None
         if self._background_pool is not None:
-            await self._background_pool.close()
+            await self._close_pool(self._background_pool)
             self._background_pool = None
         if self._pool is not None:
-            await self._pool.close()
+            await self._close_pool(self._pool)
             self._pool = None
+
+    async def _close_pool(self, pool: Pool) -> None:
+        if self._abandon_connections:
+            pool.terminate()
+        else:
+            await pool.close()
 
     async def __aenter__(self) -> Self:
         return await self.connect()

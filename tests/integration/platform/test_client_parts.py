@@ -23,6 +23,7 @@ from ripple.subscribers.queues.queues import Queues
 from ripple.subscribers.webhooks.webhook import Deliveries
 from ripple.workflows.runs.client import WorkflowClient
 from ripple.workflows.runs.operations import RunOperations
+from tests.helpers import assert_eventually
 
 NOT_CONNECTED = "client is not connected"
 
@@ -103,3 +104,29 @@ async def test_a_wake_hint_sent_after_close_is_dropped(settings: Settings) -> No
     starts.waker.notify(RunReady(workflow="any"))  # no error
     with pytest.raises(RippleError, match=NOT_CONNECTED):
         client.waker.notify(RunReady(workflow="any"))
+
+
+async def test_a_command_client_leaves_no_connection_behind(client: Client) -> None:
+    """`Client.for_command` drops its connections on `close()` (no goodbye awaited): the server
+    still sees them end, and what the command wrote stays."""
+
+    async def others() -> int:
+        return int(
+            await client.pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            )
+        )
+
+    before = await others()
+    async with Client.for_command(settings=client.settings) as command:
+        handle = await command.start("report", {"n": 1})
+        assert await others() == before + 1
+
+    async def gone() -> bool:
+        return await others() == before
+
+    await assert_eventually(gone)
+    run = await client.get_run(handle.run_id)
+    assert run is not None
+    assert run.input == {"n": 1}
