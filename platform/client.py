@@ -130,7 +130,7 @@ class Client:
             pool,
             waker,
             validate_pattern,
-            RateLimiter(self.settings.redis_url, prefix=self.settings.redis_prefix),
+            RateLimiter(self.settings.redis_endpoint(), prefix=self.settings.redis_prefix),
         )
         #: Queues: `send`, `receive`, `ack`, `nack`, `stats`, `dead_letters`, `redrive`.
         self.queues: Queues = Queues(pool, waker, self.settings)
