@@ -112,10 +112,14 @@ async def run() -> None:
         started = time.perf_counter()
         if fresh:
             await _seed(url)
-        row = await client.pool.fetchrow(
-            "SELECT (SELECT count(*) FROM ripple_runs), (SELECT count(*) FROM ripple_events),"
-            " (SELECT max(created_at) FROM ripple_events)"
-        )
+        conn = await asyncpg.connect(url)  # counting takes longer than the pool's timeout
+        try:
+            row = await conn.fetchrow(
+                "SELECT (SELECT count(*) FROM ripple_runs), (SELECT count(*) FROM ripple_events),"
+                " (SELECT max(created_at) FROM ripple_events)"
+            )
+        finally:
+            await conn.close()
         assert row is not None
         runs_n, events_n, newest = row
         report(
