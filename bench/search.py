@@ -159,6 +159,9 @@ async def run() -> None:
                 {"where": {"tags": ["t3"]}, "since": now - timedelta(hours=1)},
             ),
             ("last day, no match", {"where": {"customerId": -1}, "since": now - timedelta(days=1)}),
+            # One event in 977: uncommon, not rare (a thousand in the day, about 60 in the hour).
+            ("last day, total 5", {"where": {"total": 5}, "since": now - timedelta(days=1)}),
+            ("last hour, total 5", {"where": {"total": 5}, "since": now - timedelta(hours=1)}),
         ]
         for label, kw in events:
 
