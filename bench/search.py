@@ -86,7 +86,7 @@ async def _seed(url: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _database() -> AsyncIterator[tuple[Settings, str, bool]]:
+async def search_database() -> AsyncIterator[tuple[Settings, str, bool]]:
     """Settings for the database searched and whether it needs seeding: a fresh one (dropped
     afterwards), or the one RIPPLE_BENCH_SEARCH_KEEP names, seeded on first use and kept."""
     keep = os.environ.get("RIPPLE_BENCH_SEARCH_KEEP")
@@ -108,7 +108,7 @@ async def _database() -> AsyncIterator[tuple[Settings, str, bool]]:
 
 async def run() -> None:
     # Connecting applies pending migrations, to a kept database's data too.
-    async with _database() as (settings, url, fresh), Client(settings=settings) as client:
+    async with search_database() as (settings, url, fresh), Client(settings=settings) as client:
         started = time.perf_counter()
         if fresh:
             await _seed(url)

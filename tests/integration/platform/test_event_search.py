@@ -126,7 +126,12 @@ async def test_list_events__a_rare_value_reads_the_payload_index(client: Client)
         (await client.publish(topic, {"order": "rare", "n": -i})).event_id
         for i, topic in enumerate(["t3", "t3", "t4"])
     }
-    for where, topic in [({"order": "rare"}, None), ({"order": "rare"}, "t3"), ({"n": -7}, None)]:
+    cases: list[tuple[dict[str, object], str | None]] = [
+        ({"order": "rare"}, None),
+        ({"order": "rare"}, "t3"),
+        ({"n": -7}, None),
+    ]
+    for where, topic in cases:
         plan = await _plan(client.pool, where, topic)
         assert "Bitmap Index Scan on ripple_events_payload" in plan, plan
     since = datetime.now(UTC) - timedelta(days=1)
