@@ -642,6 +642,13 @@ class Worker:
                     outcome = await engine.execute()
         except LeaseLost:
             log.warning("run_lease_lost", run_id=claim.run_id, epoch=claim.epoch)
+        except Unavailable as exc:
+            # A journal write of the run met a database outage (the engine does not conclude
+            # the run on one): hand the run back if the database answers again by now, else
+            # its lease lapses and it is claimed again.
+            log.warning("run_abandoned_database_unavailable", run_id=claim.run_id, error=str(exc))
+            with contextlib.suppress(RippleError), map_errors():
+                await store.release_run(self.pool, run_id=claim.run_id, epoch=claim.epoch)
         except asyncio.CancelledError:
             log.info("run_task_canceled", run_id=claim.run_id)
         except Exception:

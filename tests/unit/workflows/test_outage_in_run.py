@@ -1,0 +1,74 @@
+"""A database outage met by a run's own journal write (the commit before a step body, raised
+into the workflow function as `Unavailable`) is not the workflow's failure: the run is neither
+failed nor compensated, its execution is abandoned, and the next claim completes it from what
+was committed."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from ripple.platform.errors import Unavailable
+from ripple.workflows import WorkflowContext, workflow
+from ripple.workflows.journal import Entry
+from ripple.workflows.runs.records import RunStatus
+from ripple.workflows.runtime.memory import MemoryRuns, MemoryRunWriter
+
+calls: Counter[str] = Counter()
+
+
+def reserve(order: int) -> str:
+    calls["reserve"] += 1
+    return f"R-{order}"
+
+
+def release(reservation: str) -> None:
+    calls["release"] += 1
+
+
+def charge(reservation: str) -> str:
+    calls["charge"] += 1
+    return f"paid {reservation}"
+
+
+@workflow(name="outage-checkout")
+async def checkout(ctx: WorkflowContext, order: int) -> str:
+    reservation = await ctx.step.run("reserve", reserve, order, compensate=release)
+    return await ctx.step.run("charge", charge, reservation)
+
+
+@pytest.fixture
+def unavailable_once(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """The in-memory writer's next flush fails as a write to a silent primary does."""
+    failed: Counter[str] = Counter()
+    flush = MemoryRunWriter.flush
+
+    async def flaky(self: MemoryRunWriter, entries: list[Entry], *a: Any, **kw: Any) -> None:
+        if not failed["flush"]:
+            failed["flush"] += 1
+            raise Unavailable("database did not answer within RIPPLE_DB_TIMEOUT")
+        await flush(self, entries, *a, **kw)
+
+    monkeypatch.setattr(MemoryRunWriter, "flush", flaky)
+    return failed
+
+
+async def test_outage_in_run__abandons_the_execution_instead_of_failing_the_run(
+    unavailable_once: Counter[str],
+) -> None:
+    calls.clear()
+    runs = MemoryRuns([checkout])
+    run_id = runs.start(checkout, 3)
+    with pytest.raises(Unavailable):
+        await runs.execute(run_id)
+    assert unavailable_once["flush"] == 1
+    run = runs.run(run_id)
+    assert (run.status, run.error) == (RunStatus.RUNNING, None)  # left for the next claim
+    assert calls["release"] == 0  # no compensation for an outage
+    await runs.run_until_idle()
+    run = runs.run(run_id)
+    assert (run.status, run.output) == (RunStatus.COMPLETED, "paid R-3")
+    # reserve's result was never committed, so it ran again; charge ran once.
+    assert calls == {"reserve": 2, "charge": 1}
