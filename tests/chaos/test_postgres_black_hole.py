@@ -162,12 +162,98 @@ async def api(
         process.stop()
 
 
+class Load:
+    """Python starts, publishes (fanned out to a queue and a webhook) and REST starts, each
+    retried with its key until acknowledged, until `stop`."""
+
+    def __init__(self, client: Client, http: httpx.AsyncClient) -> None:
+        self.client = client
+        self.http = http
+        self.started: dict[str, str] = {}
+        self.published: dict[int, str] = {}
+        self.refused: Counter[str] = Counter()  # Python calls refused, by error type
+        self.answers: Counter[str] = Counter()  # REST answers by status once the hole opened
+        self.missing_retry_after = 0
+        self.stop = asyncio.Event()
+        self.holed_at: float | None = None
+        self.first_commit_after: float | None = None
+
+    def run(self) -> list[asyncio.Task[None]]:
+        return [asyncio.create_task(t()) for t in (self.starter, self.publisher, self.rest)]
+
+    def _acknowledged(self, began: float) -> None:
+        """Note the first acknowledgement of a call made after the black hole."""
+        if self.holed_at is not None and began >= self.holed_at and self.first_commit_after is None:
+            self.first_commit_after = time.monotonic() - self.holed_at
+
+    async def starter(self) -> None:
+        n = 0
+        while not self.stop.is_set():
+            key = f"start-{n}"
+            handle, began = await failover._retried(
+                lambda k=key: self.client.start(restart_app.paced, idempotency_key=k),
+                self.refused,
+            )
+            self.started[key] = handle.run_id
+            self._acknowledged(began)
+            n += 1
+            await asyncio.sleep(0.05)
+
+    async def publisher(self) -> None:
+        n = 0
+        while not self.stop.is_set():
+            result, began = await failover._retried(
+                lambda i=n: self.client.publish(TOPIC, {"n": i}, idempotency_key=f"order-{i}"),
+                self.refused,
+            )
+            self.published[n] = result.event_id
+            self._acknowledged(began)
+            n += 1
+            await asyncio.sleep(0.05)
+
+    async def rest(self) -> None:
+        n = 0
+        while not self.stop.is_set():
+            key = f"rest-{n}"
+            began = time.monotonic()
+            response = await self.http.post(
+                "/v1/workflows/paced/runs", json={"input": None, "idempotencyKey": key}
+            )
+            if self.holed_at is not None:
+                self.answers[str(response.status_code)] += 1
+            if response.status_code == 503:
+                self.missing_retry_after += "retry-after" not in response.headers
+                await asyncio.sleep(0.1)
+                continue  # the same key again
+            assert response.status_code in (200, 201), response.text
+            self.started[key] = response.json()["runId"]
+            self._acknowledged(began)
+            n += 1
+            await asyncio.sleep(0.05)
+
+
+async def _statuses(client: Client, run_ids: list[str]) -> Counter[str]:
+    rows = await client.pool.fetch(
+        "SELECT status FROM ripple_runs WHERE run_id = ANY($1::text[])", run_ids
+    )
+    return Counter(row["status"] for row in rows)
+
+
+async def _drain_queue(client: Client, queue: str) -> list[int]:
+    """Every message's `n` in `queue`, acked."""
+    bodies: list[int] = []
+    while batch := await client.queues.receive(queue, max_messages=100):
+        bodies += [int(m.body["n"]) for m in batch]
+        for message in batch:
+            await client.queues.ack(queue, message.receipt)
+    return bodies
+
+
 async def test_postgres_black_hole__every_process_moves_to_the_promoted_standby(
     chaos_client: Client,
     chaos_effects: Effects,
     chaos_workers: Workers,
     chaos_env: dict[str, str],
-    cluster: PostgresCluster,
     standby: PostgresCluster,
     hole: PgProxy,
     api: tuple[httpx.AsyncClient, Process],
@@ -179,113 +265,47 @@ async def test_postgres_black_hole__every_process_moves_to_the_promoted_standby(
     dispatcher = await start_dispatcher(chaos_env)
     await chaos_client.subscribe("blackhole.#", QueueTarget("ledger"))
     await chaos_client.subscribe("blackhole.#", WebhookTarget(hook))
-    started: dict[str, str] = {}
-    published: dict[int, str] = {}
-    refused: Counter[str] = Counter()
-    answers: Counter[str] = Counter()  # REST starts by status while the primary is silent
-    missing_retry_after: list[int] = []
-    stop = asyncio.Event()
-    holed_at: list[float] = []
-    first_commit_after: list[float] = []
-
-    def acknowledged(began: float) -> None:
-        if holed_at and began >= holed_at[0] and not first_commit_after:
-            first_commit_after.append(time.monotonic() - holed_at[0])
-
-    async def starter() -> None:
-        n = 0
-        while not stop.is_set():
-            key = f"start-{n}"
-            handle, began = await failover._retried(
-                lambda k=key: chaos_client.start(restart_app.paced, idempotency_key=k), refused
-            )
-            started[key] = handle.run_id
-            acknowledged(began)
-            n += 1
-            await asyncio.sleep(0.05)
-
-    async def publisher() -> None:
-        n = 0
-        while not stop.is_set():
-            result, began = await failover._retried(
-                lambda i=n: chaos_client.publish(TOPIC, {"n": i}, idempotency_key=f"order-{i}"),
-                refused,
-            )
-            published[n] = result.event_id
-            acknowledged(began)
-            n += 1
-            await asyncio.sleep(0.05)
-
-    async def rest_starter() -> None:
-        n = 0
-        while not stop.is_set():
-            key = f"rest-{n}"
-            began = time.monotonic()
-            response = await http.post(
-                "/v1/workflows/paced/runs", json={"input": None, "idempotencyKey": key}
-            )
-            if holed_at:
-                answers[str(response.status_code)] += 1
-            if response.status_code == 503:
-                if "retry-after" not in response.headers:
-                    missing_retry_after.append(n)
-                await asyncio.sleep(0.1)
-                continue  # the same key again
-            assert response.status_code in (200, 201), response.text
-            started[key] = response.json()["runId"]
-            acknowledged(began)
-            n += 1
-            await asyncio.sleep(0.05)
-
-    tasks = [asyncio.create_task(t()) for t in (starter, publisher, rest_starter)]
+    load = Load(chaos_client, http)
+    tasks = load.run()
     try:
         await assert_eventually(
-            lambda: len(started) >= 2 * LOAD and len(published) >= LOAD, timeout=120
+            lambda: len(load.started) >= 2 * LOAD and len(load.published) >= LOAD, timeout=120
         )
         protected = await _recorded_starts(chaos_client, chaos_effects)
-        before = (len(started), len(published))
+        before = (len(load.started), len(load.published))
         hole.stall()  # connections stay open, nothing flows: the primary went silent
-        holed_at.append(time.monotonic())
+        load.holed_at = time.monotonic()
         await asyncio.to_thread(standby.promote)
         await assert_eventually(
-            lambda: len(started) >= before[0] + 2 * LOAD and len(published) >= before[1] + LOAD,
+            lambda: (
+                len(load.started) >= before[0] + 2 * LOAD
+                and len(load.published) >= before[1] + LOAD
+            ),
             timeout=180,
         )
     finally:
-        stop.set()
+        load.stop.set()
         await asyncio.gather(*tasks)
 
+    run_ids = list(set(load.started.values()))
+
     async def all_done() -> bool:
-        rows = await chaos_client.pool.fetch(
-            "SELECT status FROM ripple_runs WHERE run_id = ANY($1::text[])", list(started.values())
-        )
-        return len(rows) == len(set(started.values())) and all(
-            row["status"] not in failover.ACTIVE for row in rows
-        )
+        statuses = await _statuses(chaos_client, run_ids)
+        return statuses.total() == len(run_ids) and not any(s in failover.ACTIVE for s in statuses)
 
     await assert_eventually(all_done, timeout=180, interval=0.2)
-    statuses = Counter(
-        row["status"]
-        for row in await chaos_client.pool.fetch(
-            "SELECT status FROM ripple_runs WHERE run_id = ANY($1::text[])", list(started.values())
-        )
-    )
+    statuses = await _statuses(chaos_client, run_ids)
     failed = await chaos_client.pool.fetch(
         "SELECT run_id, error::text FROM ripple_runs WHERE run_id = ANY($1::text[]) "
         "AND status <> 'completed' LIMIT 3",
-        list(started.values()),
+        run_ids,
     )
-    assert statuses == Counter({"completed": len(set(started.values()))}), (statuses, failed)
-    assert not missing_retry_after, "503 without Retry-After"
-    # Each acknowledged publish fanned out to the queue exactly once.
-    bodies: list[int] = []
-    while batch := await chaos_client.queues.receive("ledger", max_messages=100):
-        bodies += [int(m.body["n"]) for m in batch]
-        for message in batch:
-            await chaos_client.queues.ack("ledger", message.receipt)
-    assert sorted(bodies) == sorted(published), "queue fan-out lost or duplicated events"
+    assert statuses == Counter({"completed": len(run_ids)}), (statuses, failed)
+    assert load.missing_retry_after == 0, "503 without Retry-After"
+    bodies = await _drain_queue(chaos_client, "ledger")
+    assert sorted(bodies) == sorted(load.published), "queue fan-out lost or duplicated events"
     try:
-        await assert_eventually(lambda: set(published) <= set(delivered), timeout=120)
+        await assert_eventually(lambda: set(load.published) <= set(delivered), timeout=120)
         assert dispatcher.proc.returncode is None, dispatcher.stderr[-10:]
     finally:
         dispatcher.send(signal.SIGTERM)
@@ -295,14 +315,15 @@ async def test_postgres_black_hole__every_process_moves_to_the_promoted_standby(
     assert not rerun, f"recorded steps ran again after the black hole: {rerun}"
     assert worker.proc.returncode is None, worker.stderr[-10:]
     server.check_alive()
+    assert load.first_commit_after is not None
     record(
         "postgres-black-hole",
         lost=0,
         duplicated=0,
-        recovery=f"first commit {first_commit_after[0]:.1f}s after the black hole",
-        during_outage={**refused, **{f"rest {k}": v for k, v in answers.items()}},
-        starts=len(started),
-        publishes=len(published),
+        recovery=f"first commit {load.first_commit_after:.1f}s after the black hole",
+        during_outage={**load.refused, **{f"rest {k}": v for k, v in load.answers.items()}},
+        starts=len(load.started),
+        publishes=len(load.published),
         webhooks_resent=sum(n - 1 for n in delivered.values()),
         worker_events=dict(
             Counter(line["event"] for line in worker.logs() if line.get("event") in WORKER_EVENTS)

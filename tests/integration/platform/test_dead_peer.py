@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import sys
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -29,9 +30,10 @@ if sys.platform == "linux":
 
 
 def _options(conn: Connection) -> dict[tuple[int, int], int]:
-    raw = getattr(conn, "_con", conn)  # a pool hands out a proxy of the connection
+    raw: Any = getattr(conn, "_con", conn)  # a pool hands out a proxy of the connection
     sock = raw._transport.get_extra_info("socket")
-    assert sock is not None and sock.family == socket.AF_INET
+    assert sock is not None
+    assert sock.family == socket.AF_INET
     return {(level, option): sock.getsockopt(level, option) for level, option in EXPECTED}
 
 
