@@ -29,7 +29,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from ripple.platform.core.logs import get_logger
-from ripple.platform.errors import Unavailable
 from ripple.workflows import serde
 from ripple.workflows.authoring import composition
 from ripple.workflows.authoring.context import WorkflowContext
@@ -50,18 +49,6 @@ __all__ = ["INFINITY", "RunExecution"]
 log = get_logger("ripple.workflows")
 
 INFINITY = datetime.max.replace(tzinfo=UTC)
-
-
-def _outage(exc: BaseException) -> bool:
-    """Whether the workflow function raised a database outage: a journal write it awaited
-    (a step's commit, a wait's registration, a child's start) failed with `Unavailable`.
-
-    That is not the workflow's failure and must neither fail the run nor run its
-    compensations: the execution is abandoned as a lost worker's would be, and the run is
-    claimed again, its recorded steps kept, once the database answers. A step body's own
-    errors never arrive as one: they are the step's failure (`StepFailedError`).
-    """
-    return isinstance(exc, Unavailable)
 
 
 class RunExecution(StepExecution, WaitExecution):
@@ -91,12 +78,7 @@ class RunExecution(StepExecution, WaitExecution):
         try:
             result = await (fn(ctx, value) if self.definition.takes_input else fn(ctx))
         except Exception as exc:
-            if (
-                self._fatal is None
-                and self._compensations
-                and not _outage(exc)
-                and not self._will_retry(exc)
-            ):
+            if self._fatal is None and self._compensations and not self._will_retry(exc):
                 await self._compensate()
             raise
         if self._fatal is not None:
@@ -151,8 +133,6 @@ class RunExecution(StepExecution, WaitExecution):
                 raise
             task.uncancel()
         except Exception as exc:
-            if _outage(exc):
-                raise  # not the workflow's failure: the worker abandons this execution
             failure = exc
         finally:
             if timer is not None:

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from ripple.platform.errors import Unavailable
-from ripple.workflows import WorkflowContext, workflow
+from ripple.workflows import RetryPolicy, WorkflowContext, workflow
+from ripple.workflows.errors import JournalUnavailable
 from ripple.workflows.journal import Entry
 from ripple.workflows.runs.records import RunStatus
 from ripple.workflows.runtime.memory import MemoryRuns, MemoryRunWriter
@@ -61,7 +62,7 @@ async def test_outage_in_run__abandons_the_execution_instead_of_failing_the_run(
     calls.clear()
     runs = MemoryRuns([checkout])
     run_id = runs.start(checkout, 3)
-    with pytest.raises(Unavailable):
+    with pytest.raises(JournalUnavailable):
         await runs.execute(run_id)
     assert unavailable_once["flush"] == 1
     run = runs.run(run_id)
@@ -72,3 +73,22 @@ async def test_outage_in_run__abandons_the_execution_instead_of_failing_the_run(
     assert (run.status, run.output) == (RunStatus.COMPLETED, "paid R-3")
     # reserve's result was never committed, so it ran again; charge ran once.
     assert calls == {"reserve": 2, "charge": 1}
+
+
+def call_ripple_during_outage() -> None:
+    raise Unavailable("database did not answer within RIPPLE_DB_TIMEOUT")
+
+
+@workflow(name="outage-in-body")
+async def body_outage(ctx: WorkflowContext) -> None:
+    await ctx.step.run("call", call_ripple_during_outage, retry=RetryPolicy(max_attempts=1))
+
+
+async def test_outage_in_run__a_step_bodys_own_unavailable_stays_the_steps_error() -> None:
+    runs = MemoryRuns([body_outage])
+    run_id = runs.start(body_outage)
+    outcome = await runs.execute(run_id)
+    run = runs.run(run_id)
+    assert (outcome.status, run.status) == (RunStatus.FAILED, RunStatus.FAILED)
+    assert run.error is not None
+    assert run.error["type"] == "Unavailable"
