@@ -1,10 +1,12 @@
 """A database outage met by a run's own journal write (the commit before a step body, raised
-into the workflow function as `Unavailable`) is not the workflow's failure: the run is neither
-failed nor compensated, its execution is abandoned, and the next claim completes it from what
-was committed."""
+into the workflow function as `JournalUnavailable`) is not the workflow's failure: the run is
+neither failed nor compensated, a race does not journal it as its outcome, its execution is
+abandoned, and the next claim completes it from what was committed. A step body's own
+`Unavailable` stays that step's error."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
@@ -92,3 +94,32 @@ async def test_outage_in_run__a_step_bodys_own_unavailable_stays_the_steps_error
     assert (outcome.status, run.status) == (RunStatus.FAILED, RunStatus.FAILED)
     assert run.error is not None
     assert run.error["type"] == "Unavailable"
+
+
+async def slow() -> str:
+    await asyncio.Event().wait()  # never finishes: the race is decided by branch `a`
+    return "slow"
+
+
+@workflow(name="outage-race")
+async def racing(ctx: WorkflowContext) -> object:
+    async def two_steps() -> str:
+        first = await ctx.step.run("x", reserve, 1)
+        return await ctx.step.run("y", charge, first)  # its commit of x meets the outage
+
+    return await ctx.step.race("pick", {"a": two_steps, "b": lambda: ctx.step.run("z", slow)})
+
+
+async def test_outage_in_run__a_race_does_not_journal_an_outage_as_its_outcome(
+    unavailable_once: Counter[str],
+) -> None:
+    calls.clear()
+    runs = MemoryRuns([racing])
+    run_id = runs.start(racing)
+    with pytest.raises(JournalUnavailable):
+        await runs.execute(run_id)
+    assert unavailable_once["flush"] == 1
+    assert runs.run(run_id).status == RunStatus.RUNNING
+    await runs.run_until_idle()
+    run = runs.run(run_id)
+    assert (run.status, run.output) == (RunStatus.COMPLETED, ["a", "paid R-1"])
