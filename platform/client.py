@@ -181,7 +181,7 @@ class Client:
             self._pools[0],
             self._wakes,
             validate_pattern,
-            RateLimiter(self.settings.redis_url, prefix=self.settings.redis_prefix),
+            RateLimiter(self.settings.redis_endpoint(), prefix=self.settings.redis_prefix),
         )
 
     @functools.cached_property

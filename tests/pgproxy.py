@@ -9,14 +9,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 
 class PgProxy:
-    """Forwards 127.0.0.1:<port> to the Postgres of `url`.
+    """Forwards `host`:<port> (default 127.0.0.1) to the Postgres of `url`.
 
     `stall()` stops forwarding bytes both ways (connections stay open: what a SIGSTOPped
     server looks like to its clients); `resume()` lets them flow again. `refuse()` closes every
     open connection and every new one at once (a server that is down), `accept()` undoes it.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, host: str = "127.0.0.1") -> None:
+        self.host = host
         parts = urlsplit(url)
         self._url = parts
         self._upstream = (parts.hostname or "127.0.0.1", parts.port or 5432)
@@ -33,10 +34,10 @@ class PgProxy:
         """`url` with the proxy as its host and port."""
         netloc = self._url.netloc.rsplit("@", 1)
         auth = netloc[0] + "@" if len(netloc) == 2 else ""
-        return urlunsplit(self._url._replace(netloc=f"{auth}127.0.0.1:{self.port}"))
+        return urlunsplit(self._url._replace(netloc=f"{auth}{self.host}:{self.port}"))
 
     async def start(self) -> PgProxy:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._serve, self.host, 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 

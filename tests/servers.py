@@ -299,6 +299,11 @@ class PostgresCluster:
             ]
         )
 
+    def promote(self) -> None:
+        """`pg_ctl promote` a streaming replica: it stops replaying and accepts writes (returns
+        once it does)."""
+        self._run([_pg_bin("pg_ctl"), "-D", str(self.data), "-w", "-t", "60", "promote"])
+
     def stop(self) -> None:
         with contextlib.suppress(subprocess.CalledProcessError):
             self._run([_pg_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"])

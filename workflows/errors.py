@@ -21,6 +21,7 @@ from ripple.workflows.authoring.retry import seconds
 
 __all__ = [
     "JoinError",
+    "JournalUnavailable",
     "LeaseLost",
     "NonDeterminismError",
     "NonRetriableError",
@@ -128,6 +129,16 @@ class StepTimeoutError(WorkflowError, TimeoutError):
 
 class LeaseLost(BaseException):
     """Internal: this worker no longer owns the run (lease expired, canceled, or fenced)."""
+
+
+class JournalUnavailable(BaseException):
+    """Internal: a journal write of the run met a database outage (its cause: `Unavailable`).
+
+    Raised into the workflow function by the step, wait, child or race that awaited the write.
+    Not the workflow's failure: the run is neither failed nor compensated; the worker abandons
+    the execution and the run is claimed again from its committed journal. (A step body's own
+    `Unavailable` stays the step's error.)
+    """
 
 
 class JoinError(WorkflowError):

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ripple.platform.core.limits import RateLimit
 from ripple.platform.core.logs import Outage, get_logger
+from ripple.platform.core.wake import RedisConnector, RedisEndpoint
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -97,12 +98,16 @@ class _Bucket:
 class RateLimiter:
     """Decides per token whether a request is within its `RateLimit` (see the module doc)."""
 
-    def __init__(self, redis_url: str | None, *, prefix: str = "ripple:") -> None:
-        self._url = redis_url
+    def __init__(self, redis: RedisEndpoint | str | None, *, prefix: str = "ripple:") -> None:
+        """`redis`: the wake layer's endpoint (a URL or Sentinel's master), or None to decide
+        locally only."""
+        if isinstance(redis, str):
+            redis = RedisEndpoint(url=redis)
+        self._connector = RedisConnector(redis) if redis is not None and redis.configured else None
         self._prefix = prefix
         self._redis: aioredis.Redis | None = None
         self._script: Any = None
-        self._down_until = 0.0 if redis_url else math.inf
+        self._down_until = 0.0 if self._connector is not None else math.inf
         self._local: dict[str, _Bucket] = {}
         #: Per token: requests taken from the shared bucket not spent yet, and until when.
         self._batches: dict[str, tuple[int, float]] = {}
@@ -140,7 +145,7 @@ class RateLimiter:
         """Take a batch from the shared bucket into this process's batch; on a Redis failure
         decide locally from now on for a while (the decision is then the local bucket's)."""
         now = time.monotonic()
-        if now - self._announced > _ANNOUNCE_SECONDS and self._url is not None:
+        if now - self._announced > _ANNOUNCE_SECONDS and self._connector is not None:
             self._announced = now
             if self._announcing is None or self._announcing.done():
                 self._announcing = asyncio.create_task(self._announce())
@@ -159,11 +164,9 @@ class RateLimiter:
 
     def _client(self) -> aioredis.Redis:
         if self._redis is None:
-            import redis.asyncio as aioredis
-
-            assert self._url is not None
-            self._redis = aioredis.Redis.from_url(
-                self._url, socket_connect_timeout=_REDIS_TIMEOUT, socket_timeout=_REDIS_TIMEOUT
+            assert self._connector is not None
+            self._redis = self._connector.client(
+                socket_connect_timeout=_REDIS_TIMEOUT, socket_timeout=_REDIS_TIMEOUT
             )
             self._script = self._redis.register_script(_TAKE)
         return self._redis
@@ -217,3 +220,5 @@ class RateLimiter:
             with contextlib.suppress(Exception):
                 await self._redis.aclose()
             self._redis = None
+        if self._connector is not None:
+            await self._connector.close()

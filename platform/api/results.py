@@ -185,6 +185,10 @@ class ExplanationOut(OutModel):
     subscriptions: list[Verdict]
     waits: int | None = Field(default=None, description="Workflow waits that would resolve.")
     wait_run_ids: list[str] = Field(default_factory=list)
+    schema_version: int | None = Field(
+        default=None,
+        description="The topic schema version the payload is valid against (null: no schema).",
+    )
 
 
 def published(result: PublishResult) -> Published:

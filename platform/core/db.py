@@ -7,8 +7,10 @@ call `map_errors()` (or use `transaction()`, which does) and handle `RippleError
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
+import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
@@ -33,6 +35,7 @@ __all__ = [
     "DedicatedConnection",
     "Pool",
     "create_pool",
+    "dead_peer_options",
     "dumps",
     "loads",
     "map_errors",
@@ -136,16 +139,66 @@ def _hosts(url: str) -> list[str]:
 #: Per multi-host URL, the host that last accepted a connection: tried first next time.
 _last_good: dict[str, str] = {}
 
+#: Keepalive probes sent before an unanswered connection is given up (where the platform has
+#: no TCP_USER_TIMEOUT to decide it).
+_KEEPALIVE_PROBES: Final = 3
+
+
+def dead_peer_options(within: float) -> list[tuple[int, int, int]]:
+    """The `(level, option, value)` socket options that make the kernel drop a TCP connection
+    whose peer stopped answering (a black-holed host: packets dropped, not refused) `within`
+    seconds, idle or not: keepalive probes after `within / 2` idle, then every `within / 6`;
+    TCP_USER_TIMEOUT (Linux) caps how long sent data or probes may go unacknowledged.
+
+    Without them an idle connection (a pooled one, a worker's claim connection between polls)
+    to a vanished primary looks open for the kernel's default of over two hours, and the first
+    statement on it waits out its whole timeout. Options the platform lacks are left out.
+    """
+    whole = max(1, int(within))
+    wanted = [
+        ("SO_KEEPALIVE", socket.SOL_SOCKET, 1),
+        ("TCP_KEEPIDLE", socket.IPPROTO_TCP, max(1, whole // 2)),
+        ("TCP_KEEPINTVL", socket.IPPROTO_TCP, max(1, whole // 6)),
+        ("TCP_KEEPCNT", socket.IPPROTO_TCP, _KEEPALIVE_PROBES),
+        ("TCP_USER_TIMEOUT", socket.IPPROTO_TCP, max(1000, int(within * 1000))),
+    ]
+    return [(level, getattr(socket, name), v) for name, level, v in wanted if hasattr(socket, name)]
+
+
+def _detect_dead_peer(conn: asyncpg.Connection[asyncpg.Record], within: float) -> None:
+    """Apply `dead_peer_options(within)` to `conn`'s socket (a TCP one; a Unix socket has no
+    silent peer)."""
+    sock = conn._transport.get_extra_info("socket")  # type: ignore[attr-defined]
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    for level, option, value in dead_peer_options(within):
+        sock.setsockopt(level, option, value)
+
 
 async def _connect_each(
-    dsn: str, *, timeout: float = 60.0, **kwargs: Any
+    dsn: str, *, timeout: float = 60.0, dead_peer_after: float | None = None, **kwargs: Any
 ) -> asyncpg.Connection[asyncpg.Record]:
     """`asyncpg.connect` to a multi-host `dsn`, one host at a time, each with its share of
-    `timeout`, the host that answered last time first.
+    `timeout`, the host that answered last time first; with `dead_peer_after`, the connection
+    is dropped by the kernel once its host stops answering that long (`dead_peer_options`).
 
     asyncpg spends the whole timeout on the first host that does not answer: a primary whose
     packets are dropped would keep every process from ever reaching the promoted standby.
     """
+    conn = await _connect_host(dsn, timeout=timeout, **kwargs)
+    if dead_peer_after is not None:
+        try:
+            _detect_dead_peer(conn, dead_peer_after)
+        except BaseException:
+            conn.terminate()
+            raise
+    return conn
+
+
+async def _connect_host(
+    dsn: str, *, timeout: float, **kwargs: Any
+) -> asyncpg.Connection[asyncpg.Record]:
+    """The connection of `_connect_each`, before its socket options."""
     hosts = _hosts(dsn)
     if len(hosts) == 1:
         return await asyncpg.connect(dsn, timeout=timeout, **kwargs)
@@ -265,7 +318,8 @@ async def create_pool(
             "timeout": settings.db_timeout,
             "command_timeout": command_timeout,
             "reset": _release_reset,
-            "connect": _connect_each,
+            # Every connection of every pool notices a silent host within the lease.
+            "connect": functools.partial(_connect_each, dead_peer_after=settings.lease_seconds),
             **_pooler_options(settings, direct),
             **kwargs,
         }
@@ -380,6 +434,7 @@ class DedicatedConnection:
                 conn: asyncpg.Connection[asyncpg.Record] = await _connect_each(
                     _database_url(self._settings),
                     timeout=bound,
+                    dead_peer_after=self._settings.lease_seconds,
                     command_timeout=bound,
                     server_settings=startup,
                     statement_cache_size=0 if self._pooled else 100,

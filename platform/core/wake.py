@@ -39,6 +39,7 @@ __all__ = [
     "Listener",
     "NullWaker",
     "QueueReady",
+    "RedisConnector",
     "RedisEndpoint",
     "RedisWaker",
     "RunCanceled",
@@ -352,9 +353,9 @@ class RedisEndpoint:
         return (self.url or "").rsplit("@", 1)[-1]
 
 
-class _Connector:
-    """Makes the waker's Redis clients and pools for a `RedisEndpoint`; owns the Sentinel
-    manager's connections (closed by `close()`)."""
+class RedisConnector:
+    """Makes Redis clients and pools for a `RedisEndpoint` (the waker's, the rate limiter's);
+    owns the Sentinel manager's connections (closed by `close()`)."""
 
     def __init__(self, endpoint: RedisEndpoint) -> None:
         self.endpoint = endpoint
@@ -379,11 +380,11 @@ class _Connector:
 
         if self.endpoint.sentinels:
             client: aioredis.Redis = self._manager().master_for(
-                self.endpoint.master, **REDIS_CONNECTION_OPTIONS, **options
+                self.endpoint.master, **{**REDIS_CONNECTION_OPTIONS, **options}
             )
             return client
         return aioredis.Redis.from_url(
-            self.endpoint.url or "", **REDIS_CONNECTION_OPTIONS, **options
+            self.endpoint.url or "", **{**REDIS_CONNECTION_OPTIONS, **options}
         )
 
     def pool(self) -> aioredis.ConnectionPool:
@@ -456,7 +457,7 @@ class RedisWaker(NullWaker):
         self._failures: tuple[type[Exception], ...] = (RedisError, OSError)
         if isinstance(endpoint, str):
             endpoint = RedisEndpoint(url=endpoint)
-        self._connector = _Connector(endpoint)
+        self._connector = RedisConnector(endpoint)
         self._prefix = prefix
         self._src = f"{os.getpid()}-{id(self):x}".encode()
         self._outbox: asyncio.Queue[AnyHint] = asyncio.Queue(maxsize=10_000)

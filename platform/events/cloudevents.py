@@ -45,6 +45,9 @@ CLOUDEVENTS_FORMATS: Final = frozenset({"cloudevents", "cloudevents-binary"})
 REQUIRED: Final = ("specversion", "id", "source", "type")
 #: Optional attributes CloudEvents 1.0 defines (anything else is an extension).
 OPTIONAL: Final = ("datacontenttype", "dataschema", "subject", "time")
+#: The extension attribute that carries the topic schema version an outgoing event was
+#: validated against (Ripple's envelope calls it `schemaVersion`).
+SCHEMA_VERSION_EXTENSION: Final = "schemaversion"
 #: Extension attribute names: lower-case ASCII letters and digits (CloudEvents 1.0, 3.1.1).
 _NAME: Final = re.compile(r"[a-z0-9]{1,64}")
 _INT32: Final = (-(2**31), 2**31 - 1)
@@ -193,30 +196,42 @@ def _time(event_time: datetime) -> str:
 
 
 def structured_body(
-    event_id: str, topic: str, event_time: datetime, payload_json: str, source: str
+    event_id: str,
+    topic: str,
+    event_time: datetime,
+    payload_json: str,
+    source: str,
+    schema_version: int | None = None,
 ) -> bytes:
-    """A structured-mode CloudEvent (`application/cloudevents+json`) of a Ripple event.
+    """A structured-mode CloudEvent (`application/cloudevents+json`) of a Ripple event, with
+    the extension attribute `schemaversion` when the event was validated against a topic schema.
 
     `payload_json` is the payload's JSON text as stored, spliced in without decoding it.
     """
-    head = json.dumps(
-        {
-            "specversion": SPEC_VERSION,
-            "id": event_id,
-            "source": source,
-            "type": topic,
-            "time": _time(event_time),
-            "datacontenttype": "application/json",
-        },
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
+    attributes: dict[str, str | int] = {
+        "specversion": SPEC_VERSION,
+        "id": event_id,
+        "source": source,
+        "type": topic,
+        "time": _time(event_time),
+        "datacontenttype": "application/json",
+    }
+    if schema_version is not None:
+        attributes[SCHEMA_VERSION_EXTENSION] = int(schema_version)
+    head = json.dumps(attributes, ensure_ascii=False, separators=(",", ":"))
     return f'{head[:-1]},"data":{payload_json}}}'.encode()
 
 
-def binary_headers(event_id: str, topic: str, event_time: datetime, source: str) -> dict[str, str]:
-    """The `ce-*` and `content-type` headers of a binary-mode CloudEvent (body = the payload)."""
-    return {
+def binary_headers(
+    event_id: str,
+    topic: str,
+    event_time: datetime,
+    source: str,
+    schema_version: int | None = None,
+) -> dict[str, str]:
+    """The `ce-*` and `content-type` headers of a binary-mode CloudEvent (body = the payload),
+    with `ce-schemaversion` when the event was validated against a topic schema."""
+    headers = {
         "content-type": "application/json",
         "ce-specversion": SPEC_VERSION,
         "ce-id": event_id,
@@ -224,3 +239,6 @@ def binary_headers(event_id: str, topic: str, event_time: datetime, source: str)
         "ce-type": topic,
         "ce-time": _time(event_time),
     }
+    if schema_version is not None:
+        headers[f"ce-{SCHEMA_VERSION_EXTENSION}"] = str(int(schema_version))
+    return headers

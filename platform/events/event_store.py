@@ -8,7 +8,7 @@ from typing import Any, Final
 
 import asyncpg
 
-from ripple.platform.core.db import Connection, Pool
+from ripple.platform.core.db import Connection, Pool, transaction
 
 __all__ = [
     "EventRecord",
@@ -78,8 +78,10 @@ SELECT id, topic, payload, idempotency_key, trace, created_at, schema_version, c
 FROM ripple_events WHERE topic = $1 ORDER BY created_at DESC LIMIT $2
 """
 
-# Event search, newest first, in a bounded time window: the (created_at) or (topic,
-# created_at) index walked backwards from `until`, the payload tested on those rows only.
+# Event search, newest first, in a bounded time window. The planner picks per search: the
+# (created_at) or (topic, created_at) index walked backwards from `until` with the payload
+# tested on those rows (no `where`, or a common one: the limit is reached soon), or the payload
+# GIN index for a rare `where` (the few rows it lists, sorted).
 # $1 since, $2 until, $3 payload containment (NULL: any), $4 cursor (created_at, id) or NULLs,
 # $5 cursor id, $6 limit; the topic form adds $7 topic.
 _SEARCH_HEAD: Final = """
@@ -92,6 +94,9 @@ WHERE created_at >= $1 AND created_at < $2
 _SEARCH_TAIL: Final = "ORDER BY created_at DESC, id DESC LIMIT $6"
 SEARCH_EVENTS: Final = _SEARCH_HEAD + _SEARCH_TAIL
 SEARCH_TOPIC_EVENTS: Final = _SEARCH_HEAD + "  AND topic = $7\n" + _SEARCH_TAIL
+# Plan the search for its own values every time (for the rest of the transaction): the plan
+# cache would settle on a generic plan after five, one that cannot use the payload index.
+PLAN_EACH_SEARCH: Final = "SELECT set_config('plan_cache_mode', 'force_custom_plan', true)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +203,7 @@ async def recent_events(conn: Connection, topic: str, limit: int) -> list[EventR
 
 
 async def search_events(
-    conn: Connection | Pool,
+    pool: Pool,
     *,
     since: datetime,
     until: datetime,
@@ -206,13 +211,20 @@ async def search_events(
     where: dict[str, Any] | None,
     after: tuple[datetime, str] | None,
     limit: int,
+    plan_each: bool = True,
 ) -> list[EventRecord]:
     """Events of `[since, until)` (of `topic`) whose payload contains `where`, newest first,
-    after the cursor `(created_at, id)`."""
+    after the cursor `(created_at, id)`. `plan_each=False` where statements are unnamed (behind
+    a transaction pooler): those are planned for their values anyway."""
     at, event_id = after if after is not None else (None, None)
     args: list[Any] = [since, until, where, at, event_id, limit]
-    if topic is None:
-        rows = await conn.fetch(SEARCH_EVENTS, *args)
+    if topic is not None:
+        args.append(topic)
+    sql = SEARCH_EVENTS if topic is None else SEARCH_TOPIC_EVENTS
+    if not plan_each:
+        rows = await pool.fetch(sql, *args)
     else:
-        rows = await conn.fetch(SEARCH_TOPIC_EVENTS, *args, topic)
+        async with transaction(pool) as conn:
+            await conn.execute(PLAN_EACH_SEARCH)
+            rows = await conn.fetch(sql, *args)
     return [EventRecord.from_row(row) for row in rows]

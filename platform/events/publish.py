@@ -85,6 +85,8 @@ class Explanation:
     waits: int = 0
     #: Ids of the runs whose waits would resolve (when known).
     wait_run_ids: list[str] = field(default_factory=list)
+    #: The topic schema version the payload was validated against (None: the topic has none).
+    schema_version: int | None = None
 
     @property
     def matched(self) -> list[SubscriptionVerdict]:
@@ -228,10 +230,17 @@ class Publisher:
             self._waker.notify(RunReady())
 
     async def explain(self, topic: str, payload: Any) -> Explanation:
-        """Dry run: which subscriptions and waits would receive this event, and why not others."""
+        """Dry run: which subscriptions and waits would receive this event, and why not others.
+
+        A payload `publish` would refuse (bad JSON, or not valid against the topic's schema)
+        raises the same `InvalidInput`.
+        """
         if isinstance(payload, BaseModel):
             payload = payload.model_dump(mode="json", by_alias=True)
-        self._validate(topic, payload, None)
+        text = self._validate(topic, payload, None)
+        schema_version = None
+        if self._contracts is not None:
+            schema_version = await self._contracts.check(topic, payload, text=text)
         verdicts = []
         for compiled in await self._subscriptions.compiled():
             verdicts.append(_verdict(compiled, topic, payload))
@@ -241,7 +250,7 @@ class Publisher:
                 async with self._pool.acquire() as conn:
                     run_ids = await self._resolver.matching_wait_runs(conn, topic, payload)
         waits = len(run_ids)
-        return Explanation(topic, verdicts, waits, run_ids)
+        return Explanation(topic, verdicts, waits, run_ids, schema_version)
 
 
 def _verdict(compiled: CompiledSubscription, topic: str, payload: Any) -> SubscriptionVerdict:

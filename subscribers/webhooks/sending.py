@@ -74,12 +74,17 @@ def message(delivery: store.ClaimedDelivery, source: str) -> tuple[bytes, dict[s
     fmt = delivery.target.get("format", "ripple")
     if fmt == "cloudevents":
         body = cloudevents.structured_body(
-            delivery.event_id, delivery.topic, delivery.event_time, delivery.payload_json, source
+            delivery.event_id,
+            delivery.topic,
+            delivery.event_time,
+            delivery.payload_json,
+            source,
+            delivery.schema_version,
         )
         return body, {"content-type": cloudevents.STRUCTURED_MEDIA_TYPE}
     if fmt == "cloudevents-binary":
         headers = cloudevents.binary_headers(
-            delivery.event_id, delivery.topic, delivery.event_time, source
+            delivery.event_id, delivery.topic, delivery.event_time, source, delivery.schema_version
         )
         return delivery.payload_json.encode(), headers
     body = message_body(

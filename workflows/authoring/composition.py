@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ripple.platform.errors import InvalidInput
 from ripple.workflows import serde
-from ripple.workflows.errors import JoinError, NonDeterminismError, WorkflowFailed
+from ripple.workflows.errors import (
+    JoinError,
+    JournalUnavailable,
+    NonDeterminismError,
+    WorkflowFailed,
+)
 from ripple.workflows.journal import Entry, Journal, StepStatus, current_scope
 
 if TYPE_CHECKING:
@@ -102,6 +107,13 @@ async def _stop_all(tasks: list[asyncio.Task[Any]]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def _raise_outage(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    """Re-raise a branch's `JournalUnavailable`: an outage is no branch's failure to journal."""
+    for task in tasks:
+        if isinstance(error := task.exception(), JournalUnavailable):
+            raise error
+
+
 async def race(engine: RunExecution, name: str, branches: Mapping[str, Branch]) -> tuple[str, Any]:
     """The first branch to finish wins; the others are canceled (see `Steps.race`)."""
     fns = _check_branches("race", branches)
@@ -125,6 +137,8 @@ async def race(engine: RunExecution, name: str, branches: Mapping[str, Branch]) 
     await _stop_all([tasks[branch] for branch in losers])
     engine.raise_if_fatal()
     error = tasks[winner].exception()
+    if isinstance(error, JournalUnavailable):
+        raise error  # an outage decides nothing: the race runs again on the next claim
     begun = Entry.begun(key, seq, "race", started)
     if error is None:
         value = serde.dump(tasks[winner].result())
@@ -157,6 +171,7 @@ async def join(engine: RunExecution, name: str, branches: Mapping[str, Branch]) 
         await _stop_all(list(tasks.values()))
         raise
     engine.raise_if_fatal()
+    _raise_outage(tasks.values())
     failures = {
         branch: serde.error_json(exc)
         for branch, task in tasks.items()

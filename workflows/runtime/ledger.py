@@ -11,16 +11,18 @@ Steps (`steps.py`), waits (`waits.py`) and the run's outcome (`engine.py`) build
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 from ripple.platform.core.logs import get_logger
-from ripple.platform.errors import InvalidInput, RippleError
+from ripple.platform.errors import InvalidInput, RippleError, Unavailable
 from ripple.workflows import serde
 from ripple.workflows.authoring.attributes import encode_attributes
 from ripple.workflows.authoring.definition import WorkflowDefinition
 from ripple.workflows.errors import (
+    JournalUnavailable,
     LeaseLost,
     NonDeterminismError,
     StepFailedError,
@@ -36,6 +38,16 @@ log = get_logger("ripple.workflows")
 
 #: Timers due sooner than this are waited for in memory instead of suspending the run.
 INLINE_WAIT = 0.05
+
+
+@asynccontextmanager
+async def journal_write() -> AsyncIterator[None]:
+    """Around a journal write the workflow function awaits: a database outage becomes
+    `JournalUnavailable`, which the workflow cannot mistake for (or catch as) its own error."""
+    try:
+        yield
+    except Unavailable as exc:
+        raise JournalUnavailable(str(exc)) from exc
 
 
 class RunLedger:
@@ -121,7 +133,8 @@ class RunLedger:
             if entries or trims or renew:
                 sent = asyncio.get_running_loop().time()
                 try:
-                    await self.writer.flush(entries, self.step_count, trims, renew=renew)
+                    async with journal_write():
+                        await self.writer.flush(entries, self.step_count, trims, renew=renew)
                 except BaseException:
                     # Not written: keep them for the next write (unless superseded since).
                     for entry in entries:
@@ -147,7 +160,7 @@ class RunLedger:
 
     async def settle_race(self, losers: list[str]) -> None:
         """Commit the race's outcome now, with its losing branches' waits and children gone."""
-        async with self._flush_lock:
+        async with self._flush_lock, journal_write():
             await self.writer.settle_race(self._take(), self.step_count, losers)
 
     def _unflushed_results(self) -> bool:
@@ -171,7 +184,7 @@ class RunLedger:
     async def _flush_quietly(self) -> None:
         try:
             await self.flush()
-        except (LeaseLost, RippleError) as exc:
+        except (LeaseLost, JournalUnavailable, RippleError) as exc:
             log.warning("step_flush_deferred", error=str(exc))
 
     def renew_lease(self, sent: float) -> None:

@@ -26,7 +26,7 @@ from ripple.workflows.errors import (
     WorkflowFailed,
 )
 from ripple.workflows.journal import Entry, StepStatus, current_scope
-from ripple.workflows.runtime.ledger import RunLedger
+from ripple.workflows.runtime.ledger import RunLedger, journal_write
 from ripple.workflows.runtime.ports import ChildSpec, WaitSpec
 
 __all__ = ["WaitExecution"]
@@ -83,13 +83,14 @@ class WaitExecution(RunLedger):
             if entry is None:
                 if event is not None and match:
                     # A typo in the match would wait forever: refused before it is journaled.
-                    await self.writer.check_match(event, match)
+                    async with journal_write():
+                        await self.writer.check_match(event, match)
                 self._count_execution()
                 now = self.clock()
                 expires = None if timeout is None else now + timedelta(seconds=seconds(timeout))
                 entry = Entry.begun(key, seq, "wait", now, due_at=expires)
                 self.journal.put(entry)
-                async with self._flush_lock:
+                async with self._flush_lock, journal_write():
                     found, payload = await self.writer.register_wait(
                         self._take(), self.step_count, WaitSpec(entry, name, event, match)
                     )
@@ -142,7 +143,7 @@ class WaitExecution(RunLedger):
                     "approvers": list(approvers) if approvers is not None else None,
                 }
                 spec = WaitSpec(entry, key, None, None, approval)
-                async with self._flush_lock:
+                async with self._flush_lock, journal_write():
                     found, payload = await self.writer.register_wait(
                         self._take(), self.step_count, spec
                     )
@@ -167,7 +168,7 @@ class WaitExecution(RunLedger):
         return approval_url(self.approval_public_url, self.approval_key, self.run_id, step)
 
     async def _time_out(self, entry: Entry, *, is_wait: bool) -> Entry:
-        async with self._flush_lock:
+        async with self._flush_lock, journal_write():
             final = await self.writer.time_out(self._take(), self.step_count, entry, is_wait)
         self.journal.put(final)
         return final
@@ -229,7 +230,7 @@ class WaitExecution(RunLedger):
         if self.attempt > 1:
             idempotency += f":attempt-{self.attempt}"
         spec = ChildSpec(entry, child_id, wf_name, version, child_input, idempotency)
-        async with self._flush_lock:
+        async with self._flush_lock, journal_write():
             entry = await self.writer.start_child(self._take(), self.step_count, spec)
         self.journal.put(entry)
         return entry

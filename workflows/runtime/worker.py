@@ -44,7 +44,7 @@ from ripple.platform.ops.runner import ProcessRunner
 from ripple.platform.ops.services import BackgroundService
 from ripple.workflows import store
 from ripple.workflows.authoring.definition import WorkflowDefinition
-from ripple.workflows.errors import LeaseLost
+from ripple.workflows.errors import JournalUnavailable, LeaseLost
 from ripple.workflows.journal import Entry
 from ripple.workflows.runs.client import WorkflowClient
 from ripple.workflows.runtime.bodies import sync_bodies_running
@@ -642,6 +642,13 @@ class Worker:
                     outcome = await engine.execute()
         except LeaseLost:
             log.warning("run_lease_lost", run_id=claim.run_id, epoch=claim.epoch)
+        except (JournalUnavailable, Unavailable) as exc:
+            # A journal write of the run, or its final one, met a database outage: hand the
+            # run back if the database answers again by now, else its lease lapses and it is
+            # claimed again.
+            log.warning("run_abandoned_database_unavailable", run_id=claim.run_id, error=str(exc))
+            with contextlib.suppress(RippleError), map_errors():
+                await store.release_run(self.pool, run_id=claim.run_id, epoch=claim.epoch)
         except asyncio.CancelledError:
             log.info("run_task_canceled", run_id=claim.run_id)
         except Exception:

@@ -17,6 +17,7 @@ __all__ = [
     "latest_schemas",
     "list_schemas",
     "lock_topic",
+    "schema_count",
     "set_compatibility",
 ]
 
@@ -88,6 +89,12 @@ def _version(row: Record) -> SchemaVersion:
         compatibility=cast(Compatibility, row["compatibility"]),
         created_at=row["created_at"],
     )
+
+
+async def schema_count(conn: Connection) -> int:
+    """How many schema versions exist: versions are only ever added, so an unchanged count
+    means unchanged schemas (a cache checks it before re-reading them all)."""
+    return cast(int, await conn.fetchval("SELECT count(*) FROM ripple_topic_schemas"))
 
 
 async def latest_schemas(conn: Connection) -> list[SchemaVersion]:

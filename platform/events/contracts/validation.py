@@ -3,7 +3,8 @@
 A per-process cache of every topic's latest schema version with its compiled validator
 (jsonschema-rs, compiled once per (topic, version); `python -m bench.validators` compares it
 with jsonschema and fastjsonschema). Invalidated by a `SchemasChanged` hint from the process
-that registered a version and, in case a hint is lost, re-read at most once per poll interval.
+that registered a version and, in case a hint is lost, checked at most once per poll interval:
+versions are only ever added, so a count of them tells whether the schemas must be re-read.
 Reads the schema tables only through `schema_store`.
 """
 
@@ -129,6 +130,8 @@ class Contracts:
         #: Compiled validators by (topic, version): a reload compiles only new versions.
         self._compiled: dict[tuple[str, int], CompiledSchema] = {}
         self._checked_at = 0.0
+        #: Schema versions in the database when `_latest` was read (see `schema_count`).
+        self._count = -1
         self._listener: Listener | None = None
         self._listening = False
         self._exits = contextlib.AsyncExitStack()
@@ -215,7 +218,12 @@ class Contracts:
                 return self._latest
             with db.map_errors():
                 async with self._pool.acquire() as conn:
+                    count = await schema_store.schema_count(conn)
+                    if current is not None and current is self._latest and count == self._count:
+                        self._checked_at = time.monotonic()
+                        return current
                     versions = await schema_store.latest_schemas(conn)
+            self._count = count
             latest = {}
             for version in versions:
                 key = (version.topic, version.version)

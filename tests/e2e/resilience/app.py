@@ -33,13 +33,13 @@ _pool_lock = asyncio.Lock()
 
 
 async def _effects_pool() -> asyncpg.Pool:
-    """This process's pool for effect rows (the same database the worker uses)."""
+    """This process's pool for effect rows: the database the worker uses, unless
+    EFFECTS_DATABASE_URL names another (a ledger kept out of a fault done to Ripple's)."""
     global _pool
     async with _pool_lock:
         if _pool is None:
-            _pool = await asyncpg.create_pool(
-                os.environ["RIPPLE_DATABASE_URL"], min_size=1, max_size=4
-            )
+            url = os.environ.get("EFFECTS_DATABASE_URL") or os.environ["RIPPLE_DATABASE_URL"]
+            _pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
     return _pool
 
 

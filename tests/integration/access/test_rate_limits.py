@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from ripple.platform.access.rate_limits import RateLimiter
 from ripple.platform.core.limits import RateLimit
+from ripple.platform.core.wake import RedisConnector, RedisEndpoint
 
 
 async def test_processes_share_one_bucket(redis_url: str) -> None:
@@ -56,7 +57,7 @@ async def test_without_redis_each_process_takes_its_share(redis_url: str) -> Non
         await cut._announce()
         assert cut.processes == 2
         await cut.close()  # its Redis connection goes; the last count stays
-        cut._url = "redis://127.0.0.1:1"  # and Redis is unreachable from now on
+        cut._connector = RedisConnector(RedisEndpoint(url="redis://127.0.0.1:1"))  # unreachable
         results = [(await cut.check("tok", limit)).allowed for _ in range(10)]
         assert results == [True] * 5 + [False] * 5  # 10 / 2 live processes
     finally:

@@ -3,6 +3,7 @@ registration, a hint, the poll interval), not once per publish."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from ripple.platform.client import Client
 from ripple.platform.core.config import Settings
 from ripple.platform.errors import InvalidInput
 from ripple.platform.events.contracts import schema_store
+from tests.helpers import assert_eventually
 
 
 @pytest.fixture
@@ -46,3 +48,41 @@ async def test_contracts_cache__publishes_read_the_schemas_on_a_miss_not_each_ti
         await client.publish("no.schema", {"n": n})
     # The registration drops the cache here and its hint comes back to this process too.
     assert 1 <= reads - before <= 2
+
+
+async def test_contracts_cache__a_poll_rereads_only_when_a_version_was_added(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without wake-ups (no Redis) each poll interval checks the schemas: it counts the
+    versions and re-reads them only when another process registered one."""
+    quick = settings.model_copy(update={"redis_url": None, "poll_interval": 0.05})
+    reads = 0
+    latest = schema_store.latest_schemas
+
+    async def counted(conn: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return await latest(conn)
+
+    monkeypatch.setattr(schema_store, "latest_schemas", counted)
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    async with Client(settings=quick) as publisher, Client(settings=quick) as other:
+        await publisher.publish("polled", {"n": 1})
+        first = reads
+        for n in range(5):  # polls come and go: nothing changed, nothing re-read
+            await asyncio.sleep(0.06)
+            await publisher.publish("polled", {"n": n})
+        assert reads == first
+
+        # Another process registers a version; its hint cannot reach this one (no Redis).
+        await other.topics.register_schema("polled", schema)
+
+        async def refused() -> bool:
+            try:
+                await publisher.publish("polled", {"n": "x"})
+            except InvalidInput:
+                return True
+            return False
+
+        await assert_eventually(refused, timeout=10, interval=0.05)
+        assert reads > first

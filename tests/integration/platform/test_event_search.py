@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ripple.platform.client import Client
+from ripple.platform.core.config import Settings
+from ripple.platform.core.db import Pool
 from ripple.platform.errors import InvalidInput
 from ripple.platform.events import event_store
 
@@ -78,22 +80,78 @@ async def test_list_events__unbounded_or_bad_queries_are_refused(
         await client.list_events(**kw)  # type: ignore[arg-type]
 
 
-async def test_list_events__plans_walk_a_time_index_with_a_limit(client: Client) -> None:
-    pool = client.pool
+async def _seed_week(pool: Pool) -> None:
+    """50,000 events over a week: `n` unique to each, `kind` 0 or 1 by a hash of `n` (the column's
+    histogram is every 50th payload in sort order, by `n`: `i % 2` would be 0 in all of them);
+    vacuumed (the payload index's pending list merged, as a busy table's is) and analyzed."""
     await pool.execute(
         "INSERT INTO ripple_events (id, topic, payload, created_at) "
-        "SELECT gen_random_uuid(), 't' || (i % 20), jsonb_build_object('n', i), "
+        "SELECT gen_random_uuid(), 't' || (i % 20), "
+        "jsonb_build_object('n', i, 'kind', abs(hashtext(i::text)) % 2), "
         "now() - i * interval '12 seconds' FROM generate_series(1, 50000) AS i"
     )
-    await pool.execute("ANALYZE ripple_events")
+    await pool.execute("VACUUM ANALYZE ripple_events")
+
+
+async def _plan(pool: Pool, where: dict[str, object], topic: str | None = None) -> str:
     now = datetime.now(UTC)
-    args = [now - timedelta(days=1), now, {"n": 7}, None, None, 51]
+    args: list[object] = [now - timedelta(days=1), now, where, None, None, 51]
+    sql = event_store.SEARCH_EVENTS if topic is None else event_store.SEARCH_TOPIC_EVENTS
+    rows = await pool.fetch(
+        "EXPLAIN (COSTS OFF) " + sql, *args, *([topic] if topic is not None else [])
+    )
+    plan = "\n".join(r[0] for r in rows)
+    assert "Seq Scan" not in plan, plan
+    return plan
+
+
+async def test_list_events__a_common_value_walks_a_time_index_to_the_limit(
+    client: Client,
+) -> None:
+    await _seed_week(client.pool)
     # Either time index bounds the scan to the window (with a topic the planner may take
     # the plain one and filter the topic).
     index = "ripple_events_(topic_)?created"
-    for sql, extra in [(event_store.SEARCH_EVENTS, []), (event_store.SEARCH_TOPIC_EVENTS, ["t7"])]:
-        rows = await pool.fetch("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, *args, *extra)
-        plan = "\n".join(r[0] for r in rows)
-        assert "Seq Scan" not in plan, plan
+    for topic in (None, "t7"):
+        plan = await _plan(client.pool, {"kind": 1}, topic)
         assert re.search(rf"Index Scan (Backward )?using {index} ", plan), plan
+        assert "ripple_events_payload" not in plan, plan
         assert plan.startswith("Limit"), plan
+
+
+async def test_list_events__a_rare_value_reads_the_payload_index(client: Client) -> None:
+    await _seed_week(client.pool)
+    # Published after ANALYZE: the statistics cannot have seen it (nor the absent one).
+    ids = {
+        (await client.publish(topic, {"order": "rare", "n": -i})).event_id
+        for i, topic in enumerate(["t3", "t3", "t4"])
+    }
+    cases: list[tuple[dict[str, object], str | None]] = [
+        ({"order": "rare"}, None),
+        ({"order": "rare"}, "t3"),
+        ({"n": -7}, None),
+    ]
+    for where, topic in cases:
+        plan = await _plan(client.pool, where, topic)
+        assert "Bitmap Index Scan on ripple_events_payload" in plan, plan
+    since = datetime.now(UTC) - timedelta(days=1)
+    found = await client.list_events(where={"order": "rare"}, since=since)
+    assert {e.event_id for e in found.items} == ids
+    assert len((await client.list_events(topic="t3", where={"order": "rare"})).items) == 2
+
+
+async def test_list_events__each_search_is_planned_for_its_values(settings: Settings) -> None:
+    # One connection, so every search runs the same prepared statement: after five the plan
+    # cache would settle on a generic plan, which cannot use the payload index.
+    async with Client(settings=settings.model_copy(update={"pool_max_size": 1})) as client:
+        await _seed_week(client.pool)
+        since = datetime.now(UTC) - timedelta(days=7)
+        for n in range(1, 11):
+            page = await client.list_events(where={"n": n * 1000}, since=since)
+            assert [e.payload["n"] for e in page.items] == [n * 1000]
+        counts = await client.pool.fetchrow(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1",
+            event_store.SEARCH_EVENTS,
+        )
+    assert counts is not None
+    assert (counts["generic_plans"], counts["custom_plans"]) == (0, 10)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
 import pytest
 from pydantic import BaseModel, ConfigDict
 
@@ -399,3 +400,25 @@ async def test_register_schema__transitive_modes_judge_every_earlier_version(
     ]
     v3 = await client.topics.register_schema("user.moved", user_id("number"), "backward")
     assert (v3.version, v3.compatibility) == (3, "backward")
+
+
+async def test_explain__validates_against_the_schema_as_publish_does(
+    client: Client, http: httpx.AsyncClient
+) -> None:
+    await client.subscribe("user.*", QueueTarget("signups"))
+    await client.topics.register_schema("user.signup", UserSignup)
+    explained = await client.explain("user.signup", {"userId": 1, "email": "a@b.c"})
+    assert explained.schema_version == 1
+    assert [v.pattern for v in explained.matched] == ["user.*"]
+    with pytest.raises(InvalidInput, match="/userId"):
+        await client.explain("user.signup", {"userId": "x", "email": "a@b.c"})
+    assert (await client.explain("other.topic", {"any": 1})).schema_version is None
+
+    ok = await http.get(
+        "/v1/topics/user.signup/explain", params={"payload": '{"userId":1,"email":"e"}'}
+    )
+    assert ok.status_code == 200
+    assert ok.json()["schemaVersion"] == 1
+    bad = await http.get("/v1/topics/user.signup/explain", params={"payload": '{"userId":"x"}'})
+    assert bad.status_code == 422
+    assert "/userId" in bad.text

@@ -147,3 +147,19 @@ def test_cloudevents__binary_egress_parses_in_both_sdks() -> None:
     assert event.get_data() == {"userId": 42}
     old = v1_from_http(headers, body)
     assert (old["type"], old.data) == ("user.signup", {"userId": 42})
+
+
+def test_cloudevents__egress_carries_the_schema_version_as_an_extension() -> None:
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    body = ce.structured_body("e-3", "user.signup", at, '{"n":1}', "urn:r", schema_version=3)
+    structured = v1_from_http({"content-type": ce.STRUCTURED_MEDIA_TYPE}, body)
+    assert structured["schemaversion"] == 3
+    headers = ce.binary_headers("e-4", "user.signup", at, "urn:r", schema_version=3)
+    binary = v1_from_http(headers, b'{"n":1}')
+    assert binary["schemaversion"] == "3"  # binary mode: every attribute is a header string
+    # without a schema, no extension at all
+    assert "schemaversion" not in v1_from_http(
+        {"content-type": ce.STRUCTURED_MEDIA_TYPE},
+        ce.structured_body("e-5", "t", at, "{}", "urn:r"),
+    )
+    assert "ce-schemaversion" not in ce.binary_headers("e-6", "t", at, "urn:r")
