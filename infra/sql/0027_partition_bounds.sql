@@ -25,7 +25,13 @@ CREATE TABLE ripple_partitioned_tables (
     -- DDL takes the tables' locks in this order, the order writers take them in (an event, its
     -- deliveries, their attempts).
     position   integer NOT NULL UNIQUE,
-    options    text[] NOT NULL DEFAULT '{}'
+    options    text[] NOT NULL DEFAULT '{}',
+    -- Retention keeps an expired partition holding a row for which this is true (a retention
+    -- hold: a delivery still pending, say of a paused subscription)...
+    hold       text,
+    -- ...or whose rows belong to the partition of this table over the same range, still kept
+    -- (the attempt log of deliveries kept).
+    follows    text REFERENCES ripple_partitioned_tables (parent)
 );
 -- Every partition of those tables, with the time range its ids cover ([lower, upper)).
 -- Partitions are contiguous: the sweeper creates each new one at the upper bound of the last.
@@ -38,12 +44,15 @@ CREATE TABLE ripple_partitions (
     UNIQUE (parent, upper)
 );
 
-INSERT INTO ripple_partitioned_tables (parent, key_column, position, options) VALUES
-    ('ripple_events', 'id', 1, '{}'),
+INSERT INTO ripple_partitioned_tables (parent, key_column, position, options, hold, follows)
+VALUES
+    ('ripple_events', 'id', 1, '{}', NULL, NULL),
     ('ripple_webhook_deliveries', 'id', 2,
      (SELECT coalesce(reloptions, '{}') FROM pg_class
-      WHERE oid = 'ripple_webhook_deliveries'::regclass)),
-    ('ripple_webhook_attempts', 'delivery_id', 3, '{}');
+      WHERE oid = 'ripple_webhook_deliveries'::regclass),
+     'next_attempt_at IS NOT NULL', NULL);
+INSERT INTO ripple_partitioned_tables (parent, key_column, position, options, hold, follows)
+VALUES ('ripple_webhook_attempts', 'delivery_id', 3, '{}', NULL, 'ripple_webhook_deliveries');
 
 -- The cutoff: UTC midnight after next.
 INSERT INTO ripple_partitions (name, parent, lower, upper)

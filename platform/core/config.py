@@ -7,6 +7,7 @@ Owns validation of configuration only; it opens no connections. A bad value fail
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -18,6 +19,16 @@ if TYPE_CHECKING:
     from ripple.platform.core.wake import RedisEndpoint
 
 __all__ = ["Settings", "load_settings"]
+
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds of `90d`, `12h`, `30m`, `45s`, `2w` or plain seconds; None if it is not one."""
+    match = _DURATION.fullmatch(text)
+    return None if match is None else float(match[1]) * _UNIT_SECONDS[match[2]]
 
 
 def _split_csv(value: Any) -> Any:
@@ -100,6 +111,12 @@ class Settings(BaseSettings):
     max_page_size: Annotated[int, Field(ge=1, le=10_000)] = 500
     #: Days events are kept before the sweeper deletes them.
     event_retention_days: Annotated[float, Field(gt=0)] = 7.0
+    #: Time range of one partition of the event, webhook delivery and attempt tables (`1d`,
+    #: `6h`, or seconds): retention drops whole partitions, so events outlive their retention by
+    #: up to one interval.
+    partition_interval: Annotated[float, Field(ge=60, le=31 * 86_400)] = 86_400.0
+    #: Partitions the sweeper keeps created ahead of now (each `partition_interval` long).
+    partitions_ahead: Annotated[int, Field(ge=2, le=1000)] = 7
     #: Longest retention a workflow may ask for, in days.
     max_run_retention_days: Annotated[float, Field(gt=0)] = 90.0
     #: Retention of terminal runs whose workflow declares none (also capped by the maximum).
@@ -118,6 +135,14 @@ class Settings(BaseSettings):
     #: Human-readable console logs instead of JSON lines.
     log_console: bool = False
     log_level: str = "info"
+
+    @field_validator("partition_interval", mode="before")
+    @classmethod
+    def _interval(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            seconds = parse_duration(value)
+            return value if seconds is None else seconds
+        return value
 
     @field_validator("api_tokens", "webhook_allowed_networks", "redis_sentinels", mode="before")
     @classmethod
