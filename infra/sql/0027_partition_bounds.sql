@@ -17,6 +17,15 @@ AS $$
             || '70008000000000000000')::uuid
 $$;
 
+-- A random UUIDv7 of time `t` (as ripple.platform.core.ids makes them), for rows written in SQL
+-- (tests, benchmarks, seeds): a random v4 id may fall where no partition is.
+CREATE FUNCTION ripple_uuid7(t timestamptz DEFAULT clock_timestamp()) RETURNS uuid
+LANGUAGE sql VOLATILE PARALLEL SAFE
+AS $$
+    SELECT (lpad(to_hex(floor(extract(epoch FROM t) * 1000)::bigint), 12, '0') || '7'
+            || substr(replace(gen_random_uuid()::text, '-', ''), 14))::uuid
+$$;
+
 -- The partitioned tables the sweeper manages: the column they are partitioned by, and the
 -- storage parameters each new partition gets (a partitioned table itself has none).
 CREATE TABLE ripple_partitioned_tables (

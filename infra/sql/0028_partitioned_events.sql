@@ -19,6 +19,7 @@ CREATE FUNCTION ripple_partitions_ensure(step interval, upto timestamptz) RETURN
 LANGUAGE plpgsql AS $$
 DECLARE
     t record;
+    col record;
     last timestamptz;
     part text;
     made integer := 0;
@@ -37,6 +38,14 @@ BEGIN
                            CASE WHEN cardinality(t.options) > 0
                                 THEN 'WITH (' || array_to_string(t.options, ', ') || ')'
                                 ELSE '' END);
+            -- Per-column statistics targets (LIKE does not copy them).
+            FOR col IN SELECT attname, attstattarget FROM pg_attribute
+                       WHERE attrelid = t.parent::regclass AND attnum > 0
+                         AND NOT attisdropped AND attstattarget >= 0
+            LOOP
+                EXECUTE format('ALTER TABLE %I ALTER COLUMN %I SET STATISTICS %s',
+                               part, col.attname, col.attstattarget);
+            END LOOP;
             EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
                            t.parent, part, ripple_uuid7_floor(last),
                            ripple_uuid7_floor(last + step));
@@ -53,6 +62,7 @@ $$;
 DO $$
 DECLARE
     t record;
+    col record;
     idx record;
     legacy text;
     defs text[];
@@ -97,6 +107,14 @@ BEGIN
         EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS) '
                        'PARTITION BY RANGE (%I)', t.parent, legacy, t.key_column);
         EXECUTE format('ALTER TABLE %I DROP CONSTRAINT %I', t.parent, t.parent || '_legacy_bound');
+        -- Per-column statistics targets (LIKE does not copy them; new partitions copy these).
+        FOR col IN SELECT attname, attstattarget FROM pg_attribute
+                   WHERE attrelid = legacy::regclass AND attnum > 0
+                     AND NOT attisdropped AND attstattarget >= 0
+        LOOP
+            EXECUTE format('ALTER TABLE %I ALTER COLUMN %I SET STATISTICS %s',
+                           t.parent, col.attname, col.attstattarget);
+        END LOOP;
         FOREACH sql IN ARRAY defs LOOP
             EXECUTE sql;
         END LOOP;

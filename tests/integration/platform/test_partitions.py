@@ -4,6 +4,7 @@ partitions, the online migration of an existing database, and pruning."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -145,7 +146,7 @@ async def test_partitions__created_ahead_contiguous_and_idempotent(
             parent,
         )
         assert rows[-1]["upper"] >= datetime.now(UTC) + timedelta(days=10)
-        assert all(a["upper"] == b["lower"] for a, b in zip(rows, rows[1:], strict=False))
+        assert all(a["upper"] == b["lower"] for a, b in itertools.pairwise(rows))
         assert sorted(r["name"] for r in rows) == await partitions_of(pool, parent)
 
 
@@ -209,9 +210,12 @@ async def test_partitions__retention_drops_old_partitions_whole_and_keeps_held_o
     remaining = await pool.fetch("SELECT id::text FROM ripple_events")
     assert [r["id"] for r in remaining] == [recent]
     assert held_partition in await partitions_of(pool, "ripple_webhook_deliveries")
-    assert await pool.fetchval(
-        "SELECT count(*) FROM ripple_webhook_attempts WHERE delivery_id = $1", pending
-    ) == 3
+    assert (
+        await pool.fetchval(
+            "SELECT count(*) FROM ripple_webhook_attempts WHERE delivery_id = $1", pending
+        )
+        == 3
+    )
     # the keys of the dropped events are reusable, the others are not
     async with pool.acquire() as conn:
         assert await event_store.find_events_by_keys(conn, ["old-0", "recent"]) == {
@@ -284,9 +288,12 @@ async def test_partitions__online_migration_of_a_seeded_database(
                 await partition_holding(pool, "ripple_events", "id", seeded[0])
                 == "ripple_events_legacy"
             )
-            assert await pool.fetchval(
-                "SELECT count(*) FROM ripple_webhook_attempts WHERE delivery_id = $1", seeded[0]
-            ) == 2
+            assert (
+                await pool.fetchval(
+                    "SELECT count(*) FROM ripple_webhook_attempts WHERE delivery_id = $1", seeded[0]
+                )
+                == 2
+            )
         finally:
             await pool.close()
         migrated = settings.model_copy(update={"database_url": url})
