@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from ripple.platform.cli.output import fail
-from ripple.platform.core.config import parse_duration
+from ripple.platform.core.durations import parse_duration
 
 __all__ = [
     "BeforeOpt",

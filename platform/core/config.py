@@ -7,28 +7,18 @@ Owns validation of configuration only; it opens no connections. A bad value fail
 from __future__ import annotations
 
 import ipaddress
-import re
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from ripple.platform.core.durations import parse_duration
 from ripple.platform.errors import ConfigError
 
 if TYPE_CHECKING:
     from ripple.platform.core.wake import RedisEndpoint
 
 __all__ = ["Settings", "load_settings"]
-
-
-_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*")
-_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
-
-
-def parse_duration(text: str) -> float | None:
-    """Seconds of `90d`, `12h`, `30m`, `45s`, `2w` or plain seconds; None if it is not one."""
-    match = _DURATION.fullmatch(text)
-    return None if match is None else float(match[1]) * _UNIT_SECONDS[match[2]]
 
 
 def _split_csv(value: Any) -> Any:

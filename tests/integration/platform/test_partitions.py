@@ -22,9 +22,10 @@ from ripple.platform.ops.partitions import Partitions
 from ripple.platform.ops.sweeper import Sweeper
 from ripple.subscribers.webhooks import delivery_store
 from tests.conftest import with_database
+from tests.helpers import PARTITIONED as TABLES
+from tests.helpers import partitioned_since
 
 DAY = 86_400.0
-TABLES = ("ripple_events", "ripple_webhook_deliveries", "ripple_webhook_attempts")
 
 
 def id_at(when: datetime, *salt: str) -> str:
@@ -47,36 +48,6 @@ async def partition_holding(pool: Pool, table: str, key: str, value: str) -> str
         f"SELECT tableoid::regclass::text FROM {table} WHERE {key} = $1", value
     )
     return found
-
-
-async def partitioned_since(pool: Pool, start: datetime) -> None:
-    """Lay the (empty) tables out as an installation partitioned daily since `start`: one
-    partition before it, daily ones from it to a few days ahead."""
-    async with pool.acquire() as conn, conn.transaction():
-        for parent in reversed(TABLES):
-            for name in await partitions_of(pool, parent):
-                await conn.execute(f"ALTER TABLE {parent} DETACH PARTITION {name}")
-                await conn.execute(f"DROP TABLE {name}")
-            await conn.execute("DELETE FROM ripple_partitions WHERE parent = $1", parent)
-            await conn.execute(
-                f"CREATE TABLE {parent}_legacy (LIKE {parent} INCLUDING DEFAULTS "
-                "INCLUDING CONSTRAINTS)"
-            )
-            bound = await conn.fetchval("SELECT ripple_uuid7_floor($1)::text", start)
-            await conn.execute(
-                f"ALTER TABLE {parent} ATTACH PARTITION {parent}_legacy "
-                f"FOR VALUES FROM (MINVALUE) TO ('{bound}')"
-            )
-            await conn.execute(
-                "INSERT INTO ripple_partitions (name, parent, lower, upper) "
-                "VALUES ($1, $2, '-infinity', $3)",
-                f"{parent}_legacy",
-                parent,
-                start,
-            )
-        await conn.execute(
-            "SELECT ripple_partitions_ensure(interval '1 day', now() + interval '3 days')"
-        )
 
 
 async def insert_event(
@@ -187,7 +158,8 @@ async def test_partitions__retention_drops_old_partitions_whole_and_keeps_held_o
     pool: Pool, settings: Settings
 ) -> None:
     now = datetime.now(UTC)
-    await partitioned_since(pool, now - timedelta(days=12))
+    async with pool.acquire() as conn:
+        await partitioned_since(conn, now - timedelta(days=12))
     old = [id_at(now - timedelta(days=10), "old", str(i)) for i in range(3)]
     for i, event_id in enumerate(old):
         await insert_event(pool, event_id, key=f"old-{i}")
