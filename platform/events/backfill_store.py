@@ -8,7 +8,6 @@ from datetime import datetime
 from typing import Any, Final
 
 from ripple.platform.core.db import Connection
-from ripple.platform.events.event_store import id_window
 from ripple.platform.events.fanout import PublishedEvent
 
 __all__ = [
@@ -39,12 +38,11 @@ FROM ripple_subscriptions WHERE id = $1 FOR UPDATE
 # against a subscription set older than the subscription (tagged < $3, or untagged: published
 # before migration 0010).
 # $1 limit, $2 since, $3 version, $4 exact topic|NULL, $5 anchored regex over '.' || topic|NULL,
-# $6 filter|NULL, $7 cursor created_at|NULL, $8 cursor id|NULL, $9 the id bound of $2
-# (`event_store.id_window`: the partitions before it are pruned)
+# $6 filter|NULL, $7 cursor created_at|NULL, $8 cursor id|NULL
 SELECT_BACKFILL_EVENTS: Final = """
 SELECT e.id, e.topic, e.payload, e.trace, e.created_at, e.schema_version
 FROM ripple_events e
-WHERE e.created_at >= $2 AND e.id >= $9::uuid
+WHERE e.created_at >= $2
   AND ($7::timestamptz IS NULL OR (e.created_at, e.id) > ($7, $8::uuid))
   AND (e.subscriptions_version IS NULL OR e.subscriptions_version < $3)
   AND (e.topic = $4 OR ('.' || e.topic) ~ $5)
@@ -57,11 +55,11 @@ LIMIT $1
 # they are relative to the cursor. A set difference (hashed), not an anti-join the planner could
 # run as a nested loop over a ledger it has no statistics for (quadratic).
 # $1 limit, $2 since, $3 version, $4 exact topic|NULL, $5 regex|NULL, $6 filter|NULL,
-# $7 subscription id, $8 the id bound of $2
+# $7 subscription id
 SELECT_BACKFILL_MISSED: Final = """
 WITH missed AS (
     SELECT e.id FROM ripple_events e
-    WHERE e.created_at >= $2 AND e.id >= $8::uuid
+    WHERE e.created_at >= $2
       AND (e.subscriptions_version IS NULL OR e.subscriptions_version < $3)
       AND (e.topic = $4 OR ('.' || e.topic) ~ $5)
       AND ($6::jsonb IS NULL OR e.payload @> $6::jsonb)
@@ -105,12 +103,11 @@ LOCK_EVENTS: Final = "LOCK TABLE ripple_events IN SHARE MODE"
 # Events a replay re-delivers: created in [$2, $3), after the cursor ($4, $5), matching the
 # pattern and filter, oldest first.
 # $1 limit, $2 since, $3 until, $4 cursor created_at|NULL, $5 cursor id|NULL,
-# $6 exact topic|NULL, $7 anchored regex|NULL, $8 filter|NULL, $9 and $10 the id bounds of
-# [$2, $3)
+# $6 exact topic|NULL, $7 anchored regex|NULL, $8 filter|NULL
 SELECT_REPLAY_EVENTS: Final = """
 SELECT e.id, e.topic, e.payload, e.trace, e.created_at, e.schema_version
 FROM ripple_events e
-WHERE e.created_at >= $2 AND e.created_at < $3 AND e.id >= $9::uuid AND e.id < $10::uuid
+WHERE e.created_at >= $2 AND e.created_at < $3
   AND ($4::timestamptz IS NULL OR (e.created_at, e.id) > ($4, $5::uuid))
   AND (e.topic = $6 OR ('.' || e.topic) ~ $7)
   AND ($8::jsonb IS NULL OR e.payload @> $8::jsonb)
@@ -161,29 +158,12 @@ async def next_backfill_events(
     """The next batch after `cursor`, or (`missed`) the matching events not yet delivered."""
     if missed:
         rows = await conn.fetch(
-            SELECT_BACKFILL_MISSED,
-            limit,
-            since,
-            version,
-            exact,
-            regex,
-            filter,
-            subscription_id,
-            id_window(since)[0],
+            SELECT_BACKFILL_MISSED, limit, since, version, exact, regex, filter, subscription_id
         )
     else:
         at, last = cursor if cursor is not None else (None, None)
         rows = await conn.fetch(
-            SELECT_BACKFILL_EVENTS,
-            limit,
-            since,
-            version,
-            exact,
-            regex,
-            filter,
-            at,
-            last,
-            id_window(since)[0],
+            SELECT_BACKFILL_EVENTS, limit, since, version, exact, regex, filter, at, last
         )
     return _events(rows)
 
@@ -224,8 +204,7 @@ async def next_replay_events(
     replay_id: str,
 ) -> list[PublishedEvent]:
     at, last = cursor if cursor is not None else (None, None)
-    low, high = id_window(since, until)
     rows = await conn.fetch(
-        SELECT_REPLAY_EVENTS, limit, since, until, at, last, exact, regex, filter, low, high
+        SELECT_REPLAY_EVENTS, limit, since, until, at, last, exact, regex, filter
     )
     return _events(rows, replay_id)

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Final
 
 import asyncpg
 
 from ripple.platform.core.db import Connection, Pool, transaction
-from ripple.platform.core.ids import id_time_floor
 
 __all__ = [
     "EventRecord",
     "find_events_by_keys",
     "get_event",
-    "id_window",
     "insert_events",
     "paths_carried",
     "recent_events",
@@ -74,17 +72,15 @@ SELECT EXISTS (SELECT 1 FROM ripple_events WHERE topic = $1 AND payload #> $2::t
 
 # $1 since (timestamptz), $2 most topics. Per topic: events since then and the newest one's time
 # (the created_at index bounds the scan to the window).
-# $3 the id bound of $1 (`id_window`).
 SELECT_TOPIC_ACTIVITY: Final = """
 SELECT topic, count(*) AS events, max(created_at) AS last_at
-FROM ripple_events WHERE created_at >= $1 AND id >= $3::uuid
+FROM ripple_events WHERE created_at >= $1
 GROUP BY topic ORDER BY topic LIMIT $2
 """
 # $1 topic, $2 since (timestamptz): how many events of the topic since then (the (topic,
 # created_at) index).
-# $3 the id bound of $2 (`id_window`).
 SELECT_TOPIC_EVENTS_SINCE: Final = """
-SELECT count(*) FROM ripple_events WHERE topic = $1 AND created_at >= $2 AND id >= $3::uuid
+SELECT count(*) FROM ripple_events WHERE topic = $1 AND created_at >= $2
 """
 # $1 topic, $2 limit: its newest events (the (topic, created_at) index).
 SELECT_RECENT_EVENTS: Final = """
@@ -97,40 +93,24 @@ FROM ripple_events WHERE topic = $1 ORDER BY created_at DESC LIMIT $2
 # tested on those rows (no `where`, or a common one: the limit is reached soon), or the payload
 # GIN index for a rare `where` (the few rows it lists, sorted).
 # $1 since, $2 until, $3 payload containment (NULL: any), $4 cursor (created_at, id) or NULLs,
-# $5 cursor id, $6 limit, $7 and $8 the window's id bounds (`id_window`); the topic form adds
-# $9 topic.
+# $5 cursor id, $6 limit; the topic form adds $7 topic. ripple_events is partitioned by id: each
+# partition's time index is probed, and those of partitions outside the window find nothing at
+# once. (Bounding the ids too would prune them, but the planner takes such a bound, which
+# repeats the created_at range, as independent of it, and the underestimate made it trade the
+# index walk for bitmaps and a sort.)
 _SEARCH_HEAD: Final = """
 SELECT id, topic, payload, idempotency_key, trace, created_at, schema_version, cloudevent
 FROM ripple_events
-WHERE created_at >= $1 AND created_at < $2 AND id >= $7::uuid AND id < $8::uuid
+WHERE created_at >= $1 AND created_at < $2
   AND ($3::jsonb IS NULL OR payload @> $3)
   AND ($4::timestamptz IS NULL OR (created_at, id) < ($4, $5::uuid))
 """
 _SEARCH_TAIL: Final = "ORDER BY created_at DESC, id DESC LIMIT $6"
 SEARCH_EVENTS: Final = _SEARCH_HEAD + _SEARCH_TAIL
-SEARCH_TOPIC_EVENTS: Final = _SEARCH_HEAD + "  AND topic = $9\n" + _SEARCH_TAIL
+SEARCH_TOPIC_EVENTS: Final = _SEARCH_HEAD + "  AND topic = $7\n" + _SEARCH_TAIL
 # Plan the search for its own values every time (for the rest of the transaction): the plan
 # cache would settle on a generic plan after five, one that cannot use the payload index.
 PLAN_EACH_SEARCH: Final = "SELECT set_config('plan_cache_mode', 'force_custom_plan', true)"
-
-#: ripple_events is partitioned by id, a UUIDv7 made by the publisher's clock just before the
-#: transaction whose start is created_at: a window of created_at bounds the ids too, with this
-#: margin for the queueing between the two and for clock skew.
-ID_SLACK: Final = timedelta(hours=1)
-_LOWEST_ID: Final = "00000000-0000-0000-0000-000000000000"
-_HIGHEST_ID: Final = "ffffffff-ffff-ffff-ffff-ffffffffffff"
-
-
-def id_window(since: datetime | None, until: datetime | None = None) -> tuple[str, str]:
-    """The ids `[low, high)` of events created in `[since, until)` (None: unbounded): passed
-    as values, so the planner prunes the partitions outside and estimates the range."""
-    low = _LOWEST_ID if since is None else _floor(since - ID_SLACK)
-    high = _HIGHEST_ID if until is None else _floor(until + ID_SLACK)
-    return low, high
-
-
-def _floor(at: datetime) -> str:
-    return id_time_floor(max(0, int(at.timestamp() * 1000)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,13 +200,13 @@ async def topic_activity(
 ) -> dict[str, tuple[int, datetime]]:
     """Per topic with events since `since` (at most `limit` topics): how many, and the last's
     time."""
-    rows = await conn.fetch(SELECT_TOPIC_ACTIVITY, since, limit, id_window(since)[0])
+    rows = await conn.fetch(SELECT_TOPIC_ACTIVITY, since, limit)
     return {row["topic"]: (row["events"], row["last_at"]) for row in rows}
 
 
 async def topic_events_since(conn: Connection, topic: str, since: datetime) -> int:
     """How many events of `topic` were published since `since`."""
-    return int(await conn.fetchval(SELECT_TOPIC_EVENTS_SINCE, topic, since, id_window(since)[0]))
+    return int(await conn.fetchval(SELECT_TOPIC_EVENTS_SINCE, topic, since))
 
 
 async def recent_events(conn: Connection, topic: str, limit: int) -> list[EventRecord]:
@@ -251,7 +231,7 @@ async def search_events(
     after the cursor `(created_at, id)`. `plan_each=False` where statements are unnamed (behind
     a transaction pooler): those are planned for their values anyway."""
     at, event_id = after if after is not None else (None, None)
-    args: list[Any] = [since, until, where, at, event_id, limit, *id_window(since, until)]
+    args: list[Any] = [since, until, where, at, event_id, limit]
     if topic is not None:
         args.append(topic)
     sql = SEARCH_EVENTS if topic is None else SEARCH_TOPIC_EVENTS
