@@ -14,6 +14,8 @@ from typing import NamedTuple
 
 import asyncpg
 
+from ripple.platform.core.ids import uuid7
+
 # The rows of publishes with a queue, a workflow and a webhook subscription: per event the
 # event and one row per subscription; many events per transaction, one statement per table
 # (the shape of a Ripple group commit).
@@ -72,7 +74,7 @@ async def publish_rows(
     async def writer() -> None:
         for start in starts:
             count = min(group, events - start)
-            ids = [uuid.uuid4() for _ in range(count)]
+            ids = [uuid7() for _ in range(count)]  # time-ordered: the tables are partitioned
             payloads = [
                 json.dumps({"n": n, "user": {"id": n, "plan": "pro"}})
                 for n in range(start, start + count)
@@ -92,7 +94,7 @@ async def publish_rows(
                 )
                 await conn.execute(
                     INSERT_DELIVERIES,
-                    [uuid.uuid4() for _ in ids],
+                    [uuid7() for _ in ids],
                     [subscription] * count,
                     ids,
                     topics,

@@ -1,14 +1,16 @@
-"""`make bench-big`: Ripple on big tables, and retention by DELETE against a partition drop.
+"""`make bench-big`: Ripple on big tables, and retention by partition drop against DELETE.
 
 Seeds (generate_series SQL, on a Postgres cluster of its own so WAL and timings are the
 benchmark's alone) RIPPLE_BIG_EVENTS events spread over 8 days, RIPPLE_BIG_RUNS completed runs
 over 40 days and RIPPLE_BIG_STEPS journal rows among them (defaults 10M / 1M / 10M; seeding
-that much takes long on a small machine: measure smaller first). Then measures, with fsync on:
-claim latency (claims among 2,000 pending runs), publish latency (fan-out to a queue), list
-pages (first and 10th page of runs), and one retention sweep of the sweeper's own statements
-(events older than 7 days; runs past 30 days with their journals): time and WAL bytes
-(`pg_current_wal_lsn()` before and after). The same expired events are then put in a
-partition of a range-partitioned copy with the same indexes, and dropped: time and WAL.
+that much takes long on a small machine: measure smaller first). The event table is laid out
+as an installation partitioned daily for 9 days, so the events land in day partitions. Then
+measures, with fsync on: claim latency (claims among 2,000 pending runs), publish latency
+(fan-out to a queue), list pages (first and 10th page of runs), and retention: the sweeper's
+partition retirement (the day partitions older than 7 days, detached and dropped), then the
+same events deleted by the sweeper's former batch DELETE from an unpartitioned copy of the
+whole event table with the same indexes, and runs past 30 days with their journals by the
+sweeper's DELETE: time and WAL bytes (`pg_current_wal_lsn()` before and after).
 """
 
 from __future__ import annotations
@@ -17,16 +19,17 @@ import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
 
 from bench.common import bench_database, report, summary
 from ripple.platform.client import Client
-from ripple.platform.ops import sweeper_store
+from ripple.platform.ops.partitions import Partitions
 from ripple.subscribers import QueueTarget
 from ripple.workflows import store
+from tests.helpers import partitioned_since
 from tests.servers import PostgresCluster
 
 EVENTS = int(os.environ.get("RIPPLE_BIG_EVENTS", "10000000"))
@@ -62,15 +65,17 @@ SELECT {_UUID.format(ts=_RUN_TIME.format(g="r"), g="r")}::text, 's' || k, k, 'st
        'completed', 1, '{{"ok": true}}'::jsonb, now(), now()
 FROM generate_series(1, $1::bigint) AS r, generate_series(1, $2::int) AS k
 """
-PARTITIONED = """
-CREATE TABLE big_events (LIKE ripple_events INCLUDING DEFAULTS) PARTITION BY RANGE (created_at);
-CREATE INDEX ON big_events (created_at);
-CREATE INDEX ON big_events (topic, created_at);
-CREATE INDEX ON big_events (id);
-CREATE TABLE big_events_old PARTITION OF big_events
-    FOR VALUES FROM (MINVALUE) TO (now() - interval '7 days');
-CREATE TABLE big_events_new PARTITION OF big_events
-    FOR VALUES FROM (now() - interval '7 days') TO (MAXVALUE);
+# Today's unpartitioned event table, for the DELETE side of the comparison.
+FLAT = """
+CREATE TABLE big_events_flat (LIKE ripple_events INCLUDING DEFAULTS INCLUDING INDEXES)
+"""
+# The sweeper's batch DELETE of events before partitions: $1 cutoff, $2 batch size.
+DELETE_FLAT = """
+WITH doomed AS (
+    SELECT id FROM big_events_flat WHERE created_at < $1 ORDER BY created_at LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM big_events_flat e USING doomed d WHERE e.id = d.id
 """
 
 
@@ -141,36 +146,39 @@ async def measure(client: Client, conn: asyncpg.Connection[Any]) -> None:
     failed = await _timed(lambda: client.list_runs(status="failed", limit=50), 10)
     report("list runs by status with no match", summary(failed))
 
-    # The partitioned copy of the expired events (not timed): what a partition drop retires.
-    await conn.execute(PARTITIONED)
-    await conn.execute(
-        "INSERT INTO big_events SELECT * FROM ripple_events "
-        "WHERE created_at < now() - interval '7 days'",
-        timeout=None,
+    # Today's unpartitioned table with the same rows (not timed): what DELETE retires from.
+    await conn.execute(FLAT)
+    await conn.execute("INSERT INTO big_events_flat SELECT * FROM ripple_events", timeout=None)
+    await conn.execute("VACUUM ANALYZE big_events_flat", timeout=None)
+    partitions = Partitions(client.pool, client.settings)
+
+    async def retire_partitions() -> int:
+        return (await partitions.retire(7 * DAY, 500))["events"]
+
+    rows, took, wal = await _measured(conn, retire_partitions)
+    report(
+        "retention sweep: events by partition drop",
+        f"{rows:,} rows in {took:,.2f} s, WAL {wal / 2**10:,.1f} KiB",
+    )
+    # The events the drop retired: those before the oldest partition left.
+    bound = await conn.fetchval(
+        "SELECT min(lower) FROM ripple_partitions WHERE parent = 'ripple_events'"
     )
 
-    async def sweep_events() -> int:
+    async def delete_events() -> int:
         total = 0
-        while deleted := await sweeper_store.delete_old_events(conn, 7 * DAY, 500):
+        while True:
+            status = await conn.execute(DELETE_FLAT, bound, 500)
+            deleted = int(status.rsplit(" ", 1)[-1])
             total += deleted
-        return total
+            if deleted < 500:
+                return total
 
-    rows, took, wal = await _measured(conn, sweep_events)
+    rows, took, wal = await _measured(conn, delete_events)
     report(
-        "retention sweep: events by DELETE",
+        "retention sweep: same events by DELETE (unpartitioned)",
         f"{rows:,} rows in {took:,.1f} s, WAL {wal / 2**20:,.1f} MiB "
         f"({wal / max(rows, 1):,.0f} B/row), batches of 500",
-    )
-
-    async def drop_partition() -> int:
-        count = int(await conn.fetchval("SELECT count(*) FROM big_events_old"))
-        await conn.execute("DROP TABLE big_events_old")
-        return count
-
-    rows, took, wal = await _measured(conn, drop_partition)
-    report(
-        "retention sweep: same events by partition drop",
-        f"{rows:,} rows in {took:,.2f} s, WAL {wal / 2**10:,.1f} KiB",
     )
 
     async def sweep_runs() -> int:
@@ -206,6 +214,8 @@ async def run() -> None:
         ):
             conn = await asyncpg.connect(db.url)
             try:
+                midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+                await partitioned_since(conn, midnight - timedelta(days=9))
                 await seed(conn)
                 await conn.execute("ALTER SYSTEM SET fsync = on")
                 await conn.execute("SELECT pg_reload_conf()")

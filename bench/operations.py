@@ -18,7 +18,8 @@ FAILED_RUNS = 10_000
 # $1 count: events of the last minute, matched against subscription-set version 0
 _EVENTS = """
 INSERT INTO ripple_events (id, topic, payload, created_at, subscriptions_version)
-SELECT gen_random_uuid(), 'order.created', jsonb_build_object('i', g, 'sku', 'A-1'),
+SELECT ripple_uuid7(now() - interval '1 minute' + g * interval '1 millisecond'),
+       'order.created', jsonb_build_object('i', g, 'sku', 'A-1'),
        now() - interval '1 minute' + g * interval '1 millisecond', 0
 FROM generate_series(1, $1) AS g
 """

@@ -48,7 +48,7 @@ SELECT run_id, 'amount', 'float', NULL, abs(hashtext(run_id || 'a')) % 100000 FR
 # $1 event count, spread over the last seven days; 20 topics.
 SEED_EVENTS = """
 INSERT INTO ripple_events (id, topic, payload, created_at)
-SELECT gen_random_uuid(), 'shop.t' || (i % 20),
+SELECT ripple_uuid7(now() - (i::float8 / $1) * interval '7 days'), 'shop.t' || (i % 20),
        jsonb_build_object('customerId', i % 100000, 'total', i % 977, 'tags',
                           jsonb_build_array('t' || (i % 7))),
        now() - (i::float8 / $1) * interval '7 days'

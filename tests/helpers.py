@@ -1,4 +1,5 @@
-"""Test helpers: wait on conditions instead of sleeping; call the REST API in process."""
+"""Test helpers: wait on conditions instead of sleeping; call the REST API in process; lay the
+partitioned tables out as an installation partitioned since some day."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import httpx
@@ -56,3 +58,43 @@ def rest_client(client: Client) -> httpx.AsyncClient:
 
     transport = httpx.ASGITransport(app=create_app(client), raise_app_exceptions=False)
     return httpx.AsyncClient(transport=transport, base_url="http://test")
+
+
+#: The tables the sweeper partitions by time, in the order their locks are taken.
+PARTITIONED = ("ripple_events", "ripple_webhook_deliveries", "ripple_webhook_attempts")
+
+
+async def partitioned_since(conn: Any, start: datetime, ahead_days: int = 3) -> None:
+    """Lay the partitioned tables (empty: a fresh database) out as an installation partitioned
+    daily since `start`: one partition before it, then one a day up to `ahead_days` ahead."""
+    async with conn.transaction():
+        for parent in reversed(PARTITIONED):
+            parts = await conn.fetch(
+                "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                "WHERE i.inhparent = $1::regclass",
+                parent,
+            )
+            for part in parts:
+                await conn.execute(f"ALTER TABLE {parent} DETACH PARTITION {part['relname']}")
+                await conn.execute(f"DROP TABLE {part['relname']}")
+            await conn.execute("DELETE FROM ripple_partitions WHERE parent = $1", parent)
+            await conn.execute(
+                f"CREATE TABLE {parent}_legacy (LIKE {parent} INCLUDING DEFAULTS "
+                "INCLUDING CONSTRAINTS)"
+            )
+            bound = await conn.fetchval("SELECT ripple_uuid7_floor($1)::text", start)
+            await conn.execute(
+                f"ALTER TABLE {parent} ATTACH PARTITION {parent}_legacy "
+                f"FOR VALUES FROM (MINVALUE) TO ('{bound}')"
+            )
+            await conn.execute(
+                "INSERT INTO ripple_partitions (name, parent, lower, upper) "
+                "VALUES ($1, $2, '-infinity', $3)",
+                f"{parent}_legacy",
+                parent,
+                start,
+            )
+        await conn.execute(
+            "SELECT ripple_partitions_ensure(interval '1 day', now() + make_interval(days => $1))",
+            ahead_days,
+        )

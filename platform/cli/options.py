@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from ripple.platform.cli.output import fail
+from ripple.platform.core.durations import parse_duration
 
 __all__ = [
     "BeforeOpt",
@@ -144,23 +144,19 @@ def time_arg(text: str | None, what: str) -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
-_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*")
-_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
-
-
 def duration_arg(text: str, what: str) -> timedelta:
     """`90d`, `12h`, `30m`, `45s`, `2w` or plain seconds as a timedelta; exit 2 otherwise."""
-    match = _DURATION.fullmatch(text)
-    if match is None or float(match[1]) <= 0:
+    seconds = parse_duration(text)
+    if seconds is None or seconds <= 0:
         raise fail(f"{what} must be a positive duration such as 7d, 12h or 30m, not {text!r}", 2)
-    return timedelta(seconds=float(match[1]) * _UNIT_SECONDS[match[2]])
+    return timedelta(seconds=seconds)
 
 
 def since_arg(text: str | None, what: str) -> datetime | None:
     """A time option given as a duration back from now (`7d`, `12h`) or an ISO-8601 time."""
     if text is None:
         return None
-    if _DURATION.fullmatch(text):
+    if parse_duration(text) is not None:
         return datetime.now(UTC) - duration_arg(text, what)
     return time_arg(text, what)
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from ripple.platform.core.durations import parse_duration
 from ripple.platform.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -100,6 +101,12 @@ class Settings(BaseSettings):
     max_page_size: Annotated[int, Field(ge=1, le=10_000)] = 500
     #: Days events are kept before the sweeper deletes them.
     event_retention_days: Annotated[float, Field(gt=0)] = 7.0
+    #: Time range of one partition of the event, webhook delivery and attempt tables (`1d`,
+    #: `6h`, or seconds): retention drops whole partitions, so events outlive their retention by
+    #: up to one interval.
+    partition_interval: Annotated[float, Field(ge=60, le=31 * 86_400)] = 86_400.0
+    #: Partitions the sweeper keeps created ahead of now (each `partition_interval` long).
+    partitions_ahead: Annotated[int, Field(ge=2, le=1000)] = 7
     #: Longest retention a workflow may ask for, in days.
     max_run_retention_days: Annotated[float, Field(gt=0)] = 90.0
     #: Retention of terminal runs whose workflow declares none (also capped by the maximum).
@@ -118,6 +125,14 @@ class Settings(BaseSettings):
     #: Human-readable console logs instead of JSON lines.
     log_console: bool = False
     log_level: str = "info"
+
+    @field_validator("partition_interval", mode="before")
+    @classmethod
+    def _interval(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            seconds = parse_duration(value)
+            return value if seconds is None else seconds
+        return value
 
     @field_validator("api_tokens", "webhook_allowed_networks", "redis_sentinels", mode="before")
     @classmethod

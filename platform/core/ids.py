@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
 import uuid
+from datetime import UTC, datetime
 from typing import Final, NewType
 
 from ripple.platform.errors import InvalidInput
@@ -18,6 +20,9 @@ __all__ = [
     "SubscriptionId",
     "check_idempotency_key",
     "check_text",
+    "derived_id",
+    "id_time",
+    "id_time_floor",
     "new_id",
     "new_ids",
     "uuid7",
@@ -123,6 +128,26 @@ def new_ids(count: int) -> list[str]:
         if values:
             _last = (ms, rand - 1)
     return [_text(v) for v in values]
+
+
+def derived_id(time_of: str, *parts: str) -> str:
+    """A UUIDv7 in the millisecond of the UUIDv7 `time_of`, its other 74 bits hashed from
+    `time_of` and `parts`: the same inputs always give the same id, and it sorts (and falls in
+    the same time partition) with `time_of`."""
+    ms = int(time_of.replace("-", "")[:12], 16)
+    digest = hashlib.blake2b("\x00".join((time_of, *parts)).encode(), digest_size=10).digest()
+    return _text(_compose(ms, int.from_bytes(digest, "big") >> (80 - _RAND_BITS)))
+
+
+def id_time(value: str) -> datetime:
+    """The time a UUIDv7 was made (to the millisecond)."""
+    return datetime.fromtimestamp(int(value.replace("-", "")[:12], 16) / 1000, UTC)
+
+
+def id_time_floor(ms: int) -> str:
+    """The lowest UUIDv7 of Unix millisecond `ms`: every id made then or later sorts at or above
+    it (as SQL's `ripple_uuid7_floor`)."""
+    return _text(_compose(ms, 0))
 
 
 def check_text(value: object, what: str, *, field: str, max_length: int = 255) -> None:

@@ -20,7 +20,7 @@ from ripple.platform.core import db, wake
 from ripple.platform.core.commit_watch import CommitWatch
 from ripple.platform.core.config import Settings
 from ripple.platform.core.deadlines import Deadline
-from ripple.platform.core.ids import check_idempotency_key, new_id
+from ripple.platform.core.ids import check_idempotency_key, id_time, new_id
 from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import NullWaker, RunReady
 from ripple.platform.errors import InvalidInput
@@ -41,6 +41,7 @@ from ripple.platform.events.publish_writer import (
 from ripple.platform.events.subscriptions import CompiledSubscription, Subscriptions
 from ripple.platform.events.topics import contains, encode_json, first_mismatch, validate_topic
 from ripple.platform.ops import tracing
+from ripple.platform.ops.partitions import Partitions
 
 __all__ = ["Explanation", "PublishResult", "Publisher", "SubscriptionVerdict"]
 
@@ -124,6 +125,8 @@ class Publisher:
         self._kinds = kinds
         self._resolver = wait_resolver
         self._committer = GroupCommitter(pool, kinds, wait_resolver, self._after_commit)
+        #: The event's time partition must exist before it is written (no DEFAULT partition).
+        self.partitions = Partitions(pool, settings)
         #: Counts what a publish in a caller's transaction wrote once that transaction commits.
         self.commit_watch = CommitWatch(pool)
 
@@ -168,8 +171,10 @@ class Publisher:
         if self._contracts is not None:
             schema_version = await self._contracts.check(topic, payload, deadline, text=text)
         targets, version = await self._subscriptions.targets_at(topic, payload, deadline)
+        event_id = new_id()
+        await self.partitions.cover(id_time(event_id))
         item = PendingEvent(
-            new_id(),
+            event_id,
             topic,
             payload,
             text,

@@ -6,18 +6,20 @@ What goes, each sweep (settings in parentheses):
   workflows that declare none), clamped by `max_run_retention_days`, with their journal, waits
   and unconsumed signals;
   a run with `hold` set is kept whatever its age;
-- events older than `event_retention_days` (their idempotency keys become reusable), and
-  signal idempotency keys older than that;
-- delivered and failed webhook deliveries last changed before that cutoff, with their attempt
-  log, and attempt log rows older than it of deliveries still retrying.
+- the time partitions of events, webhook deliveries and their attempts whose whole range is
+  older than `event_retention_days`, detached and dropped whole (platform/ops/partitions.py);
+  a delivery partition with a delivery still pending is kept, with its attempts; the
+  idempotency keys of the events dropped become reusable; signal idempotency keys older than
+  that retention;
+- and before that, the partitions of the next `partitions_ahead` intervals are created.
 
 Each sweep also folds the run count changes the run triggers appended into the dashboard's run
 count rollup (through the same port), after the runs it deleted added theirs.
 
-Each batch (`sweep_batch_size` rows, `FOR UPDATE SKIP LOCKED`; a runs batch also stops at
-20 journal rows per run on average) is its own short transaction; a kind is swept until a
-batch comes back short. Several workers may sweep at once: locked rows are skipped, not
-waited for. Counts go to `sweeper_deleted_total{kind}`, once each batch committed.
+Each batch of the row-by-row kinds (`sweep_batch_size` rows, `FOR UPDATE SKIP LOCKED`; a
+runs batch also stops at 20 journal rows per run on average) is its own short transaction; a
+kind is swept until a batch comes back short. Several workers may sweep at once: locked rows
+are skipped, not waited for. Counts go to `sweeper_deleted_total{kind}`, once each batch committed.
 
 The workflow tables belong to the workflow store: the sweeper asks it to delete what expired
 through the `RunRetention` port (platform/ops/ports.py), which `Client` wires in. A sweeper without
@@ -35,7 +37,8 @@ from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool
 from ripple.platform.core.logs import get_logger
 from ripple.platform.errors import ConfigError
-from ripple.platform.ops import metrics, sweeper_store
+from ripple.platform.ops import metrics
+from ripple.platform.ops.partitions import Partitions
 from ripple.platform.ops.ports import AuditRetention, RunRetention
 
 __all__ = ["KINDS", "Sweeper"]
@@ -72,7 +75,8 @@ class Sweeper:
         audit: the audit trail's retention; None keeps audit entries.
         settings: retention (`default_run_retention_days`, `max_run_retention_days`,
             `event_retention_days`, `audit_retention_days`), the period of
-            `run()` (`sweep_interval`) and the batch size (`sweep_batch_size`).
+            `run()` (`sweep_interval`), the batch size (`sweep_batch_size`) and the
+            partitions (`partition_interval`, `partitions_ahead`).
     """
 
     name = "sweeper"
@@ -90,6 +94,7 @@ class Sweeper:
         self._runs = runs
         self._audit = audit
         self._stopping = asyncio.Event()
+        self.partitions = Partitions(pool, settings)
 
     async def sweep_once(self) -> dict[str, int]:
         """Sweep every kind until nothing expired is left; return rows deleted per kind."""
@@ -111,10 +116,6 @@ class Sweeper:
                 journal_budget=batch * _JOURNAL_ROWS_PER_RUN,
             )
 
-        async def old_events(conn: Connection) -> tuple[dict[str, int], bool]:
-            deleted = await sweeper_store.delete_old_events(conn, events, batch)
-            return {"events": deleted}, deleted >= batch
-
         async def signal_keys(conn: Connection) -> tuple[dict[str, int], bool]:
             assert retention is not None
             deleted = await retention.delete_old_signal_keys(conn, retention=events, batch=batch)
@@ -124,14 +125,6 @@ class Sweeper:
             assert retention is not None
             _folded, more = await retention.fold_run_counts(conn, batch=batch)
             return {}, more
-
-        async def deliveries(conn: Connection) -> tuple[dict[str, int], bool]:
-            counts = await sweeper_store.delete_old_webhook_deliveries(conn, events, batch)
-            return counts, counts["webhook_deliveries"] >= batch
-
-        async def attempts(conn: Connection) -> tuple[dict[str, int], bool]:
-            deleted = await sweeper_store.delete_old_webhook_attempts(conn, events, batch)
-            return {"webhook_attempts": deleted}, deleted >= batch
 
         audit_retention = self._audit
         audit_seconds = self._settings.audit_retention_days * _DAY
@@ -143,13 +136,18 @@ class Sweeper:
             )
             return {"audit": deleted}, deleted >= batch
 
-        steps: list[_Batch] = [old_events, deliveries, attempts]
+        steps: list[_Batch] = []
         if retention is not None:
-            steps = [runs, run_counts, old_events, signal_keys, deliveries, attempts]
+            steps = [runs, run_counts, signal_keys]
         if audit_retention is not None:
             steps.append(audit)
         for step in steps:
             await self._drain(step, totals)
+        await self.partitions.ensure()
+        for kind, retired in (await self.partitions.retire(events, batch)).items():
+            if retired:
+                totals[kind] += retired
+                metrics.SWEEPER_DELETED.labels(kind).inc(retired)
         if any(totals.values()):
             log.info("sweep_finished", **totals)
         return totals

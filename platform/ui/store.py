@@ -19,6 +19,7 @@ from typing import Any, Final
 from uuid import UUID
 
 from ripple.platform.core.db import Pool, map_errors
+from ripple.platform.core.ids import id_time_floor
 from ripple.platform.ops.ports import StrandedGauge
 from ripple.subscribers.queues import queue_store
 from ripple.workflows import store as wf_store
@@ -105,9 +106,11 @@ FROM ripple_queue_messages
 WHERE queue = $1 AND deduplication_id = $2
 """
 
-# $1 event id, $2 subscription id
+# $1 event id, $2 subscription id, $3 the lowest id of the event's millisecond: a delivery's id
+# is never older than its event, so the partitions of older days are pruned.
 SELECT_DELIVERY_ID: Final = """
-SELECT id::text FROM ripple_webhook_deliveries WHERE event_id = $1 AND subscription_id = $2
+SELECT id::text FROM ripple_webhook_deliveries
+WHERE event_id = $1 AND subscription_id = $2 AND id >= $3::uuid
 """
 
 
@@ -278,7 +281,13 @@ async def queue_counts(pool: Pool, queue: str) -> QueueCounts:
 
 async def delivery_id_for(pool: Pool, event_id: str, subscription_id: str) -> str | None:
     with map_errors():
-        found: str | None = await pool.fetchval(SELECT_DELIVERY_ID, event_id, subscription_id)
+        try:
+            floor = id_time_floor(int(event_id.replace("-", "")[:12], 16))
+        except ValueError:
+            return None
+        found: str | None = await pool.fetchval(
+            SELECT_DELIVERY_ID, event_id, subscription_id, floor
+        )
     return found
 
 

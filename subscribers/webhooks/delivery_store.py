@@ -79,7 +79,7 @@ SELECT d.id, d.subscription, d.event, d.topic, d.payload::jsonb, d.event_time, d
 FROM jsonb_to_recordset($1::jsonb)
     AS d(id uuid, subscription uuid, event uuid, topic text, payload text,
          event_time timestamptz, trace jsonb, replay uuid, schema integer)
-ON CONFLICT (event_id, subscription_id, replay_id) DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING event_id
 """
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ripple.platform.access import audit_store
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Connection, Pool, transaction
-from ripple.platform.core.ids import new_ids
+from ripple.platform.core.ids import derived_id
 from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import DeliveriesReady, SubscriptionsChanged, Waker
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
@@ -151,13 +151,19 @@ class WebhookKind:
 
     async def fan_out(self, conn: Connection, items: Sequence[FanOutItem]) -> list[int]:
         """One pending delivery per (event, subscription), due now, in one statement;
-        idempotent per (event, subscription, replay). A repeat counts zero."""
+        idempotent per (event, subscription, replay): the delivery id is derived from them
+        (the partitioned delivery table can only enforce uniqueness on its id), in the event's
+        millisecond, so a delivery and its attempts live in its event's time partition. A
+        repeat counts zero."""
         pairs = [(event, sub) for event, subscriptions in items for sub in subscriptions]
         if not pairs:
             return [0] * len(items)
         written = await store.insert_deliveries_batch(
             conn,
-            new_ids(len(pairs)),
+            [
+                derived_id(event.event_id, sub.id, event.replay_id or store.LIVE_REPLAY_ID)
+                for event, sub in pairs
+            ],
             [sub.id for _, sub in pairs],
             [event.event_id for event, _ in pairs],
             [event.topic for event, _ in pairs],

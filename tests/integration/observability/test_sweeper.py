@@ -224,98 +224,14 @@ async def test_sweeper__skips_rows_locked_by_others(
     assert (await Sweeper(pool, settings, runs=UPKEEP).sweep_once())["runs"] == 1
 
 
-async def insert_event(pool: Pool, age_days: float) -> str:
-    event_id = str(uuid.uuid4())
-    await pool.execute(
-        "INSERT INTO ripple_events (id, topic, payload, idempotency_key, created_at) "
-        "VALUES ($1, 'user.signup', $2, $3, now() - make_interval(secs => $4))",
-        event_id,
-        {"n": 1},
-        f"key-{event_id}",
-        age_days * DAY,
-    )
-    return event_id
-
-
-async def insert_delivery(pool: Pool, *, status: str, age_days: float, attempts: int = 2) -> str:
-    delivery_id = str(uuid.uuid4())
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(
-            """
-            INSERT INTO ripple_webhook_deliveries (id, subscription_id, event_id, topic, payload,
-                                                   event_time, status, attempts, created_at,
-                                                   updated_at, next_attempt_at)
-            VALUES ($1, $2, $3, 't', '{}', now(), $4, $5,
-                    now() - make_interval(secs => $6), now() - make_interval(secs => $6),
-                    CASE WHEN $4 = 'pending' THEN now() END)
-            """,
-            delivery_id,
-            str(uuid.uuid4()),
-            str(uuid.uuid4()),
-            status,
-            attempts,
-            age_days * DAY,
-        )
-        for attempt in range(1, attempts + 1):
-            await conn.execute(
-                "INSERT INTO ripple_webhook_attempts (delivery_id, attempt, started_at, "
-                "latency_ms, outcome) VALUES ($1, $2, now() - make_interval(secs => $3), 1, 'x')",
-                delivery_id,
-                attempt,
-                age_days * DAY,
-            )
-    return delivery_id
-
-
-async def rows(pool: Pool, sql: str, *args: Any) -> int:
-    return int(await pool.fetchval(sql, *args))
-
-
-async def test_sweeper__deletes_old_events_and_delivery_logs(
-    pool: Pool, settings: Settings
-) -> None:
-    old_events = [await insert_event(pool, 8) for _ in range(3)]
-    new_event = await insert_event(pool, 6)
-    old_delivered = await insert_delivery(pool, status="delivered", age_days=8)
-    old_failed = await insert_delivery(pool, status="failed", age_days=9, attempts=3)
-    new_delivered = await insert_delivery(pool, status="delivered", age_days=1)
-    # still retrying after more than the retention: keeps the delivery, loses the old attempts
-    old_pending = await insert_delivery(pool, status="pending", age_days=8)
-    await pool.execute(
-        "INSERT INTO ripple_webhook_attempts (delivery_id, attempt, started_at, latency_ms, "
-        "outcome) VALUES ($1, 3, now(), 1, 'retry')",
-        old_pending,
-    )
-    before = deleted_total("events")
-
-    result = await Sweeper(pool, settings, runs=UPKEEP).sweep_once()
-
-    assert result["events"] == 3
-    assert result["webhook_deliveries"] == 2
-    assert result["webhook_attempts"] == 2 + 3 + 2
-    assert deleted_total("events") - before == 3
-    remaining = await pool.fetch("SELECT id::text FROM ripple_events")
-    assert [r["id"] for r in remaining] == [new_event]
-    assert not set(old_events) & {r["id"] for r in remaining}
-    deliveries = await pool.fetch("SELECT id::text FROM ripple_webhook_deliveries ORDER BY id")
-    assert {r["id"] for r in deliveries} == {new_delivered, old_pending}
-    assert old_delivered not in {r["id"] for r in deliveries}
-    assert old_failed not in {r["id"] for r in deliveries}
-    sql = "SELECT count(*) FROM ripple_webhook_attempts WHERE delivery_id = $1"
-    assert await rows(pool, sql, new_delivered) == 2
-    assert await rows(pool, sql, old_pending) == 1
-
-
 async def test_sweeper__without_run_retention_leaves_the_workflow_tables_to_their_owner(
     pool: Pool, settings: Settings
 ) -> None:
     expired_run = await make_run(pool, status="completed", age_days=400)
-    await insert_event(pool, 8)
     sweeper = Sweeper(pool, settings)  # no RunRetention port wired
 
     result = await sweeper.sweep_once()
 
-    assert result["events"] == 1
     assert result["runs"] == result["signal_keys"] == 0
     assert await exists(pool, expired_run)
     with pytest.raises(ConfigError, match="runs="):

@@ -1,4 +1,6 @@
-"""Query-plan guards: sweeper batches find expired rows by index, not by scanning live ones."""
+"""Query-plan guards: sweeper batches find expired rows by index, not by scanning live ones
+(events and deliveries are retired by dropping partitions: tests/integration/platform/
+test_partitions.py)."""
 
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ def scans(nodes: list[dict[str, Any]], table: str) -> list[str]:
     return [n["Node Type"] for n in nodes if n.get("Relation Name") == table]
 
 
-async def test_sweeper_plans__runs_events_and_deliveries_use_indexes(pool: Pool) -> None:
+async def test_sweeper_plans__runs_and_event_keys_use_indexes(pool: Pool) -> None:
     await pool.execute(
         """
         INSERT INTO ripple_runs (run_id, workflow, status, completed_at)
@@ -40,28 +42,16 @@ async def test_sweeper_plans__runs_events_and_deliveries_use_indexes(pool: Pool)
     )
     await pool.execute(
         """
-        INSERT INTO ripple_events (id, topic, payload)
-        SELECT gen_random_uuid(), 'a.b', '{}' FROM generate_series(1, 20000)
+        INSERT INTO ripple_event_keys (idempotency_key, event_id)
+        SELECT 'k' || g, gen_random_uuid() FROM generate_series(1, 20000) AS g
         """
     )
-    await pool.execute(
-        """
-        INSERT INTO ripple_webhook_deliveries (id, subscription_id, event_id, topic, event_time,
-                                               status, next_attempt_at)
-        SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), 't', now(),
-               CASE WHEN g % 100 = 0 THEN 'delivered' ELSE 'pending' END,
-               CASE WHEN g % 100 = 0 THEN NULL ELSE now() END
-        FROM generate_series(1, 20000) AS g
-        """
-    )
-    await pool.execute("ANALYZE ripple_runs, ripple_events, ripple_webhook_deliveries")
+    await pool.execute("ANALYZE ripple_runs, ripple_event_keys")
 
     runs = await plan_nodes(pool, upkeep._DELETE_EXPIRED_RUNS, 90 * DAY, 500, 30 * DAY, 10_000)
     assert "Seq Scan" not in scans(runs, "ripple_runs"), runs
     assert any(n.get("Index Name") == "ripple_runs_terminal" for n in runs), runs
 
-    events = await plan_nodes(pool, sweeper_store.DELETE_OLD_EVENTS, 7 * DAY, 500)
-    assert any(n.get("Index Name") == "ripple_events_created" for n in events), events
-
-    deliveries = await plan_nodes(pool, sweeper_store.DELETE_OLD_WEBHOOK_DELIVERIES, 7 * DAY, 500)
-    assert "Seq Scan" not in scans(deliveries, "ripple_webhook_deliveries"), deliveries
+    lowest = "00000000-0000-7000-8000-000000000000"
+    keys = await plan_nodes(pool, sweeper_store.DELETE_EVENT_KEYS_BEFORE, lowest, 500)
+    assert any(n.get("Index Name") == "ripple_event_keys_event" for n in keys), keys
