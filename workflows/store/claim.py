@@ -286,7 +286,7 @@ _FAIR_HEADS: Final = f"""SELECT x.*, a.key AS fkey, a.pass + {{fin}} / a.weight 
         LIMIT {{n}}
         FOR UPDATE OF r SKIP LOCKED
     ) AS x
-    WHERE {{where}}"""
+    WHERE {{where}}"""  # noqa: S608
 _FAIR_CANDIDATES: Final = f"""), front AS (
     SELECT f.*
     FROM unnest($8::text[]) AS n(workflow)
@@ -305,23 +305,29 @@ _FAIR_CANDIDATES: Final = f"""), front AS (
         SELECT f.*, row_number() OVER (ORDER BY f.pass + t * {FAIR_QUANTUM}.0 / f.weight,
                                                 f.workflow, f.key, t) AS turn
         FROM front AS f
-        CROSS JOIN unnest(ARRAY(SELECT generate_series(1, ($3 + {FAIR_QUANTUM - 1}) / {FAIR_QUANTUM})))
+        CROSS JOIN unnest(ARRAY(SELECT generate_series(1, ($3 + {FAIR_QUANTUM - 1}) / {
+    FAIR_QUANTUM
+})))
             AS t
     ) AS s
     GROUP BY s.workflow, s.key, s.pass, s.weight, s.touched
 ), served AS (
-    {_FAIR_HEADS.format(
+    {
+    _FAIR_HEADS.format(
         source="alloc AS a",
         n="a.n",
         where="a.n > 0",
         fin="a.n",
-    )}
+    )
+}
 ), spare AS (
     SELECT $3 - count(*) AS n FROM served
 ), refill AS (
-    {_FAIR_HEADS.format(
+    {
+    _FAIR_HEADS.format(
         source="spare AS s CROSS JOIN alloc AS a", n="s.n", where="s.n > 0 AND a.n = 0", fin="1"
-    )}
+    )
+}
 ), cand AS (
     SELECT u.* FROM (
         SELECT v.*, NULL::text AS fkey, NULL::float8 AS fin
@@ -347,12 +353,12 @@ _PLAIN_CAND: Final = """), cand AS (
 # (dry). A dry key without any claimable pending run (empty) leaves the active keys, only if
 # no transaction made one of its runs claimable since this statement's snapshot (`touched` on
 # the locked newest row equals the snapshot's); one whose runs are due later (throttled,
-# backing off) moves to the back of the front (the front's largest pass), so keys waiting for
-# time never fill it. advanced: one UPDATE writes each key's row once (moved and dry keys are
-# disjoint). It finds the rows by key, not ctid: the locked row may be newer than the
-# snapshot's, and the UPDATE follows it.
-_ADVANCE: Final = """, taken AS (
-{take}), moved AS (
+# backing off) moves behind the front (the front's largest pass and a turn), so keys waiting
+# for time never hold it, even when all passes are equal. advanced: one UPDATE writes each
+# key's row once (moved and dry keys are disjoint). It finds the rows by key, not ctid: the
+# locked row may be newer than the snapshot's, and the UPDATE follows it.
+_ADVANCE: Final = f""", taken AS (
+{{take}}), moved AS (
     SELECT t.workflow, t.fairness_key AS key, count(*) AS n, NULL::bool AS empty
     FROM taken AS t
     WHERE t.fairness_key IS NOT NULL AND t.prev_status = 'pending'
@@ -379,12 +385,13 @@ _ADVANCE: Final = """, taken AS (
     UPDATE ripple_fair_keys k
     SET pass = CASE WHEN s.empty IS NULL THEN k.pass + s.n / k.weight
                     WHEN s.empty THEN k.pass
-                    ELSE greatest(k.pass, (SELECT max(f.pass) FROM front AS f)) END,
+                    ELSE greatest(k.pass, (SELECT max(f.pass) FROM front AS f))
+                         + {FAIR_QUANTUM} / k.weight END,
         active = s.empty IS NOT TRUE
     FROM (SELECT * FROM moved UNION ALL SELECT * FROM settling) AS s
     WHERE k.workflow = s.workflow AND k.key = s.key
 )
-{select}"""
+{{select}}"""  # noqa: S608
 
 assert _PLAIN_CAND in _CANDIDATES
 _CLAIM_FAIR: Final = (
