@@ -288,16 +288,15 @@ _FAIR_HEADS: Final = f"""SELECT x.*, a.key AS fkey, a.pass + {{fin}} / a.weight 
     ) AS x
     WHERE {{where}}"""  # noqa: S608
 _FAIR_CANDIDATES: Final = f"""), front AS (
-    SELECT f.*
+    SELECT f.workflow, f.key, f.pass, f.weight, f.touched
     FROM unnest($8::text[]) AS n(workflow)
-    CROSS JOIN LATERAL (
-        SELECT k.workflow, k.key, k.pass, k.weight, k.touched
-        FROM ripple_fair_keys k
+    CROSS JOIN LATERAL unnest(ARRAY(
+        SELECT k FROM ripple_fair_keys k
         WHERE k.workflow = n.workflow AND k.active
         ORDER BY k.workflow, k.pass, k.key
         LIMIT ($3 + {FAIR_QUANTUM - 1}) / {FAIR_QUANTUM} + 2
         FOR UPDATE OF k SKIP LOCKED
-    ) AS f
+    )) AS f
 ), alloc AS (
     SELECT s.workflow, s.key, s.pass, s.weight, s.touched,
            sum(least({FAIR_QUANTUM}, greatest(0, $3 - (s.turn - 1) * {FAIR_QUANTUM}))) AS n
@@ -378,9 +377,9 @@ _ADVANCE: Final = f""", taken AS (
         LIMIT 1
     ) AS h ON true
     WHERE s.n > 0
-      AND NOT EXISTS (SELECT 1 FROM served AS x WHERE x.workflow = a.workflow AND x.fkey = a.key
-                      UNION ALL
-                      SELECT 1 FROM refill AS x WHERE x.workflow = a.workflow AND x.fkey = a.key)
+      AND (a.workflow, a.key) NOT IN (SELECT x.workflow, x.fkey FROM served AS x
+                                      UNION ALL
+                                      SELECT x.workflow, x.fkey FROM refill AS x)
 ), advanced AS (
     UPDATE ripple_fair_keys k
     SET pass = CASE WHEN s.empty IS NULL THEN k.pass + s.n / k.weight
