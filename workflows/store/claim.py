@@ -354,8 +354,9 @@ _PLAIN_CAND: Final = """), cand AS (
 # the locked newest row equals the snapshot's); one whose runs are due later (throttled,
 # backing off) moves behind the front (the front's largest pass and a turn), so keys waiting
 # for time never hold it, even when all passes are equal. advanced: one UPDATE writes each
-# key's row once (moved and dry keys are disjoint). It finds the rows by key, not ctid: the
-# locked row may be newer than the snapshot's, and the UPDATE follows it.
+# key's row once (moved and dry keys are disjoint). It finds the rows by key, not ctid (the
+# locked row may be newer than the snapshot's, and the UPDATE follows it), through arrays of
+# keys: joined to them, the generic plan read every key's row.
 _ADVANCE: Final = f""", taken AS (
 {{take}}), moved AS (
     SELECT t.workflow, t.fairness_key AS key, count(*) AS n, NULL::bool AS empty
@@ -380,6 +381,8 @@ _ADVANCE: Final = f""", taken AS (
       AND (a.workflow, a.key) NOT IN (SELECT x.workflow, x.fkey FROM served AS x
                                       UNION ALL
                                       SELECT x.workflow, x.fkey FROM refill AS x)
+), keyed AS (
+    SELECT * FROM moved UNION ALL SELECT * FROM settling
 ), advanced AS (
     UPDATE ripple_fair_keys k
     SET pass = CASE WHEN s.empty IS NULL THEN k.pass + s.n / k.weight
@@ -387,8 +390,10 @@ _ADVANCE: Final = f""", taken AS (
                     ELSE greatest(k.pass, (SELECT max(f.pass) FROM front AS f))
                          + {FAIR_QUANTUM} / k.weight END,
         active = s.empty IS NOT TRUE
-    FROM (SELECT * FROM moved UNION ALL SELECT * FROM settling) AS s
-    WHERE k.workflow = s.workflow AND k.key = s.key
+    FROM keyed AS s
+    WHERE k.workflow = ANY(ARRAY(SELECT s.workflow FROM keyed AS s))
+      AND k.key = ANY(ARRAY(SELECT s.key FROM keyed AS s))
+      AND k.workflow = s.workflow AND k.key = s.key
 )
 {{select}}"""  # noqa: S608
 
