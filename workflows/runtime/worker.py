@@ -67,11 +67,14 @@ START_BACKOFF_MAX = 5.0
 #: Longest pause between claims while the database is unavailable.
 CLAIM_BACKOFF_MAX = 2.0
 #: Session settings of the claim loop's own connection (see `Worker.__init__`);
-#: `python -m bench.claim_plans` measures the plan cache mode.
+#: `python -m bench.claim_plans` measures the plan cache mode. No JIT: a generic plan's
+#: estimates grow with the tables, and compiling a claim that touches a few rows costs far more
+#: than running it.
 CLAIMER_SETTINGS: Final[Mapping[str, str]] = {
     "application_name": "ripple-worker",
     "synchronous_commit": "off",
     "plan_cache_mode": "force_generic_plan",
+    "jit": "off",
 }
 
 

@@ -253,22 +253,18 @@ _CLAIM_RUNS: Final = _CANDIDATES + _FLOW_CONTROL + _TAKE.format(source="ok")
 # The claim of a worker serving fair workflows ($8: their names): `_CLAIM_RUNS` whose
 # candidates also come from the workflows' fairness keys (stride scheduling, migration 0022).
 # front: per fair workflow, the few active keys with the smallest pass (enough turns for $3
-# runs, and two more), and whether each has a due head run. fk: those that have one, locked
-# (SKIP LOCKED: concurrent claimers serve other keys; a key's pass only moves under its lock).
-# alloc: turns of FAIR_QUANTUM runs, ordered by their virtual finish time `pass + turn x
-# FAIR_QUANTUM / weight`, say how many of the $3 runs each key gets. fair: each key's head runs
-# in priority then FIFO order, that many, with their finish times, which rank them in cand
-# after the runs resuming (due, urgent) of the same priority. After the take, each key's pass
-# advances by the runs taken / its weight, in the same statement. settling/settled: the front's
-# keys without a due run are settled: one without any claimable pending run (empty) leaves the
-# active keys, only if no transaction made one of its runs claimable since this statement's
-# snapshot (`touched` unchanged: FOR UPDATE rechecks it on the newest row) and none is doing
-# so now (SKIP LOCKED); one whose runs are all due later (throttled, backing off) moves to the
-# back of the front (the front's largest pass), so keys waiting for time never fill it.
-# Cost: a probe per front key and a descent per key served, whatever the backlog and the
-# number of keys.
+# runs, and two more), locked as the index walk finds them (SKIP LOCKED: concurrent claimers
+# serve the next keys; a key's pass only moves under its lock). alloc: turns of FAIR_QUANTUM
+# runs, ordered by their virtual finish time `pass + turn x FAIR_QUANTUM / weight`, say how
+# many of the $3 runs each key gets. served: each allocated key's head runs in priority then
+# FIFO order, that many, with their finish times, which rank them in cand after the runs
+# resuming (due, urgent) of the same priority. A key's head is read once, by the descent that
+# takes its runs: no probe first. A key that had fewer due runs than its turns (it ran dry,
+# or its runs are due later) leaves `spare` turns: only then, refill takes them from the
+# front's other keys, in the same statement. After the take, `_ADVANCE` settles the keys.
+# Cost: a descent per key served, whatever the backlog and the number of keys.
 #: Runs a key gets per turn at most: a claim of up to this many serves one key, and per-key
-#: work (a probe, a descent, a key row written) is paid per turn, not per run.
+# work (a descent, a key row written) is paid per turn, not per run.
 FAIR_QUANTUM: Final = 5
 _FAIR_RUN_FIELDS: Final = """r.ctid AS row_ref, r.run_id, r.workflow, r.status AS prev_status,
                r.lease_owner AS prev_owner,
@@ -279,56 +275,66 @@ _FAIR_DUE: Final = """r.workflow = {w} AND r.fairness_key = {k} AND r.status = '
                 AND r.available_at < 'infinity' AND r.available_at <= now()
                 AND (r.version IS NULL OR (r.workflow, r.version) IN
                      (SELECT p.w, p.v FROM unnest($5::text[], $6::int[]) AS p(w, v)))"""
-_FAIR_CANDIDATES: Final = f"""), front AS (
-    SELECT f.row_ref, f.workflow, f.key, f.pass, f.touched, d.due IS NOT NULL AS due
-    FROM unnest($8::text[]) AS n(workflow)
-    CROSS JOIN LATERAL (
-        SELECT k.ctid AS row_ref, k.workflow, k.key, k.pass, k.touched
-        FROM ripple_fair_keys k
-        WHERE k.workflow = n.workflow AND k.active
-        ORDER BY k.workflow, k.pass, k.key
-        LIMIT ($3 + {FAIR_QUANTUM - 1}) / {FAIR_QUANTUM} + 2
-    ) AS f
-    LEFT JOIN LATERAL (
-        SELECT true AS due FROM ripple_runs r
-        WHERE {_FAIR_DUE.format(w="f.workflow", k="f.key")}
-        ORDER BY r.workflow, r.fairness_key, r.priority DESC, r.available_at
-        LIMIT 1
-    ) AS d ON true
-), fk AS (
-    SELECT k.workflow, k.key, k.pass, k.weight FROM ripple_fair_keys k
-    WHERE k.ctid = ANY(ARRAY(SELECT f.row_ref FROM front AS f WHERE f.due)) AND k.active
-    ORDER BY k.pass, k.key
-    LIMIT $3
-    FOR UPDATE OF k SKIP LOCKED
-), alloc AS (
-    SELECT s.workflow, s.key, min(s.pass) AS pass, min(s.weight) AS weight, count(*) AS n
-    FROM (
-        SELECT fk.workflow, fk.key, fk.pass, fk.weight
-        FROM fk CROSS JOIN unnest(ARRAY(SELECT generate_series(1, $3))) AS j
-        ORDER BY fk.pass + ceil(j / {FAIR_QUANTUM}.0) * {FAIR_QUANTUM} / fk.weight,
-                 fk.workflow, fk.key, j
-        LIMIT $3
-    ) AS s
-    GROUP BY s.workflow, s.key
-), fair AS (
-    SELECT x.*, a.pass + (row_number() OVER (PARTITION BY a.workflow, a.key
-                                             ORDER BY x.priority DESC, x.available_at))
-                         / a.weight AS fin
-    FROM alloc AS a
+#: Head runs of the keys of `alloc AS a` that pass {where}: {n} each, with their finish times.
+_FAIR_HEADS: Final = f"""SELECT x.*, a.key AS fkey, a.pass + {{fin}} / a.weight AS fin
+    FROM {{source}}
     CROSS JOIN LATERAL (
         SELECT {_FAIR_RUN_FIELDS}
         FROM ripple_runs r
         WHERE {_FAIR_DUE.format(w="a.workflow", k="a.key")}
         ORDER BY r.workflow, r.fairness_key, r.priority DESC, r.available_at
-        LIMIT a.n
+        LIMIT {{n}}
         FOR UPDATE OF r SKIP LOCKED
     ) AS x
+    WHERE {{where}}"""  # noqa: S608
+_FAIR_CANDIDATES: Final = f"""), front AS (
+    SELECT f.workflow, f.key, f.pass, f.weight, f.touched
+    FROM unnest($8::text[]) AS n(workflow)
+    CROSS JOIN LATERAL unnest(ARRAY(
+        SELECT k FROM ripple_fair_keys k
+        WHERE k.workflow = n.workflow AND k.active
+        ORDER BY k.workflow, k.pass, k.key
+        LIMIT ($3 + {FAIR_QUANTUM - 1}) / {FAIR_QUANTUM} + 2
+        FOR UPDATE OF k SKIP LOCKED
+    )) AS f
+), alloc AS (
+    SELECT s.workflow, s.key, s.pass, s.weight, s.touched,
+           sum(least({FAIR_QUANTUM}, greatest(0, $3 - (s.turn - 1) * {FAIR_QUANTUM}))) AS n
+    FROM (
+        SELECT f.*, row_number() OVER (ORDER BY f.pass + t * {FAIR_QUANTUM}.0 / f.weight,
+                                                f.workflow, f.key, t) AS turn
+        FROM front AS f
+        CROSS JOIN unnest(ARRAY(SELECT generate_series(1, ($3 + {FAIR_QUANTUM - 1}) / {
+    FAIR_QUANTUM
+})))
+            AS t
+    ) AS s
+    GROUP BY s.workflow, s.key, s.pass, s.weight, s.touched
+), served AS (
+    {
+    _FAIR_HEADS.format(
+        source="alloc AS a",
+        n="a.n",
+        where="a.n > 0",
+        fin="a.n",
+    )
+}
+), spare AS (
+    SELECT $3 - count(*) AS n FROM served
+), refill AS (
+    {
+    _FAIR_HEADS.format(
+        source="spare AS s CROSS JOIN alloc AS a", n="s.n", where="s.n > 0 AND a.n = 0", fin="1"
+    )
+}
 ), cand AS (
     SELECT u.* FROM (
-        SELECT v.*, NULL::float8 AS fin FROM (SELECT * FROM due UNION SELECT * FROM urgent) AS v
+        SELECT v.*, NULL::text AS fkey, NULL::float8 AS fin
+        FROM (SELECT * FROM due UNION SELECT * FROM urgent) AS v
         UNION ALL
-        SELECT * FROM fair
+        SELECT * FROM served
+        UNION ALL
+        SELECT * FROM refill
     ) AS u
     ORDER BY u.priority DESC, u.fin NULLS FIRST, u.available_at, u.run_id
     LIMIT $3
@@ -340,36 +346,56 @@ _PLAIN_CAND: Final = """), cand AS (
     LIMIT $3
 ), isolated AS ("""
 
-_ADVANCE: Final = """, taken AS (
-{take}), advanced AS (
-    UPDATE ripple_fair_keys k SET pass = k.pass + t.n / k.weight
-    FROM (SELECT t.workflow, t.fairness_key AS key, count(*) AS n FROM taken AS t
-          WHERE t.fairness_key IS NOT NULL AND t.prev_status = 'pending'
-          GROUP BY t.workflow, t.fairness_key) AS t
-    WHERE k.workflow = t.workflow AND k.key = t.key
+# moved: per key, the pending runs taken: its pass advances by them / its weight. A claim
+# that got all the runs it allocated (no spare turns) found no key dry, and settles nothing.
+# A short claim asked every front key for runs: settling takes the ones that had none due
+# (dry). A dry key without any claimable pending run (empty) leaves the active keys, only if
+# no transaction made one of its runs claimable since this statement's snapshot (`touched` on
+# the locked newest row equals the snapshot's); one whose runs are due later (throttled,
+# backing off) moves behind the front (the front's largest pass and a turn), so keys waiting
+# for time never hold it, even when all passes are equal. advanced: one UPDATE writes each
+# key's row once (moved and dry keys are disjoint). It finds the rows by key, not ctid (the
+# locked row may be newer than the snapshot's, and the UPDATE follows it), through arrays of
+# keys: joined to them, the generic plan read every key's row.
+_ADVANCE: Final = f""", taken AS (
+{{take}}), moved AS (
+    SELECT t.workflow, t.fairness_key AS key, count(*) AS n, NULL::bool AS empty
+    FROM taken AS t
+    WHERE t.fairness_key IS NOT NULL AND t.prev_status = 'pending'
+    GROUP BY t.workflow, t.fairness_key
 ), settling AS (
-    SELECT k.ctid AS row_ref, h.found IS NULL AS empty
-    FROM ripple_fair_keys k
+    SELECT a.workflow, a.key, 0::bigint AS n,
+           h.found IS NULL
+           AND a.touched = (SELECT o.touched FROM ripple_fair_keys o
+                            WHERE o.workflow = a.workflow AND o.key = a.key) AS empty
+    FROM spare AS s
+    CROSS JOIN alloc AS a
     LEFT JOIN LATERAL (
         SELECT true AS found FROM ripple_runs r
-        WHERE r.workflow = k.workflow AND r.fairness_key = k.key
+        WHERE r.workflow = a.workflow AND r.fairness_key = a.key
           AND r.status = 'pending' AND r.available_at < 'infinity'
         ORDER BY r.workflow, r.fairness_key, r.priority DESC, r.available_at
         LIMIT 1
     ) AS h ON true
-    WHERE k.ctid = ANY(ARRAY(SELECT f.row_ref FROM front AS f WHERE NOT f.due)) AND k.active
-      AND (h.found OR k.touched = (SELECT f.touched FROM front AS f
-                                   WHERE f.workflow = k.workflow AND f.key = k.key))
-    FOR UPDATE OF k SKIP LOCKED
-), settled AS (
+    WHERE s.n > 0
+      AND (a.workflow, a.key) NOT IN (SELECT x.workflow, x.fkey FROM served AS x
+                                      UNION ALL
+                                      SELECT x.workflow, x.fkey FROM refill AS x)
+), keyed AS (
+    SELECT * FROM moved UNION ALL SELECT * FROM settling
+), advanced AS (
     UPDATE ripple_fair_keys k
-    SET active = NOT s.empty,
-        pass = CASE WHEN s.empty THEN k.pass
-                    ELSE greatest(k.pass, (SELECT max(f.pass) FROM front AS f)) END
-    FROM settling AS s
-    WHERE k.ctid = ANY(ARRAY(SELECT row_ref FROM settling)) AND k.ctid = s.row_ref
+    SET pass = CASE WHEN s.empty IS NULL THEN k.pass + s.n / k.weight
+                    WHEN s.empty THEN k.pass
+                    ELSE greatest(k.pass, (SELECT max(f.pass) FROM front AS f))
+                         + {FAIR_QUANTUM} / k.weight END,
+        active = s.empty IS NOT TRUE
+    FROM keyed AS s
+    WHERE k.workflow = ANY(ARRAY(SELECT s.workflow FROM keyed AS s))
+      AND k.key = ANY(ARRAY(SELECT s.key FROM keyed AS s))
+      AND k.workflow = s.workflow AND k.key = s.key
 )
-{select}"""
+{{select}}"""  # noqa: S608
 
 assert _PLAIN_CAND in _CANDIDATES
 _CLAIM_FAIR: Final = (

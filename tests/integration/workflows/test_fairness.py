@@ -284,3 +284,66 @@ async def test_fair_claim__bounded_work_whatever_the_backlog(app: App, analyzed:
         # all passes were equal: each claim served two keys a turn of FAIR_QUANTUM runs
         passes = await app.pool.fetch("SELECT pass FROM ripple_fair_keys WHERE pass > 0")
         assert [r["pass"] for r in passes] == [claim_sql.FAIR_QUANTUM] * 2 * served
+
+
+async def _fill_keys(app: App, prefix: str, keys: int, runs: int, due: bool) -> None:
+    """`runs` pending runs of workflow wf spread over `keys` keys named prefix0.., due now or
+    in an hour."""
+    await app.pool.execute(
+        "INSERT INTO ripple_runs (run_id, workflow, version, fairness_key, available_at) "
+        "SELECT $1 || '-' || i, 'wf', 1, $1 || (i % $2), "
+        "  CASE WHEN $4 THEN now() - i * interval '1 millisecond' "
+        "       ELSE now() + interval '1 hour' END "
+        "FROM generate_series(1, $3) AS i",
+        prefix,
+        keys,
+        runs,
+        due,
+    )
+
+
+async def test_fair_claim__a_dry_key_gives_its_turns_to_the_next_keys(app: App) -> None:
+    """Keys a0 and a1 (first in key order at equal passes) have only runs due in an hour: the
+    claim allocates them its turns, finds them dry, and takes the ten runs from the front's
+    other keys in the same statement; the dry keys move behind the front, still active. The
+    settling probe walks the per-key index (generic plan, as the worker's claimer)."""
+    await _fill_keys(app, "k", 100, 30000, due=True)
+    await _fill_keys(app, "a", 2, 10, due=False)
+    await app.pool.execute("ANALYZE ripple_runs")
+    args = ["w", 30.0, 10, ["wf"], ["wf"], [1], False, ["wf"]]
+    async with app.pool.acquire() as conn:
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        rows = await conn.fetch(
+            "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + claim_sql._CLAIM_FAIR_PLAIN, *args
+        )
+        await conn.execute("RESET plan_cache_mode")
+    plan = "\n".join(r[0] for r in rows)
+    assert "Seq Scan on ripple_runs" not in plan, plan
+    assert _buffers(plan) < 600, plan
+    running = await app.pool.fetchval("SELECT count(*) FROM ripple_runs WHERE status = 'running'")
+    assert running == 10
+    keys = {r["key"]: r for r in await app.pool.fetch("SELECT * FROM ripple_fair_keys")}
+    assert [(keys[k]["active"], keys[k]["pass"]) for k in ("a0", "a1")] == [
+        (True, claim_sql.FAIR_QUANTUM)
+    ] * 2
+    assert sum(keys[f"k{i}"]["pass"] for i in range(100)) == 10
+
+
+async def test_fairness__keys_waiting_for_time_do_not_hold_the_front(app: App) -> None:
+    """The whole front (four keys at equal passes) waits for runs due in an hour, key z has
+    runs due now: within two claims z is served, not never (pushing the dry keys to the
+    front's largest pass would leave them in front while all passes are equal)."""
+    await _fill_keys(app, "a", 4, 8, due=False)
+    await app.pool.execute(
+        "INSERT INTO ripple_runs (run_id, workflow, version, fairness_key) "
+        "SELECT 'z-' || i, 'wf', 1, 'z' FROM generate_series(1, 20) AS i"
+    )
+    claimed: list[store.ClaimedRun] = []
+    async with app.pool.acquire() as conn:
+        for _ in range(2):
+            claimed += await store.claim_runs(
+                conn, worker_id="w", lease=30.0, limit=10, pairs=[("wf", 1)], fair=["wf"]
+            )
+    assert claimed
+    assert {c.run_id[:2] for c in claimed} == {"z-"}
+    assert await _active_keys(app) == 5
