@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -67,6 +68,11 @@ def _collect_garbage() -> Iterator[None]:
     inside `compile()` (pytest rewriting a module imported at session end) raises
     `SystemError: AST constructor recursion depth mismatch` (CPython gh-106905).
     """
+    if gc.get_freeze_count() == 0:
+        # What the session holds before its first test (imported modules, collected items) is
+        # frozen out of the collector, so each collection below walks only newer objects.
+        gc.collect()
+        gc.freeze()
     yield
     gc.collect()
 
@@ -112,6 +118,72 @@ async def _admin(url: str, *statements: str) -> None:
         await conn.close()
 
 
+class DatabaseDropper:
+    """Drops test databases on a thread of its own, several at once.
+
+    DROP DATABASE waits for a checkpoint, and concurrent drops share one: a test's teardown hands
+    its database over instead of waiting. At most `backlog` databases wait to be dropped (a
+    teardown blocks beyond that); `close` drops the rest and raises the first failure.
+    """
+
+    def __init__(self, admin_url: str, *, backlog: int = 8) -> None:
+        self._admin_url = admin_url
+        self._backlog = backlog
+        self._pending: list[str] = []
+        self._dropping = 0
+        self._closing = False
+        self._errors: list[BaseException] = []
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="drop-test-databases", daemon=True)
+        self._thread.start()
+
+    def drop(self, name: str) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: len(self._pending) + self._dropping < self._backlog)
+            self._pending.append(name)
+            self._changed.notify_all()
+
+    def close(self) -> None:
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+        self._thread.join()
+        if self._errors:
+            raise self._errors[0]
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: bool(self._pending) or self._closing)
+                batch, self._pending = self._pending, []
+                self._dropping = len(batch)
+            if not batch:
+                return
+            asyncio.run(self._drop_all(batch))
+            with self._changed:
+                self._dropping = 0
+                self._changed.notify_all()
+
+    async def _drop_all(self, names: list[str]) -> None:
+        async def drop(name: str) -> None:
+            try:
+                await _admin(self._admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            except (OSError, asyncpg.PostgresError) as exc:
+                self._errors.append(exc)
+
+        await asyncio.gather(*(drop(name) for name in names))
+
+
+@pytest.fixture(scope="session")
+def drop_database(pg_admin_url: str) -> Iterator[DatabaseDropper]:
+    """Drops this session's test databases (`DatabaseDropper`); all are gone at its end."""
+    dropper = DatabaseDropper(pg_admin_url)
+    try:
+        yield dropper
+    finally:
+        dropper.close()
+
+
 @pytest.fixture(scope="session")
 def template_db(pg_admin_url: str) -> Iterator[str]:
     """A database with every migration applied, cloned by each test (built once a session)."""
@@ -131,14 +203,16 @@ def template_db(pg_admin_url: str) -> Iterator[str]:
 
 
 @pytest.fixture
-async def database_url(pg_admin_url: str, template_db: str) -> AsyncIterator[str]:
+async def database_url(
+    pg_admin_url: str, template_db: str, drop_database: DatabaseDropper
+) -> AsyncIterator[str]:
     """A fresh, migrated database for this test only; dropped afterwards."""
     name = f"t_{uuid.uuid4().hex[:16]}"
     await _admin(pg_admin_url, f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
     try:
         yield with_database(pg_admin_url, name)
     finally:
-        await _admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database.drop(name)
 
 
 @pytest.fixture
