@@ -50,8 +50,10 @@ run: setup
 
 dev: run
 
+# --dist loadgroup: tests/conftest.py sends each module with processes of its own (a server, a
+# browser) to one worker, which starts them once; other tests are handed out one at a time.
 test: setup
-	$(BIN)/pytest -n 2 $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 test-unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

@@ -14,7 +14,7 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -58,6 +58,29 @@ def _reachable_redis(url: str) -> bool:
             return bool(client.ping())
     except (redis.RedisError, OSError):
         return False
+
+
+#: Test modules that share processes of their own (a `ripple serve`, a worker, a browser) through
+#: module-scoped fixtures (tests/e2e/conftest.py, tests/pgbouncer/conftest.py).
+MODULE_SCOPED = ("tests/e2e/test_", "tests/pgbouncer/test_")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup` (`make test`) also sends each `MODULE_SCOPED` module to one worker,
+    which then starts its processes once; other tests are scheduled one by one.
+
+    xdist's own `xdist_group` mark relies on a node id attribute pytest 9 no longer has.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling  # type: ignore[import-untyped]
+
+    class ModuleGroupScheduling(LoadGroupScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module.startswith(MODULE_SCOPED) else super()._split_scope(nodeid)
+
+    return ModuleGroupScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)
