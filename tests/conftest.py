@@ -145,13 +145,15 @@ class DatabaseDropper:
     """Drops test databases on a thread of its own, several at once.
 
     DROP DATABASE waits for a checkpoint, and concurrent drops share one: a test's teardown hands
-    its database over instead of waiting. At most `backlog` databases wait to be dropped (a
-    teardown blocks beyond that); `close` drops the rest and raises the first failure.
+    its database over instead of waiting. Up to `at_once` drops run together (each holds a
+    connection); at most `backlog` databases wait (a teardown blocks beyond that). `close` drops
+    the rest and raises the first failure.
     """
 
-    def __init__(self, admin_url: str, *, backlog: int = 8) -> None:
+    def __init__(self, admin_url: str, *, backlog: int = 32, at_once: int = 8) -> None:
         self._admin_url = admin_url
         self._backlog = backlog
+        self._at_once = at_once
         self._pending: list[str] = []
         self._dropping = 0
         self._closing = False
@@ -178,7 +180,8 @@ class DatabaseDropper:
         while True:
             with self._changed:
                 self._changed.wait_for(lambda: bool(self._pending) or self._closing)
-                batch, self._pending = self._pending, []
+                batch = self._pending[: self._at_once]
+                del self._pending[: self._at_once]
                 self._dropping = len(batch)
             if not batch:
                 return
