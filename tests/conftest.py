@@ -91,11 +91,10 @@ def _collect_garbage() -> Iterator[None]:
     inside `compile()` (pytest rewriting a module imported at session end) raises
     `SystemError: AST constructor recursion depth mismatch` (CPython gh-106905).
     """
-    if gc.get_freeze_count() == 0:
-        # What the session holds before its first test (imported modules, collected items) is
-        # frozen out of the collector, so each collection below walks only newer objects.
-        gc.collect()
-        gc.freeze()
+    # What lives on from earlier tests (imported modules, collected items, module-scoped
+    # fixtures) is frozen out of the collector, so each collection walks only this test's objects.
+    gc.collect()
+    gc.freeze()
     yield
     gc.collect()
 
