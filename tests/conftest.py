@@ -149,7 +149,7 @@ class DatabaseDropper:
     the rest and raises the first failure.
     """
 
-    def __init__(self, admin_url: str, *, backlog: int = 32, at_once: int = 8) -> None:
+    def __init__(self, admin_url: str, *, backlog: int = 32, at_once: int = 4) -> None:
         self._admin_url = admin_url
         self._backlog = backlog
         self._at_once = at_once
