@@ -50,8 +50,12 @@ run: setup
 
 dev: run
 
+# --dist loadgroup: tests/conftest.py sends each module with processes of its own (a server, a
+# browser) to one worker, which starts them once; other tests are handed out one at a time.
+# tests/chaos runs in `make chaos` (full profile); worker SIGKILLs mid-step and Redis down stay
+# here in tests/e2e/resilience and tests/integration/platform/test_wake_redis.py.
 test: setup
-	$(BIN)/pytest -n 2 $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 --dist loadgroup --ignore=tests/chaos $(PYTEST_ARGS)
 
 test-unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -59,6 +60,29 @@ def _reachable_redis(url: str) -> bool:
         return False
 
 
+#: Test modules that share processes of their own (a `ripple serve`, a worker, a browser) through
+#: module-scoped fixtures (tests/e2e/conftest.py, tests/pgbouncer/conftest.py).
+MODULE_SCOPED = ("tests/e2e/test_", "tests/pgbouncer/test_")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup` (`make test`) also sends each `MODULE_SCOPED` module to one worker,
+    which then starts its processes once; other tests are scheduled one by one.
+
+    xdist's own `xdist_group` mark relies on a node id attribute pytest 9 no longer has.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling  # type: ignore[import-untyped]
+
+    class ModuleGroupScheduling(LoadGroupScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module.startswith(MODULE_SCOPED) else super()._split_scope(nodeid)
+
+    return ModuleGroupScheduling(config, log)
+
+
 @pytest.fixture(autouse=True)
 def _collect_garbage() -> Iterator[None]:
     """Run finalizers of a test's leftovers (connections, futures) at its teardown.
@@ -67,6 +91,10 @@ def _collect_garbage() -> Iterator[None]:
     inside `compile()` (pytest rewriting a module imported at session end) raises
     `SystemError: AST constructor recursion depth mismatch` (CPython gh-106905).
     """
+    # What lives on from earlier tests (imported modules, collected items, module-scoped
+    # fixtures) is frozen out of the collector, so each collection walks only this test's objects.
+    gc.collect()
+    gc.freeze()
     yield
     gc.collect()
 
@@ -112,6 +140,75 @@ async def _admin(url: str, *statements: str) -> None:
         await conn.close()
 
 
+class DatabaseDropper:
+    """Drops test databases on a thread of its own, several at once.
+
+    DROP DATABASE waits for a checkpoint, and concurrent drops share one: a test's teardown hands
+    its database over instead of waiting. Up to `at_once` drops run together (each holds a
+    connection); at most `backlog` databases wait (a teardown blocks beyond that). `close` drops
+    the rest and raises the first failure.
+    """
+
+    def __init__(self, admin_url: str, *, backlog: int = 32, at_once: int = 4) -> None:
+        self._admin_url = admin_url
+        self._backlog = backlog
+        self._at_once = at_once
+        self._pending: list[str] = []
+        self._dropping = 0
+        self._closing = False
+        self._errors: list[BaseException] = []
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="drop-test-databases", daemon=True)
+        self._thread.start()
+
+    def drop(self, name: str) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: len(self._pending) + self._dropping < self._backlog)
+            self._pending.append(name)
+            self._changed.notify_all()
+
+    def close(self) -> None:
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+        self._thread.join()
+        if self._errors:
+            raise self._errors[0]
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: bool(self._pending) or self._closing)
+                batch = self._pending[: self._at_once]
+                del self._pending[: self._at_once]
+                self._dropping = len(batch)
+            if not batch:
+                return
+            asyncio.run(self._drop_all(batch))
+            with self._changed:
+                self._dropping = 0
+                self._changed.notify_all()
+
+    async def _drop_all(self, names: list[str]) -> None:
+        async def drop(name: str) -> None:
+            try:
+                await _admin(self._admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            except (OSError, asyncpg.PostgresError) as exc:
+                self._errors.append(exc)
+
+        await asyncio.gather(*(drop(name) for name in names))
+
+
+@pytest.fixture(scope="session")
+def drop_database(pg_admin_url: str) -> Iterator[DatabaseDropper]:
+    """Drops this session's test databases (`DatabaseDropper`); all are gone at its end."""
+    dropper = DatabaseDropper(pg_admin_url)
+    try:
+        yield dropper
+    finally:
+        dropper.close()
+
+
 @pytest.fixture(scope="session")
 def template_db(pg_admin_url: str) -> Iterator[str]:
     """A database with every migration applied, cloned by each test (built once a session)."""
@@ -131,14 +228,16 @@ def template_db(pg_admin_url: str) -> Iterator[str]:
 
 
 @pytest.fixture
-async def database_url(pg_admin_url: str, template_db: str) -> AsyncIterator[str]:
+async def database_url(
+    pg_admin_url: str, template_db: str, drop_database: DatabaseDropper
+) -> AsyncIterator[str]:
     """A fresh, migrated database for this test only; dropped afterwards."""
     name = f"t_{uuid.uuid4().hex[:16]}"
     await _admin(pg_admin_url, f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
     try:
         yield with_database(pg_admin_url, name)
     finally:
-        await _admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database.drop(name)
 
 
 @pytest.fixture

@@ -2,8 +2,9 @@
 `redis-server`, so it may crash, stop or freeze them, plus supervised worker processes running
 `tests.e2e.resilience.app` against them.
 
-Two profiles: the reduced one (default; each test well under 60 s) runs in `make test`, the full
-one (`RIPPLE_CHAOS=full`, `make chaos`) uses the durations and sizes of the original battery.
+Two profiles: the reduced one (default; each test well under 60 s) for a quick `pytest
+tests/chaos`, the full one (`RIPPLE_CHAOS=full`, `make chaos`, run by CI) uses the durations and
+sizes of the original battery. `make test` leaves this folder to `make chaos`.
 Seeds are fixed. Each test prints a one-line figure summary (`pytest -s` shows them) and
 records it (`tests/chaos/figures.py`); the session ends with all of them as one table.
 """

@@ -25,7 +25,7 @@ from typing import IO
 import httpx
 import pytest
 
-from tests.conftest import _admin, with_database
+from tests.conftest import DatabaseDropper, _admin, with_database
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RIPPLE = str(Path(sys.executable).parent / "ripple")
@@ -48,14 +48,16 @@ def base_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def module_database_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
+def module_database_url(
+    pg_admin_url: str, template_db: str, drop_database: DatabaseDropper
+) -> Iterator[str]:
     """A migrated database for this test module; dropped afterwards."""
     name = f"e2e_{uuid.uuid4().hex[:16]}"
     asyncio.run(_admin(pg_admin_url, f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"'))
     try:
         yield with_database(pg_admin_url, name)
     finally:
-        asyncio.run(_admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        drop_database.drop(name)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from ripple.platform.core.config import Settings, load_settings
-from tests.conftest import _admin, with_database
+from tests.conftest import DatabaseDropper, _admin, with_database
 from tests.e2e.conftest import (  # noqa: F401  (fixtures used by the imported e2e tests)
     api_server,
     module_database_url,
@@ -62,7 +62,7 @@ def pgbouncer(pg_admin_url: str) -> Iterator[PgBouncer]:
 
 @pytest.fixture
 async def direct_database_url(
-    pg_admin_url: str, template_db: str, pgbouncer: PgBouncer
+    pg_admin_url: str, template_db: str, pgbouncer: PgBouncer, drop_database: DatabaseDropper
 ) -> AsyncIterator[str]:
     """The test database, reached directly (the RIPPLE_DATABASE_DIRECT_URL)."""
     name = f"b_{uuid.uuid4().hex[:16]}"
@@ -70,7 +70,7 @@ async def direct_database_url(
     try:
         yield with_database(pg_admin_url, name)
     finally:
-        await _admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database.drop(name)
 
 
 @pytest.fixture

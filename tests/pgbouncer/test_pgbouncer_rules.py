@@ -14,20 +14,20 @@ from ripple.platform.client import Client
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import DedicatedConnection
 from ripple.platform.errors import ConfigError
-from tests.conftest import _admin, with_database
+from tests.conftest import DatabaseDropper, _admin, with_database
 from tests.pgbouncer.conftest import server_address, through
 from tests.servers import PgBouncer
 
 
 @pytest.fixture
-async def blank_direct_url(pg_admin_url: str) -> AsyncIterator[str]:
+async def blank_direct_url(pg_admin_url: str, drop_database: DatabaseDropper) -> AsyncIterator[str]:
     """An empty database (no migration applied), reached directly."""
     name = f"blank_{uuid.uuid4().hex[:12]}"
     await _admin(pg_admin_url, f'CREATE DATABASE "{name}"')
     try:
         yield with_database(pg_admin_url, name)
     finally:
-        await _admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database.drop(name)
 
 
 async def test_pgbouncer__migrations_run_on_the_direct_url(

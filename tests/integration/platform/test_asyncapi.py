@@ -3,7 +3,9 @@ schemas written straight into the registry's tables (as the registry API would).
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -35,24 +37,30 @@ ERROR = 0
 
 
 @pytest.fixture(scope="session")
-def asyncapi_parser(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder with `@asyncapi/parser` installed by npm, once per test session."""
+def asyncapi_parser(request: pytest.FixtureRequest) -> Path:
+    """A folder with `@asyncapi/parser` installed by npm, kept in pytest's cache across
+    sessions and shared by xdist workers (the first one installs it under a lock)."""
     npm = shutil.which("npm")
     assert npm is not None, "npm (Node.js 20) is needed to run the official AsyncAPI parser"
-    folder = tmp_path_factory.mktemp("asyncapi-parser")
-    subprocess.run(
-        [npm, "install", "--no-audit", "--no-fund", "--silent", "@asyncapi/parser@3"],
-        cwd=folder,
-        check=True,
-        timeout=600,
-        capture_output=True,
-    )
-    (folder / "parse.js").write_text(PARSE_JS)
+    folder = request.config.cache.mkdir("asyncapi-parser-3")
+    installed = folder / "installed"
+    with (folder / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not installed.exists():
+            subprocess.run(
+                [npm, "install", "--no-audit", "--no-fund", "--silent", "@asyncapi/parser@3"],
+                cwd=folder,
+                check=True,
+                timeout=600,
+                capture_output=True,
+            )
+            installed.touch()
+        (folder / "parse.js").write_text(PARSE_JS)
     return folder
 
 
 def _parse(folder: Path, doc: dict[str, Any]) -> dict[str, Any]:
-    path = folder / "doc.json"
+    path = folder / f"doc-{os.getpid()}.json"  # xdist workers share the folder
     path.write_text(json.dumps(doc))
     done = subprocess.run(
         ["node", "parse.js", str(path)],

@@ -20,17 +20,17 @@ from ripple.platform.core.migrate import (
     pending_migrations,
 )
 from ripple.platform.errors import ConfigError
-from tests.conftest import _admin, with_database
+from tests.conftest import DatabaseDropper, _admin, with_database
 
 
 @pytest.fixture
-async def blank_url(pg_admin_url: str) -> AsyncIterator[str]:
+async def blank_url(pg_admin_url: str, drop_database: DatabaseDropper) -> AsyncIterator[str]:
     name = f"blank_{uuid.uuid4().hex[:12]}"
     await _admin(pg_admin_url, f'CREATE DATABASE "{name}"')
     try:
         yield with_database(pg_admin_url, name)
     finally:
-        await _admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database.drop(name)
 
 
 @pytest.fixture
