@@ -185,7 +185,8 @@ async def test_engine__retry_after_parks_the_run_durably(app: App) -> None:
     from tests.helpers import assert_eventually
 
     calls.clear()
-    handle = await app.workflows.start(backoff_wf, 0.5)
+    # An hour's delay: the run stays parked for as long as the test looks at it.
+    handle = await app.workflows.start(backoff_wf, 3600.0)
     async with app.worker(backoff_wf):
 
         async def parked() -> bool:
@@ -197,7 +198,21 @@ async def test_engine__retry_after_parks_the_run_durably(app: App) -> None:
         assert (steps[0].status, steps[0].attempts) == ("retrying", 1)
         assert steps[0].error is not None
         assert steps[0].error["type"] == "RetryAfterError"
+    # Parked in the database, not in the worker: a new worker retries it once it is due.
+    assert await app.pool.fetchval(
+        "SELECT available_at > now() + interval '50 minutes' FROM ripple_runs WHERE run_id = $1",
+        handle.run_id,
+    )
+    await app.pool.execute(
+        "UPDATE ripple_runs SET available_at = now() WHERE run_id = $1", handle.run_id
+    )
+    await app.pool.execute(
+        "UPDATE ripple_steps SET due_at = now() WHERE run_id = $1 AND due_at IS NOT NULL",
+        handle.run_id,
+    )
+    async with app.worker(backoff_wf):
         assert await handle.result(timeout=10) == 2
+    assert calls["later"] == 2
 
 
 @workflow(name="slow-step")
