@@ -162,10 +162,26 @@ class DatabaseDropper:
         self._thread.start()
 
     def drop(self, name: str) -> None:
+        # The database's connections go now (a pooler's idle server connections, a leaked
+        # pool): waiting databases would otherwise hold them and exhaust max_connections.
+        disconnect = threading.Thread(target=asyncio.run, args=(self._disconnect(name),))
+        disconnect.start()
+        disconnect.join()
         with self._changed:
             self._changed.wait_for(lambda: len(self._pending) + self._dropping < self._backlog)
             self._pending.append(name)
             self._changed.notify_all()
+
+    async def _disconnect(self, name: str) -> None:
+        conn = await asyncpg.connect(self._admin_url)
+        try:
+            await conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name
+            )
+        except asyncpg.PostgresError as exc:
+            self._errors.append(exc)
+        finally:
+            await conn.close()
 
     def close(self) -> None:
         with self._changed:
