@@ -116,7 +116,10 @@ async def chaos_client(chaos_env: dict[str, str]) -> AsyncIterator[Client]:
 
 @pytest.fixture
 async def chaos_effects(chaos_client: Client, chaos_env: dict[str, str]) -> AsyncIterator[Effects]:
-    pool = await asyncpg.create_pool(chaos_env["RIPPLE_DATABASE_URL"], min_size=1, max_size=2)
+    # The ledger lives in the test's database, or where a test that faults the database keeps
+    # it (EFFECTS_DATABASE_URL), so the fault cannot touch it.
+    url = chaos_env.get("EFFECTS_DATABASE_URL", chaos_env["RIPPLE_DATABASE_URL"])
+    pool = await asyncpg.create_pool(url, min_size=1, max_size=2)
     try:
         await pool.execute(SCHEMA)
         yield Effects(pool)

@@ -33,7 +33,6 @@ from tests.chaos.figures import record
 from tests.chaos.test_postgres_restart import _recorded_starts
 from tests.chaos.test_webhook_abuse import start_dispatcher
 from tests.e2e.conftest import REPO_ROOT, Process, base_env, free_port
-from tests.e2e.resilience.app import SCHEMA
 from tests.e2e.resilience.conftest import Effects
 from tests.e2e.resilience.procs import Workers
 from tests.helpers import assert_eventually
@@ -122,16 +121,6 @@ async def chaos_client(chaos_env: dict[str, str]) -> AsyncIterator[Client]:
     )
     async with Client(settings=settings) as client:  # applies the migrations
         yield client
-
-
-@pytest.fixture
-async def chaos_effects(chaos_client: Client, chaos_env: dict[str, str]) -> AsyncIterator[Effects]:
-    pool = await asyncpg.create_pool(chaos_env["EFFECTS_DATABASE_URL"], min_size=1, max_size=2)
-    try:
-        await pool.execute(SCHEMA)
-        yield Effects(pool)
-    finally:
-        pool.terminate()
 
 
 @pytest.fixture
