@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 from pydantic import Field
 
 from ripple.platform.api.deps import ClientDep, Limit
-from ripple.platform.api.models import DateTimeIn, OutModel
+from ripple.platform.api.models import MAX_WHERE_LENGTH, DateTimeIn, OutModel
 from ripple.platform.api.problems import ProblemError, problem_responses
 from ripple.platform.errors import InvalidInput
 
@@ -57,7 +57,7 @@ async def search_events(
     where: Annotated[
         str | None,
         Query(
-            max_length=4096,
+            max_length=MAX_WHERE_LENGTH,
             description='A JSON object the payload must contain, e.g. `{"customerId": 42}`; '
             "other JSON text is refused with a 422 naming `where`.",
         ),

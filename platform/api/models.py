@@ -25,6 +25,7 @@ from pydantic.alias_generators import to_camel
 
 __all__ = [
     "JSON_NUMBER",
+    "MAX_WHERE_LENGTH",
     "NO_NUL_PATTERN",
     "UUID_PATTERN",
     "ApiModel",
@@ -106,6 +107,8 @@ DateTimeIn = Annotated[datetime, BeforeValidator(_rfc3339), AfterValidator(_utc)
 
 #: A string without U+0000 (Postgres text cannot hold it), for free-text fields.
 NO_NUL_PATTERN: Final = r"^[^\x00]*$"
+#: Longest search text (a run filter, an event payload match) the API and the dashboard take.
+MAX_WHERE_LENGTH: Final = 4096
 
 
 def _json_number(value: Any) -> Any:

@@ -11,6 +11,7 @@ from ripple.platform.api.deps import ClientDep, Limit
 from ripple.platform.api.hot_routes import HotRoute
 from ripple.platform.api.models import (
     JSON_NUMBER,
+    MAX_WHERE_LENGTH,
     NO_NUL_PATTERN,
     ApiModel,
     DateTimeIn,
@@ -125,7 +126,7 @@ WhereQuery = Annotated[
     str | None,
     Query(
         min_length=1,
-        max_length=4096,
+        max_length=MAX_WHERE_LENGTH,
         pattern=NO_NUL_PATTERN,
         description='Search: `customer = "acme" and amount > 100` over search attributes and '
         "`workflow`, `status`, `created_at` (docs/search.md); 422 names the position of an error.",

@@ -23,6 +23,7 @@ from ripple.platform.access.actors import acting_as
 from ripple.platform.access.scopes import Need
 from ripple.platform.api.access import ENV, LOCAL, Access, Principal, request_id
 from ripple.platform.api.deps import get_client
+from ripple.platform.api.models import MAX_WHERE_LENGTH
 from ripple.platform.api.problems import ProblemError
 from ripple.platform.api.runs import RUN_STATUSES
 from ripple.platform.client import Client
@@ -304,7 +305,7 @@ async def runs(
     range: Annotated[str | None, Query(max_length=8)] = None,
     q: Annotated[str | None, Query(max_length=64)] = None,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
-    where: Annotated[str | None, Query(max_length=4096)] = None,
+    where: Annotated[str | None, Query(max_length=MAX_WHERE_LENGTH)] = None,
 ) -> Response:
     if q and await client.get_run(q.strip()) is not None:
         return RedirectResponse(f"{PREFIX}/runs/{q.strip()}", status_code=303)

@@ -13,6 +13,7 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
 from ripple.platform.api.deps import get_client
+from ripple.platform.api.models import MAX_WHERE_LENGTH
 from ripple.platform.errors import Conflict, Gone, InvalidInput, NotFound, RippleError
 from ripple.platform.ui.routes import PAGE_SIZE, PREFIX, ClientDep, Session, _env, render
 
@@ -35,7 +36,7 @@ async def events_page(
     nonce: Session,
     client: ClientDep,
     topic: Annotated[str | None, Query(max_length=255)] = None,
-    where: Annotated[str | None, Query(max_length=8192)] = None,
+    where: Annotated[str | None, Query(max_length=MAX_WHERE_LENGTH)] = None,
     window: Annotated[str | None, Query(max_length=8)] = None,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
 ) -> Response:
