@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import re
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -98,3 +99,10 @@ async def partitioned_since(conn: Any, start: datetime, ahead_days: int = 3) -> 
             "SELECT ripple_partitions_ensure(interval '1 day', now() + make_interval(days => $1))",
             ahead_days,
         )
+
+
+def csrf_of(html: str) -> str:
+    """The CSRF token of a dashboard page's forms."""
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, "the page has no CSRF field"
+    return found.group(1)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 
 import httpx
@@ -14,6 +13,7 @@ from ripple.platform.core.config import Settings
 from ripple.platform.ui import routes, store
 from ripple.subscribers import QueueTarget, WebhookTarget, WorkflowTarget
 from ripple.workflows import Worker, WorkflowContext, workflow
+from tests.helpers import csrf_of
 
 PAGES = [
     "/ui/",
@@ -31,12 +31,6 @@ async def two_steps(ctx: WorkflowContext, inp: dict[str, int]) -> int:
     a = await ctx.step.run("first", lambda: inp["n"] + 1)
     b = await ctx.step.run("second", lambda: a * 10)
     return int(b)
-
-
-def csrf_of(html: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', html)
-    assert found, "the page has no CSRF field"
-    return found.group(1)
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ and the run page's "Skip sleep" action."""
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 
 import httpx
@@ -13,7 +12,7 @@ from ripple.platform.api.app import create_app
 from ripple.testing import Environment
 from ripple.workflows import WorkflowContext, workflow
 from ripple.workflows.runs.records import RunStatus
-from tests.helpers import assert_eventually
+from tests.helpers import assert_eventually, csrf_of
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -22,12 +21,6 @@ pytestmark = pytest.mark.timeout(120)
 async def nap(ctx: WorkflowContext) -> str:
     await ctx.step.sleep("long", timedelta(days=2))
     return "rested"
-
-
-def csrf_of(html: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', html)
-    assert found, "the page has no CSRF field"
-    return found.group(1)
 
 
 async def test_ui__versions_page_and_skip_sleep(pg_admin_url: str) -> None:

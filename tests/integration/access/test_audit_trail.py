@@ -20,6 +20,7 @@ from ripple.platform.core.config import Settings
 from ripple.platform.core.db import transaction
 from ripple.platform.errors import InvalidInput
 from ripple.platform.ops.sweeper import Sweeper
+from tests.helpers import csrf_of
 
 TOKEN = "audit-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -208,9 +209,7 @@ async def test_audit_ui__page_lists_newest_first_and_filters_by_action(
     login = await api.post("/ui/login", data={"token": TOKEN, "next": "/ui/audit"})
     assert login.status_code == 303
     page = await api.get(f"/ui/runs/{run.run_id}")
-    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
-    assert csrf is not None
-    done = await api.post(f"/ui/runs/{run.run_id}/cancel", data={"csrf": csrf.group(1)})
+    done = await api.post(f"/ui/runs/{run.run_id}/cancel", data={"csrf": csrf_of(page.text)})
     assert done.status_code == 303
     await _record(secured, "schedule.trigger", "nightly")
 

@@ -3,7 +3,6 @@ limits, audit rows, and the lookup cache that refuses a revoked token."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -16,7 +15,7 @@ from ripple.platform.client import Client
 from ripple.platform.core.config import Settings
 from ripple.platform.errors import InvalidInput, RippleError
 from ripple.subscribers import QueueTarget, RateLimit
-from tests.helpers import assert_eventually, rest_client
+from tests.helpers import assert_eventually, csrf_of, rest_client
 
 ENV_TOKEN = "env-admin-token-for-tests"
 
@@ -362,9 +361,7 @@ async def test_dashboard_session_of_a_stored_token_keeps_its_scopes_until_revoke
     assert login.status_code == 303
     page = await api.get(f"/ui/runs/{run.run_id}")
     assert page.status_code == 200
-    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
-    assert csrf is not None
-    refused = await api.post(f"/ui/runs/{run.run_id}/cancel", data={"csrf": csrf.group(1)})
+    refused = await api.post(f"/ui/runs/{run.run_id}/cancel", data={"csrf": csrf_of(page.text)})
     assert refused.status_code == 403
     assert await _audit(secured, "run.cancel") == []
 
@@ -372,9 +369,7 @@ async def test_dashboard_session_of_a_stored_token_keeps_its_scopes_until_revoke
     login = await api.post("/ui/login", data={"token": operator.secret, "next": "/ui/runs"})
     assert login.status_code == 303
     page = await api.get(f"/ui/runs/{run.run_id}")
-    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
-    assert csrf is not None
-    done = await api.post(f"/ui/runs/{run.run_id}/cancel", data={"csrf": csrf.group(1)})
+    done = await api.post(f"/ui/runs/{run.run_id}/cancel", data={"csrf": csrf_of(page.text)})
     assert done.status_code == 303
     (canceled,) = await _audit(secured, "run.cancel")
     assert (canceled["actor"], canceled["token_id"]) == ("operator", operator.id)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import uuid
 from datetime import timedelta
 
@@ -12,6 +11,7 @@ import pytest
 from ripple.platform.client import Client
 from ripple.platform.errors import InvalidInput
 from ripple.subscribers import RateLimit, WebhookTarget
+from tests.helpers import csrf_of
 
 URL = "http://127.0.0.1:9/hook"
 
@@ -150,10 +150,8 @@ async def test_dashboard__shows_an_open_circuit_and_resumes_it(client: Client) -
         assert "circuit open" in page.text
         assert "0/4 in flight" in page.text
         assert f"/ui/subscriptions/{sub.id}/endpoint/resume" in page.text
-        found = re.search(r'name="csrf" value="([^"]+)"', page.text)
-        assert found is not None
         done = await ui.post(
-            f"/ui/subscriptions/{sub.id}/endpoint/resume", data={"csrf": found.group(1)}
+            f"/ui/subscriptions/{sub.id}/endpoint/resume", data={"csrf": csrf_of(page.text)}
         )
         assert done.status_code == 303
         assert (await client.deliveries.endpoint(sub.id)).circuit == "closed"
