@@ -13,7 +13,6 @@ database outside the fault). Figure: time from the black hole to the first ackno
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -30,8 +29,8 @@ from tests.chaos import restart_app
 from tests.chaos import test_postgres_failover as failover
 from tests.chaos.conftest import FULL, chaos_environment
 from tests.chaos.figures import record
-from tests.chaos.test_postgres_restart import _recorded_starts
-from tests.chaos.test_webhook_abuse import start_dispatcher
+from tests.chaos.test_postgres_restart import _assert_not_rerun, _recorded_starts
+from tests.chaos.test_webhook_abuse import start_dispatcher, stop_after_deliveries
 from tests.e2e.conftest import REPO_ROOT, Process, base_env, free_port
 from tests.e2e.resilience.conftest import Effects
 from tests.e2e.resilience.procs import Workers
@@ -293,15 +292,8 @@ async def test_postgres_black_hole__every_process_moves_to_the_promoted_standby(
     assert load.missing_retry_after == 0, "503 without Retry-After"
     bodies = await _drain_queue(chaos_client, "ledger")
     assert sorted(bodies) == sorted(load.published), "queue fan-out lost or duplicated events"
-    try:
-        await assert_eventually(lambda: set(load.published) <= set(delivered), timeout=120)
-        assert dispatcher.proc.returncode is None, dispatcher.stderr[-10:]
-    finally:
-        dispatcher.send(signal.SIGTERM)
-        await dispatcher.wait_exit(timeout=30)
-    now = await _recorded_starts(chaos_client, chaos_effects)
-    rerun = {step: (n, now[step]) for step, n in protected.items() if now[step] != n}
-    assert not rerun, f"recorded steps ran again after the black hole: {rerun}"
+    await stop_after_deliveries(dispatcher, load.published, delivered)
+    await _assert_not_rerun(chaos_client, chaos_effects, protected, "the black hole")
     assert worker.proc.returncode is None, worker.stderr[-10:]
     server.check_alive()
     assert load.first_commit_after is not None

@@ -26,8 +26,8 @@ from ripple.subscribers import QueueTarget, WebhookTarget
 from tests.chaos import restart_app
 from tests.chaos.conftest import FULL, chaos_environment
 from tests.chaos.figures import record
-from tests.chaos.test_postgres_restart import _recorded_starts
-from tests.chaos.test_webhook_abuse import start_dispatcher
+from tests.chaos.test_postgres_restart import _assert_not_rerun, _recorded_starts
+from tests.chaos.test_webhook_abuse import start_dispatcher, stop_after_deliveries
 from tests.e2e.resilience import app as resilience_app
 from tests.e2e.resilience.conftest import Effects
 from tests.e2e.resilience.procs import Workers
@@ -233,16 +233,8 @@ async def test_postgres_failover_under_load__nothing_acknowledged_is_lost(
     assert (await gated.result(timeout=5))["slow"] == standby.pid
     # Every acknowledged publish reaches the webhook (at least once: an attempt whose outcome
     # was not yet recorded when the primary died is sent again).
-    try:
-        await assert_eventually(lambda: set(published) <= set(delivered), timeout=120)
-        assert dispatcher.proc.returncode is None, dispatcher.stderr[-10:]
-    finally:
-        dispatcher.send(signal.SIGTERM)
-        await dispatcher.wait_exit(timeout=30)
-    # No step recorded before the failover ran again.
-    now = await _recorded_starts(chaos_client, chaos_effects)
-    rerun = {step: (n, now[step]) for step, n in protected.items() if now[step] != n}
-    assert not rerun, f"recorded steps ran again after the failover: {rerun}"
+    await stop_after_deliveries(dispatcher, published, delivered)
+    await _assert_not_rerun(chaos_client, chaos_effects, protected, "the failover")
     assert worker.proc.returncode is None, worker.stderr[-10:]
     record(
         "postgres-failover",

@@ -55,6 +55,16 @@ async def _recorded_starts(client: Client, effects: Effects) -> dict[tuple[str, 
     }
 
 
+async def _assert_not_rerun(
+    client: Client, effects: Effects, protected: dict[tuple[str, str], int], fault: str
+) -> None:
+    """No step recorded as completed before the fault (`protected`, from `_recorded_starts`)
+    has started again since."""
+    now = await _recorded_starts(client, effects)
+    rerun = {step: (before, now[step]) for step, before in protected.items() if now[step] != before}
+    assert not rerun, f"recorded steps ran again after {fault}: {rerun}"
+
+
 async def _completed(client: Client, run_id: str) -> bool:
     status = await client.pool.fetchval("SELECT status FROM ripple_runs WHERE run_id = $1", run_id)
     return bool(status == "completed")
@@ -146,9 +156,7 @@ async def test_quick_postgres_restarts_under_load__worker_stays_up_and_every_run
     assert worker.proc.returncode is None, worker.stderr[-10:]
     statuses = await _statuses(chaos_client, ids)
     assert statuses == Counter({"completed": len(ids)}), statuses
-    now = await _recorded_starts(chaos_client, chaos_effects)
-    rerun = {step: (before, now[step]) for step, before in protected.items() if now[step] != before}
-    assert not rerun, f"recorded steps ran again after a restart: {rerun}"
+    await _assert_not_rerun(chaos_client, chaos_effects, protected, "a restart")
     failed_services = [line for line in worker.logs() if line.get("event") == "service_failed"]
     assert not failed_services, failed_services
     record(

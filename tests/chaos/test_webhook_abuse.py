@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -43,6 +43,19 @@ def vm_kib(pid: int, field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise AssertionError(f"no {field} for {pid}")
+
+
+async def stop_after_deliveries(
+    dispatcher: WorkerProcess, published: Iterable[str], delivered: Mapping[str, int]
+) -> None:
+    """Wait until every event of `published` reached the receiver (`delivered`: event id →
+    times received), with the dispatcher alive throughout; then stop it."""
+    try:
+        await assert_eventually(lambda: set(published) <= set(delivered), timeout=120)
+        assert dispatcher.proc.returncode is None, dispatcher.stderr[-10:]
+    finally:
+        dispatcher.send(signal.SIGTERM)
+        await dispatcher.wait_exit(timeout=30)
 
 
 async def start_dispatcher(env: dict[str, str]) -> WorkerProcess:

@@ -117,14 +117,17 @@ def _ip(*args: str) -> None:
 def netns() -> Iterator[tuple[str, str, str]]:
     """(namespace, this side's address, the veth on this side)."""
     if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2 for a network namespace")
+        # Creating a network namespace and a veth pair is a root operation: as another user
+        # the socket options are still checked (the getsockopt tests), not their effect.
+        pytest.skip("a real black hole needs root and iproute2 (`ip`) to make a network namespace")
     tag = f"{os.getpid() % 100_000}{secrets.randbelow(100)}"
     name, here, there = f"rbh{tag}", f"rbh{tag}a", f"rbh{tag}b"
     subnet = f"10.213.{secrets.randbelow(250)}"
     try:
         _ip("netns", "add", name)
     except subprocess.CalledProcessError as exc:
-        pytest.skip(f"cannot create a network namespace: {exc.stderr.decode().strip()}")
+        # A container without CAP_SYS_ADMIN refuses namespaces even to root.
+        pytest.skip(f"the kernel refused a network namespace: {exc.stderr.decode().strip()}")
     try:
         _ip("link", "add", here, "type", "veth", "peer", "name", there, "netns", name)
         _ip("addr", "add", f"{subnet}.1/30", "dev", here)
