@@ -370,3 +370,15 @@ async def test_ui__run_page_shows_a_bounded_part_of_a_long_journal(
     assert 'id="more-steps"' in part.text
     assert part.text.count('<option value="step-') == 3
     assert "step-4" not in part.text
+
+
+async def test_ui__search_text_has_the_api_bound(ui: httpx.AsyncClient) -> None:
+    """The dashboard's search boxes take what the API takes, and no more."""
+    from ripple.platform.api.models import MAX_WHERE_LENGTH
+
+    longest = '{"k": "' + "x" * (MAX_WHERE_LENGTH - 10) + '"}'
+    assert len(longest) <= MAX_WHERE_LENGTH
+    assert (await ui.get("/ui/events", params={"where": longest})).status_code == 200
+    too_long = longest + " " * (MAX_WHERE_LENGTH + 1 - len(longest))
+    for page in ("/ui/events", "/ui/runs"):
+        assert (await ui.get(page, params={"where": too_long})).status_code == 422
