@@ -16,7 +16,9 @@ sweeper's DELETE: time and WAL bytes (`pg_current_wal_lsn()` before and after).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+import statistics
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -124,6 +126,61 @@ async def seed(conn: asyncpg.Connection[Any]) -> None:
     report("  database size", str(size))
 
 
+# The day-window searches measured on both layouts (label, topic, payload filter): a value
+# one event in 100,000 holds (a dozen in the window), a topic alone (the page fills at once),
+# and a value no event holds.
+SEARCHES: tuple[tuple[str, str | None, dict[str, Any] | None], ...] = (
+    ("rare value", None, {"user": {"id": 4242}}),
+    ("topic only", "big.t3", None),
+    ("no match", None, {"user": {"id": -1}}),
+)
+SWAP = """
+ALTER TABLE ripple_events RENAME TO big_events_swap;
+ALTER TABLE big_events_flat RENAME TO ripple_events;
+ALTER TABLE big_events_swap RENAME TO big_events_flat;
+"""
+
+
+async def _events_side_by_side(client: Client, conn: asyncpg.Connection[Any], first: int) -> None:
+    """Publish latency and day-window event searches on the partitioned event table, then on
+    the unpartitioned copy swapped in under its name (no foreign key points at events), then
+    swapped back."""
+    n = iter(range(first, 10**9))
+    day = datetime.now(UTC) - timedelta(days=3, hours=12)
+    figures: dict[str, dict[str, list[float]]] = {}
+    for layout in ("partitioned", "unpartitioned"):
+        if layout == "unpartitioned":
+            await conn.execute(SWAP)
+        figures[layout] = {
+            "publish": await _timed(lambda: client.publish("big.t1", {"n": next(n)}), 200)
+        }
+        for label, topic, where in SEARCHES:
+            search = functools.partial(
+                client.list_events,
+                topic,
+                since=day,
+                until=day + timedelta(days=1),
+                where=where,
+                limit=50,
+            )
+            figures[layout][label] = await _timed(search, 20)
+    await conn.execute(SWAP)
+    for measure_name in ("publish", *(label for label, _, _ in SEARCHES)):
+        name = "publish latency" if measure_name == "publish" else f"day search, {measure_name}"
+        report(
+            f"{name}: partitioned vs unpartitioned",
+            f"p50 {statistics.median(figures['partitioned'][measure_name]) * 1000:,.2f} vs "
+            f"{statistics.median(figures['unpartitioned'][measure_name]) * 1000:,.2f} ms, "
+            f"p95 {_p95(figures['partitioned'][measure_name]) * 1000:,.2f} vs "
+            f"{_p95(figures['unpartitioned'][measure_name]) * 1000:,.2f} ms",
+        )
+
+
+def _p95(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+
+
 async def measure(client: Client, conn: asyncpg.Connection[Any]) -> None:
     await client.subscribe("big.#", QueueTarget("big-audit"))
     for batch in range(20):
@@ -146,10 +203,12 @@ async def measure(client: Client, conn: asyncpg.Connection[Any]) -> None:
     failed = await _timed(lambda: client.list_runs(status="failed", limit=50), 10)
     report("list runs by status with no match", summary(failed))
 
-    # Today's unpartitioned table with the same rows (not timed): what DELETE retires from.
+    # Today's unpartitioned table with the same rows (not timed): what DELETE retires from,
+    # and what publish and event search are compared against.
     await conn.execute(FLAT)
     await conn.execute("INSERT INTO big_events_flat SELECT * FROM ripple_events", timeout=None)
     await conn.execute("VACUUM ANALYZE big_events_flat", timeout=None)
+    await _events_side_by_side(client, conn, next(n))
     partitions = Partitions(client.pool, client.settings)
 
     async def retire_partitions() -> int:
