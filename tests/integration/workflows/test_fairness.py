@@ -347,3 +347,22 @@ async def test_fairness__keys_waiting_for_time_do_not_hold_the_front(app: App) -
     assert claimed
     assert {c.run_id[:2] for c in claimed} == {"z-"}
     assert await _active_keys(app) == 5
+
+
+async def test_fairness__run_until_idle_waits_for_a_due_run_behind_dry_keys(app: App) -> None:
+    """The whole front of the first claim (keys a0..a3, first in key order at equal passes)
+    has only runs due in an hour, key z a run due now: that claim comes back empty, and
+    `run_until_idle` claims again (the dry keys moved behind the front) instead of returning
+    with z's run due."""
+    app.workflows.register(fair_import)
+    await app.pool.execute(
+        "INSERT INTO ripple_runs (run_id, workflow, version, fairness_key, available_at) "
+        "SELECT 'later-' || i, 'fair-import', 1, 'a' || (i % 4), now() + interval '1 hour' "
+        "FROM generate_series(1, 8) AS i"
+    )
+    handle = await app.workflows.start(fair_import, {"tenantId": "z"})
+    await app.worker(fair_import, concurrency=10).run_until_idle()
+    status = await app.pool.fetchval(
+        "SELECT status FROM ripple_runs WHERE run_id = $1", handle.run_id
+    )
+    assert status == "completed"
