@@ -420,7 +420,7 @@ _MOVE: Final = """, taken AS (
       AND k.key = ANY(ARRAY(SELECT s.key FROM moved AS s))
       AND k.workflow = s.workflow AND k.key = s.key
 )
-{select}"""  # noqa: S608
+{select}"""
 
 assert _PLAIN_CAND in _CANDIDATES
 _CLAIM_FAIR: Final = (

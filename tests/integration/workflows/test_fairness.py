@@ -6,6 +6,7 @@ import asyncio
 import re
 from typing import Any
 
+import asyncpg
 import pytest
 
 from ripple.platform.errors import InvalidInput
@@ -275,7 +276,8 @@ async def test_fair_claim__bounded_work_whatever_the_backlog(app: App, analyzed:
     if analyzed:
         await app.pool.execute("ANALYZE ripple_runs")
     args = ["w", 30.0, 10, ["wf"], ["wf"], [1], False, ["wf"]]
-    for served, sql in enumerate([claim_sql._CLAIM_FAIR, claim_sql._CLAIM_FAIR_PLAIN], 1):
+    sqls = [claim_sql._CLAIM_FAIR, claim_sql._CLAIM_FAIR_PLAIN, claim_sql._CLAIM_FAIR_QUICK]
+    for served, sql in enumerate(sqls, 1):
         rows = await app.pool.fetch("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, *args)
         plan = "\n".join(r[0] for r in rows)
         assert "ripple_runs_fair" in plan, plan
@@ -366,3 +368,36 @@ async def test_fairness__run_until_idle_waits_for_a_due_run_behind_dry_keys(app:
         "SELECT status FROM ripple_runs WHERE run_id = $1", handle.run_id
     )
     assert status == "completed"
+
+
+async def test_fair_claim__one_statement_per_batch_a_second_only_when_keys_come_up_short(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's claim of a full batch is one statement. Keys a0 and a1 (first at equal
+    passes) have only runs due in an hour: the batch's keys come up short, and a second
+    statement takes the ten runs from the front's other keys and moves the dry keys behind
+    it; the next batch is one statement again."""
+    await _fill_keys(app, "k", 100, 3000, due=True)
+    await _fill_keys(app, "a", 2, 10, due=False)
+    statements: list[str] = []
+    fetch = asyncpg.Connection.fetch
+
+    async def counted(self: asyncpg.Connection, query: str, *args: Any, **kw: Any) -> Any:
+        statements.append(query)
+        return await fetch(self, query, *args, **kw)
+
+    monkeypatch.setattr(asyncpg.Connection, "fetch", counted)
+    async with app.pool.acquire() as conn:
+        for expected in (2, 1):
+            statements.clear()
+            claimed, _, _ = await store.claim_runs_plain(
+                conn, worker_id="w", lease=30.0, limit=10, pairs=[("wf", 1)], fair=["wf"]
+            )
+            assert len(claimed) == 10
+            assert {c.run_id[0] for c in claimed} == {"k"}
+            assert len(statements) == expected
+    monkeypatch.undo()
+    keys = {r["key"]: r for r in await app.pool.fetch("SELECT * FROM ripple_fair_keys")}
+    assert [(keys[k]["active"], keys[k]["pass"]) for k in ("a0", "a1")] == [
+        (True, claim_sql.FAIR_QUANTUM)
+    ] * 2
