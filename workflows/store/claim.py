@@ -305,15 +305,15 @@ _REFILLED: Final = """
         UNION ALL
         SELECT * FROM refill"""
 _FAIR_SERVED: Final = f"""), front AS (
-    SELECT f.*
+    SELECT f.workflow, f.key, f.pass, f.weight, f.touched
     FROM unnest($8::text[]) AS n(workflow)
-    CROSS JOIN LATERAL (
-        SELECT k.workflow, k.key, k.pass, k.weight, k.touched FROM ripple_fair_keys k
+    CROSS JOIN LATERAL unnest(ARRAY(
+        SELECT k FROM ripple_fair_keys k
         WHERE k.workflow = n.workflow AND k.active
         ORDER BY k.workflow, k.pass, k.key
         LIMIT ($3 + {FAIR_QUANTUM - 1}) / {FAIR_QUANTUM} + 2
         FOR UPDATE OF k SKIP LOCKED
-    ) AS f
+    )) AS f
 ), alloc AS (
     SELECT s.workflow, s.key, s.pass, s.weight, s.touched,
            sum(least({FAIR_QUANTUM}, greatest(0, $3 - (s.turn - 1) * {FAIR_QUANTUM}))) AS n
@@ -321,7 +321,10 @@ _FAIR_SERVED: Final = f"""), front AS (
         SELECT f.*, row_number() OVER (ORDER BY f.pass + t * {FAIR_QUANTUM}.0 / f.weight,
                                                 f.workflow, f.key, t) AS turn
         FROM front AS f
-        CROSS JOIN generate_series(1, ($3 + {FAIR_QUANTUM - 1}) / {FAIR_QUANTUM}) AS t
+        CROSS JOIN unnest(ARRAY(SELECT generate_series(1, ($3 + {FAIR_QUANTUM - 1}) / {
+    FAIR_QUANTUM
+})))
+            AS t
     ) AS s
     GROUP BY s.workflow, s.key, s.pass, s.weight, s.touched
 ), served AS (
