@@ -49,7 +49,7 @@ async def _measure(keys: int, rounds: int) -> tuple[float, float]:
             try:
                 await conn.execute(f"PREPARE plain({_TYPES}) AS {claim_sql._CLAIM_PLAIN}")
                 await conn.execute(
-                    f"PREPARE fair({_TYPES}, text[]) AS {claim_sql._CLAIM_FAIR_PLAIN}"
+                    f"PREPARE fair({_TYPES}, text[]) AS {claim_sql._CLAIM_FAIR_QUICK}"
                 )
                 times: dict[str, list[float]] = {"plain": [], "fair": []}
                 for i in range(rounds + 20):

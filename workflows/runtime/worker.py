@@ -62,6 +62,10 @@ log = get_logger("ripple.workflows.worker")
 #: Seconds a worker claims with flow control directly after a plain claim found runs that
 #: need it (a flow-controlled stream); then it tries the cheaper plain claim again.
 GOVERNED_HOLD = 5.0
+#: Empty claims `run_until_idle` retries while a run is due before it returns: a fair claim
+#: can come back empty while a key behind the front has a due run (each claim settles the dry
+#: keys of its front, so the next one reaches further).
+IDLE_RECHECKS = 8
 #: Longest pause between attempts to start while the database is unavailable.
 START_BACKOFF_MAX = 5.0
 #: Longest pause between claims while the database is unavailable.
@@ -450,6 +454,7 @@ class Worker:
         async with self.client.waker.listen(CH_RUNS) as listener:
             self._listener = listener
             try:
+                rechecks = 0
                 while not self._stopping:
                     free = self._free_slots()
                     # With a backlog, claim in batches rather than one run per freed slot.
@@ -457,10 +462,14 @@ class Worker:
                     if free >= batch:
                         claimed = await self._claim(free)
                         self._backlog = claimed == free
+                        rechecks = 0 if claimed else rechecks
                         if self._backlog:
                             await asyncio.sleep(0)  # let the new runs start
                             continue
                         if until_idle and claimed == 0 and not self._inflight:
+                            if rechecks < IDLE_RECHECKS and await self._due_now():
+                                rechecks += 1
+                                continue
                             return
                         # Nothing else is due now: sleep exactly until the next run is due.
                         # After a claim that found work, the cached due time is kept for a
@@ -493,6 +502,11 @@ class Worker:
             self._due = due
             if due - loop.time() < self.settings.poll_interval:
                 self._kick()
+
+    async def _due_now(self) -> bool:
+        """Whether a run this worker may claim is due now."""
+        secs = await self._next_due()
+        return secs is not None and secs <= 0
 
     async def _next_due(self) -> float | None:
         try:

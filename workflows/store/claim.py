@@ -287,7 +287,24 @@ _FAIR_HEADS: Final = f"""SELECT x.*, a.key AS fkey, a.pass + {{fin}} / a.weight 
         FOR UPDATE OF r SKIP LOCKED
     ) AS x
     WHERE {{where}}"""  # noqa: S608
-_FAIR_CANDIDATES: Final = f"""), front AS (
+# cand: resumed runs (due, urgent) then the keys' runs, deduplicated by the sort (a run can be
+# both due and urgent) rather than a UNION, whose hash table the generic plan sizes for
+# thousands of rows.
+_FAIR_CAND: Final = """), cand AS (
+    SELECT DISTINCT ON (u.priority, u.fin, u.available_at, u.run_id) u.* FROM (
+        SELECT v.*, NULL::text AS fkey, NULL::float8 AS fin FROM due AS v
+        UNION ALL
+        SELECT v.*, NULL::text AS fkey, NULL::float8 AS fin FROM urgent AS v
+        UNION ALL
+        SELECT * FROM served{refill}
+    ) AS u
+    ORDER BY u.priority DESC, u.fin NULLS FIRST, u.available_at, u.run_id
+    LIMIT $3
+), isolated AS ("""
+_REFILLED: Final = """
+        UNION ALL
+        SELECT * FROM refill"""
+_FAIR_SERVED: Final = f"""), front AS (
     SELECT f.workflow, f.key, f.pass, f.weight, f.touched
     FROM unnest($8::text[]) AS n(workflow)
     CROSS JOIN LATERAL unnest(ARRAY(
@@ -319,7 +336,8 @@ _FAIR_CANDIDATES: Final = f"""), front AS (
         fin="a.n",
     )
 }
-), spare AS (
+"""  # noqa: S608
+_FAIR_CANDIDATES: Final = f"""{_FAIR_SERVED}), spare AS (
     SELECT $3 - count(*) AS n FROM served
 ), refill AS (
     {
@@ -327,18 +345,10 @@ _FAIR_CANDIDATES: Final = f"""), front AS (
         source="spare AS s CROSS JOIN alloc AS a", n="s.n", where="s.n > 0 AND a.n = 0", fin="1"
     )
 }
-), cand AS (
-    SELECT u.* FROM (
-        SELECT v.*, NULL::text AS fkey, NULL::float8 AS fin
-        FROM (SELECT * FROM due UNION SELECT * FROM urgent) AS v
-        UNION ALL
-        SELECT * FROM served
-        UNION ALL
-        SELECT * FROM refill
-    ) AS u
-    ORDER BY u.priority DESC, u.fin NULLS FIRST, u.available_at, u.run_id
-    LIMIT $3
-), isolated AS ("""  # noqa: S608
+{_FAIR_CAND.format(refill=_REFILLED)}"""  # noqa: S608
+# The worker's claim per batch (`_CLAIM_FAIR_QUICK`): no refill; a short claim that left a front
+# key without runs is finished by `_CLAIM_FAIR_PLAIN`, which refills and settles.
+_FAIR_QUICK_CANDIDATES: Final = _FAIR_SERVED + _FAIR_CAND.format(refill="")
 
 _PLAIN_CAND: Final = """), cand AS (
     SELECT u.* FROM (SELECT * FROM due UNION SELECT * FROM urgent) AS u
@@ -397,6 +407,24 @@ _ADVANCE: Final = f""", taken AS (
 )
 {{select}}"""  # noqa: S608
 
+# The quick claim's tail: moved as in `_ADVANCE`, without settling (the quick claim reports a
+# short claim instead, see `_CLAIM_FAIR_QUICK`).
+_MOVE: Final = """, taken AS (
+{take}), moved AS (
+    SELECT t.workflow, t.fairness_key AS key, count(*) AS n
+    FROM taken AS t
+    WHERE t.fairness_key IS NOT NULL AND t.prev_status = 'pending'
+    GROUP BY t.workflow, t.fairness_key
+), advanced AS (
+    UPDATE ripple_fair_keys k
+    SET pass = k.pass + s.n / k.weight
+    FROM moved AS s
+    WHERE k.workflow = ANY(ARRAY(SELECT s.workflow FROM moved AS s))
+      AND k.key = ANY(ARRAY(SELECT s.key FROM moved AS s))
+      AND k.workflow = s.workflow AND k.key = s.key
+)
+{select}"""
+
 assert _PLAIN_CAND in _CANDIDATES
 _CLAIM_FAIR: Final = (
     _CANDIDATES.replace(_PLAIN_CAND, _FAIR_CANDIDATES)
@@ -442,6 +470,24 @@ _CLAIM_FAIR_PLAIN: Final = (
     _CANDIDATES.replace(_PLAIN_CAND, _FAIR_CANDIDATES)
     + _FAIR_PLAIN_CTE
     + _ADVANCE.format(take=_TAKE_PLAIN, select=_FAIR_PLAIN_SELECT)
+)
+
+# The worker's fair claim per batch (`claim_runs_plain` with `fair`): `_CLAIM_FAIR_PLAIN` without
+# refill and settling, whose plan nodes every execution paid for although only a short claim
+# runs them. `short`: fewer runs came from the keys than asked and a front key gave none (dry,
+# or its runs are due later); the caller then claims the rest with `_CLAIM_FAIR_PLAIN`, which
+# refills from the other front keys and settles the dry ones.
+_FAIR_QUICK_SELECT: Final = f"""SELECT t.*, g.governed, g.suspect_waiting, g.short
+FROM (SELECT EXISTS (SELECT 1 FROM c WHERE {_GOVERNED}) AS governed,
+             NOT $7::bool AND EXISTS (SELECT 1 FROM cand WHERE cand.suspect) AS suspect_waiting,
+             (SELECT count(*) FROM served) < $3 AND EXISTS (SELECT 1 FROM front) AS short
+     ) AS g
+LEFT JOIN taken AS t ON true
+"""  # noqa: S608
+_CLAIM_FAIR_QUICK: Final = (
+    _CANDIDATES.replace(_PLAIN_CAND, _FAIR_QUICK_CANDIDATES)
+    + _FAIR_PLAIN_CTE
+    + _MOVE.format(take=_TAKE_PLAIN, select=_FAIR_QUICK_SELECT)
 )
 
 # $1 distinct workflow names text[], $2 names text[], $3 versions int[] (the served pairs):
@@ -578,12 +624,25 @@ async def claim_runs_plain(
 ) -> PlainClaim:
     """`claim_runs` that tries the claim without flow control first: the claimed runs,
     whether flow control was needed (candidates it must decide were found, and claimed with
-    it by a second statement), and whether a suspect waits for a claim made alone."""
+    it by a second statement), and whether a suspect waits for a claim made alone. A fair
+    claim is one statement per batch unless its keys came up short (`_CLAIM_FAIR_QUICK`)."""
     full, plain = _statements(fair)
-    rows = await conn.fetch(plain, *_claim_args(worker_id, lease, limit, pairs, alone, fair))
+    args = _claim_args(worker_id, lease, limit, pairs, alone, fair)
+    rows = await conn.fetch(_CLAIM_FAIR_QUICK if fair else plain, *args)
     claimed = [ClaimedRun.from_row(row) for row in rows if row["run_id"] is not None]
     governed: bool = rows[0]["governed"]
     waiting: bool = rows[0]["suspect_waiting"]
+    if fair and not governed and rows[0]["short"] and len(claimed) < limit:
+        # The rare path: active keys gave fewer runs than asked (some ran dry, or their runs
+        # are due later). The fair claim with refill takes the rest from the front's other
+        # keys and settles the dry ones. Alone no more once runs were taken (as below).
+        alone = alone and not claimed
+        rows = await conn.fetch(
+            plain, *_claim_args(worker_id, lease, limit - len(claimed), pairs, alone, fair)
+        )
+        claimed += [ClaimedRun.from_row(row) for row in rows if row["run_id"] is not None]
+        governed = rows[0]["governed"]
+        waiting = waiting or rows[0]["suspect_waiting"]
     if governed and len(claimed) < limit:
         # Alone no more once this claim took runs: a suspect must not join them.
         alone = alone and not claimed

@@ -6,6 +6,7 @@ import asyncio
 import re
 from typing import Any
 
+import asyncpg
 import pytest
 
 from ripple.platform.errors import InvalidInput
@@ -275,7 +276,8 @@ async def test_fair_claim__bounded_work_whatever_the_backlog(app: App, analyzed:
     if analyzed:
         await app.pool.execute("ANALYZE ripple_runs")
     args = ["w", 30.0, 10, ["wf"], ["wf"], [1], False, ["wf"]]
-    for served, sql in enumerate([claim_sql._CLAIM_FAIR, claim_sql._CLAIM_FAIR_PLAIN], 1):
+    sqls = [claim_sql._CLAIM_FAIR, claim_sql._CLAIM_FAIR_PLAIN, claim_sql._CLAIM_FAIR_QUICK]
+    for served, sql in enumerate(sqls, 1):
         rows = await app.pool.fetch("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, *args)
         plan = "\n".join(r[0] for r in rows)
         assert "ripple_runs_fair" in plan, plan
@@ -347,3 +349,55 @@ async def test_fairness__keys_waiting_for_time_do_not_hold_the_front(app: App) -
     assert claimed
     assert {c.run_id[:2] for c in claimed} == {"z-"}
     assert await _active_keys(app) == 5
+
+
+async def test_fairness__run_until_idle_waits_for_a_due_run_behind_dry_keys(app: App) -> None:
+    """The whole front of the first claim (keys a0..a3, first in key order at equal passes)
+    has only runs due in an hour, key z a run due now: that claim comes back empty, and
+    `run_until_idle` claims again (the dry keys moved behind the front) instead of returning
+    with z's run due."""
+    app.workflows.register(fair_import)
+    await app.pool.execute(
+        "INSERT INTO ripple_runs (run_id, workflow, version, fairness_key, available_at) "
+        "SELECT 'later-' || i, 'fair-import', 1, 'a' || (i % 4), now() + interval '1 hour' "
+        "FROM generate_series(1, 8) AS i"
+    )
+    handle = await app.workflows.start(fair_import, {"tenantId": "z"})
+    await app.worker(fair_import, concurrency=10).run_until_idle()
+    status = await app.pool.fetchval(
+        "SELECT status FROM ripple_runs WHERE run_id = $1", handle.run_id
+    )
+    assert status == "completed"
+
+
+async def test_fair_claim__one_statement_per_batch_a_second_only_when_keys_come_up_short(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's claim of a full batch is one statement. Keys a0 and a1 (first at equal
+    passes) have only runs due in an hour: the batch's keys come up short, and a second
+    statement takes the ten runs from the front's other keys and moves the dry keys behind
+    it; the next batch is one statement again."""
+    await _fill_keys(app, "k", 100, 3000, due=True)
+    await _fill_keys(app, "a", 2, 10, due=False)
+    statements: list[str] = []
+    fetch = asyncpg.Connection.fetch
+
+    async def counted(self: asyncpg.Connection, query: str, *args: Any, **kw: Any) -> Any:
+        statements.append(query)
+        return await fetch(self, query, *args, **kw)
+
+    monkeypatch.setattr(asyncpg.Connection, "fetch", counted)
+    async with app.pool.acquire() as conn:
+        for expected in (2, 1):
+            statements.clear()
+            claimed, _, _ = await store.claim_runs_plain(
+                conn, worker_id="w", lease=30.0, limit=10, pairs=[("wf", 1)], fair=["wf"]
+            )
+            assert len(claimed) == 10
+            assert {c.run_id[0] for c in claimed} == {"k"}
+            assert len(statements) == expected
+    monkeypatch.undo()
+    keys = {r["key"]: r for r in await app.pool.fetch("SELECT * FROM ripple_fair_keys")}
+    assert [(keys[k]["active"], keys[k]["pass"]) for k in ("a0", "a1")] == [
+        (True, claim_sql.FAIR_QUANTUM)
+    ] * 2
