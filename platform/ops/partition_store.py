@@ -1,5 +1,6 @@
-"""SQL of the time partitions of the event, webhook delivery and attempt tables: the
-bookkeeping (`ripple_partitions`, `ripple_partitioned_tables`, migrations 0027-0028), creation
+"""SQL of the time partitions of the event, webhook delivery, attempt and queue dead letter
+tables: the bookkeeping (`ripple_partitions`, `ripple_partitioned_tables`, migrations
+0027-0029), creation
 ahead (the SQL function `ripple_partitions_ensure`) and the DDL that retires a partition.
 Partition and table names come from the bookkeeping, never from input, and are quoted by
 Postgres's `format('%I')`.
@@ -7,6 +8,7 @@ Postgres's `format('%I')`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
@@ -35,12 +37,13 @@ SELECT min(upper) FROM (
 ) AS newest
 """
 
-# $1 retention (seconds): partitions whose whole range is older than the retention, oldest
-# first, in the managed tables' order (so a followed table's partition is decided first).
+# $1 retention (seconds), $2 {parent: retention (seconds)} for tables retained otherwise:
+# partitions whose whole range is older than their table's retention, oldest first, in the
+# managed tables' order (so a followed table's partition is decided first).
 SELECT_EXPIRED: Final = """
 SELECT p.name, p.parent, p.upper, t.hold, t.follows
 FROM ripple_partitions p JOIN ripple_partitioned_tables t ON t.parent = p.parent
-WHERE p.upper <= now() - make_interval(secs => $1)
+WHERE p.upper <= now() - make_interval(secs => coalesce(($2::jsonb ->> p.parent)::float8, $1))
 ORDER BY p.upper, t.position
 """
 
@@ -98,8 +101,12 @@ async def horizon(conn: Connection) -> datetime | None:
     return found
 
 
-async def expired(conn: Connection, retention: float) -> list[Partition]:
-    return [Partition(*row) for row in await conn.fetch(SELECT_EXPIRED, retention)]
+async def expired(
+    conn: Connection, retention: float, retentions: Mapping[str, float] | None = None
+) -> list[Partition]:
+    """Partitions past `retention` seconds, or past their table's own in `retentions`."""
+    rows = await conn.fetch(SELECT_EXPIRED, retention, dict(retentions or {}))
+    return [Partition(*row) for row in rows]
 
 
 async def is_held(conn: Connection, part: Partition) -> bool:

@@ -26,18 +26,29 @@ __all__ = [
     "set_visibility",
 ]
 
+# Whether deduplication id `m.dedup` of queue `{queue}` is free: held by no message and no dead
+# letter. Both are read in the statement's one snapshot, which holds a message either live or
+# dead (the move is one transaction), so a message dying meanwhile is still seen; the unique
+# index (ON CONFLICT) settles concurrent sends.
+_DEDUP_FREE: Final = """(m.dedup IS NULL OR (
+    NOT EXISTS (SELECT 1 FROM ripple_queue_messages x
+                WHERE x.queue = {queue} AND x.deduplication_id = m.dedup)
+    AND NOT EXISTS (SELECT 1 FROM ripple_queue_dead_letters d
+                    WHERE d.queue = {queue} AND d.deduplication_id = m.dedup)))"""
+
 # $1 queue, $2 the messages, a JSON array of {body (JSON text), headers (JSON text), group_id,
 # dedup, delay (seconds)}. A deduplication id already present inserts nothing. (Bodies arrive
 # as text the caller already encoded while checking its limits.)
-INSERT_MESSAGES: Final = """
+INSERT_MESSAGES: Final = f"""
 INSERT INTO ripple_queue_messages (queue, body, headers, group_id, deduplication_id, visible_at)
 SELECT $1, m.body::jsonb, m.headers::jsonb, m.group_id, m.dedup,
        CASE WHEN m.delay > 0 THEN now() + make_interval(secs => m.delay) ELSE now() END
 FROM jsonb_to_recordset($2::jsonb)
     AS m(body text, headers text, group_id text, dedup text, delay float8)
+WHERE {_DEDUP_FREE.format(queue="$1")}
 ON CONFLICT (queue, deduplication_id) WHERE deduplication_id IS NOT NULL DO NOTHING
 RETURNING id, deduplication_id
-"""
+"""  # noqa: S608
 # $1 queue, $2 bare bodies as one JSON array text (no headers, group, dedup or delay): the
 # array is parsed once here, not a document of JSON strings parsed twice. Ids in array order.
 INSERT_BODIES: Final = """
@@ -49,7 +60,7 @@ RETURNING id::text
 # $1 the messages, a JSON array of {queue, body (JSON text), topic, event, dedup}: fan-out of
 # many events to many queues in one statement (ungrouped, visible now). The headers
 # `{"topic", "eventId"}` are built here.
-INSERT_FANOUT: Final = """
+INSERT_FANOUT: Final = f"""
 INSERT INTO ripple_queue_messages (queue, body, headers, deduplication_id)
 SELECT m.queue, m.body::jsonb,
        jsonb_strip_nulls(jsonb_build_object('topic', m.topic, 'eventId', m.event,
@@ -57,30 +68,50 @@ SELECT m.queue, m.body::jsonb,
        m.dedup
 FROM jsonb_to_recordset($1::jsonb)
     AS m(queue text, body text, topic text, event text, dedup text, schema integer)
+WHERE {_DEDUP_FREE.format(queue="m.queue")}
 ON CONFLICT (queue, deduplication_id) WHERE deduplication_id IS NOT NULL DO NOTHING
-"""
-# $1 queue, $2 dedup ids text[]: ids of existing messages with these deduplication ids
+"""  # noqa: S608
+# $1 queue, $2 dedup ids text[]: ids of existing messages (or dead letters) with these
+# deduplication ids
 SELECT_BY_DEDUP: Final = """
 SELECT id, deduplication_id FROM ripple_queue_messages
+WHERE queue = $1 AND deduplication_id = ANY($2::text[])
+UNION ALL
+SELECT id, deduplication_id FROM ripple_queue_dead_letters
 WHERE queue = $1 AND deduplication_id = ANY($2::text[])
 """
 
 # The end of a receive's CTEs, shared by CLAIM_MESSAGES and CLAIM_FAIR ($1 queue, $3 visibility
-# timeout, $4 default max receives): `claimed` delivers the rows of `picked` (receive_count + 1,
-# invisible for $3 s), except messages already received max_receives times, which become dead
-# letters instead.
+# timeout, $4 default max receives; `picked` holds the locked rows' id and receive_count):
+# `delivered` delivers the rows of `picked` (receive_count + 1, invisible for $3 s), except
+# messages already received max_receives times, which `dying` moves to the dead letters
+# (`buried`) instead, in this statement. `claimed` is both, `dead` telling them apart.
 _RECEIVE_PICKED: Final = """), lim AS MATERIALIZED (
     SELECT coalesce((SELECT max_receives FROM ripple_queues WHERE name = $1), $4) AS n
-), claimed AS (
+), delivered AS (
 UPDATE ripple_queue_messages m SET
-    receive_count = CASE WHEN m.receive_count < lim.n
-                         THEN m.receive_count + 1 ELSE m.receive_count END,
-    visible_at = CASE WHEN m.receive_count < lim.n
-                      THEN now() + make_interval(secs => $3) ELSE m.visible_at END,
-    dead_at = CASE WHEN m.receive_count < lim.n THEN NULL ELSE now() END
+    receive_count = m.receive_count + 1,
+    visible_at = now() + make_interval(secs => $3)
 FROM lim
-WHERE m.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING m.id, m.body, m.headers, m.group_id, m.receive_count, m.dead_at IS NOT NULL AS dead
+WHERE m.id = ANY(ARRAY(SELECT id FROM picked, lim WHERE picked.receive_count < lim.n))
+    AND m.receive_count < lim.n
+RETURNING m.id, m.body, m.headers, m.group_id, m.receive_count
+), dying AS (
+DELETE FROM ripple_queue_messages m
+USING lim
+WHERE m.id = ANY(ARRAY(SELECT id FROM picked, lim WHERE picked.receive_count >= lim.n))
+    AND m.receive_count >= lim.n
+RETURNING m.id, m.queue, m.body, m.headers, m.group_id, m.deduplication_id, m.receive_count,
+    m.created_at
+), buried AS (
+INSERT INTO ripple_queue_dead_letters (id, queue, body, headers, group_id, deduplication_id,
+                                       receive_count, created_at)
+SELECT id, queue, body, headers, group_id, deduplication_id, receive_count, created_at
+FROM dying
+), claimed AS (
+SELECT id, body, headers, group_id, receive_count, false AS dead FROM delivered
+UNION ALL
+SELECT id, body, headers, group_id, receive_count, true AS dead FROM dying
 )"""
 
 # $1 queue, $2 max messages, $3 visibility timeout (seconds), $4 default max receives
@@ -109,9 +140,9 @@ WITH ready AS (
     LIMIT $2
     FOR UPDATE OF m SKIP LOCKED
 ), picked AS (
-    SELECT id FROM ready
+    SELECT id, receive_count FROM ready
     UNION ALL
-    (SELECT id FROM grouped)
+    (SELECT id, receive_count FROM grouped)
     LIMIT $2
 {_RECEIVE_PICKED}
 SELECT id::text, body, NULLIF(headers, '{{}}'::jsonb) AS headers, group_id, receive_count,
@@ -160,12 +191,13 @@ WITH RECURSIVE groups AS (
     ORDER BY u.rank, u.id
     LIMIT $2
 ), locked AS (
-    SELECT m.id, m.group_id, t.rank FROM ripple_queue_messages m JOIN turns t ON t.id = m.id
+    SELECT m.id, m.group_id, m.receive_count, t.rank
+    FROM ripple_queue_messages m JOIN turns t ON t.id = m.id
     WHERE m.visible_at <= now() AND m.dead_at IS NULL
     FOR UPDATE OF m SKIP LOCKED
 ), picked AS (
-    SELECT p.id, p.rank FROM (
-        SELECT l.id, l.rank, l.group_id,
+    SELECT p.id, p.receive_count, p.rank FROM (
+        SELECT l.id, l.rank, l.group_id, l.receive_count,
                row_number() OVER (PARTITION BY l.group_id ORDER BY l.rank) AS k
         FROM locked l
     ) AS p
@@ -193,11 +225,15 @@ RETURNING id
 """
 # $1 queue, $2 ids bigint[]: current receive counts (to explain a refused receipt)
 SELECT_RECEIVE_COUNTS: Final = """
-SELECT id, receive_count, dead_at IS NOT NULL AS dead FROM ripple_queue_messages
+SELECT id, receive_count, false AS dead FROM ripple_queue_messages
+WHERE queue = $1 AND id = ANY($2::bigint[])
+UNION ALL
+SELECT id, receive_count, true AS dead FROM ripple_queue_dead_letters
 WHERE queue = $1 AND id = ANY($2::bigint[])
 """
 # $1 queue
 PURGE: Final = "DELETE FROM ripple_queue_messages WHERE queue = $1"
+PURGE_DEAD: Final = "DELETE FROM ripple_queue_dead_letters WHERE queue = $1"
 #: Most index entries of one kind of message (ready, later, grouped, dead) a count reads; a
 #: count that reaches it is reported as a lower bound, so stats cost the same at any backlog.
 STATS_CAP: Final = 10_000
@@ -236,8 +272,7 @@ SELECT
     (SELECT count(*) FROM grouped WHERE NOT visible_now AND receive_count = 0)::int
         AS grouped_new,
     (SELECT count(*) FROM (
-        SELECT 1 FROM ripple_queue_messages WHERE queue = $1 AND dead_at IS NOT NULL
-        ORDER BY id LIMIT $2
+        SELECT 1 FROM ripple_queue_dead_letters WHERE queue = $1 LIMIT $2
     ) AS d)::int AS dead_letters,
     extract(epoch FROM now() - least(
         (SELECT min(created_at) FROM ready),
@@ -247,21 +282,28 @@ SELECT
 # $1 queue, $2 limit, $3 after id (0: from the start)
 SELECT_DEAD: Final = """
 SELECT id, body, headers, group_id, receive_count, dead_at, created_at
-FROM ripple_queue_messages
-WHERE queue = $1 AND dead_at IS NOT NULL AND id > $3
+FROM ripple_queue_dead_letters
+WHERE queue = $1 AND id > $3
 ORDER BY id LIMIT $2
 """
-# $1 queue, $2 ids bigint[] (NULL: all dead letters of the queue), $3 limit
+# $1 queue, $2 ids bigint[] (NULL: all dead letters of the queue), $3 limit: moves them back
+# into the queue under their own ids (so FIFO groups keep their order), fresh and visible now.
 REDRIVE: Final = """
 WITH chosen AS (
-    SELECT id FROM ripple_queue_messages
-    WHERE queue = $1 AND dead_at IS NOT NULL AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[]))
+    SELECT id, dead_at FROM ripple_queue_dead_letters
+    WHERE queue = $1 AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[]))
     ORDER BY id LIMIT $3
     FOR UPDATE SKIP LOCKED
+), moved AS (
+    DELETE FROM ripple_queue_dead_letters d USING chosen c
+    WHERE d.queue = $1 AND d.id = c.id AND d.dead_at = c.dead_at
+    RETURNING d.id, d.queue, d.body, d.headers, d.group_id, d.deduplication_id, d.created_at
 )
-UPDATE ripple_queue_messages m SET dead_at = NULL, receive_count = 0, visible_at = now()
-FROM chosen WHERE m.id = chosen.id
-RETURNING m.id
+INSERT INTO ripple_queue_messages (id, queue, body, headers, group_id, deduplication_id,
+                                   created_at)
+OVERRIDING SYSTEM VALUE
+SELECT id, queue, body, headers, group_id, deduplication_id, created_at FROM moved
+RETURNING id
 """
 # $1 queue, $2 max receives
 UPSERT_QUEUE: Final = """
@@ -432,8 +474,10 @@ async def receive_counts(
 
 
 async def purge(conn: Connection, queue: str) -> int:
-    status = await conn.execute(PURGE, queue)
-    return int(status.split()[-1])
+    """Delete the queue's messages and dead letters (in the caller's transaction); how many."""
+    live = await conn.execute(PURGE, queue)
+    dead = await conn.execute(PURGE_DEAD, queue)
+    return int(live.split()[-1]) + int(dead.split()[-1])
 
 
 async def stats(conn: Connection, queue: str, cap: int) -> QueueStats:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
 
+import asyncpg
+
 from ripple.platform.core import db, wake
 from ripple.platform.core.config import Settings
 from ripple.platform.core.ids import check_text
@@ -23,6 +25,7 @@ from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import NullWaker, QueueReady, queue_channel
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
 from ripple.platform.events.topics import encode_json, encode_json_items
+from ripple.platform.ops.partitions import Partitions
 from ripple.subscribers.queues import queue_store
 from ripple.subscribers.queues.queue_store import DeadLetter, QueueStats
 
@@ -158,6 +161,7 @@ class Queues:
         self._pool = pool
         self._waker = waker
         self._settings = settings
+        self._partitions = Partitions(pool, settings)
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -302,12 +306,24 @@ class Queues:
     async def _claim(
         self, queue: str, limit: int, visibility: float, fair: bool = False
     ) -> list[Message]:
+        covered = False
         while True:
             with db.map_errors():
                 async with self._pool.acquire() as conn:
-                    claimed = await queue_store.claim_messages(
-                        conn, queue, limit, visibility, DEFAULT_MAX_RECEIVES, fair=fair
-                    )
+                    try:
+                        claimed = await queue_store.claim_messages(
+                            conn, queue, limit, visibility, DEFAULT_MAX_RECEIVES, fair=fair
+                        )
+                    except asyncpg.CheckViolationError:
+                        # A dead letter of now found no partition (no sweeper kept them
+                        # ahead): create them, once, and claim again.
+                        if covered:
+                            raise
+                        claimed = None
+                if claimed is None:
+                    covered = True
+                    await self._partitions.ensure()
+                    continue
             # Rows by position (see claim_messages), oldest id (fair: turn) first, receipt built
             # by SQL;
             # headers are NULL for none (no JSON text to decode).

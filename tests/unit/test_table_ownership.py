@@ -32,6 +32,7 @@ OWNERS: dict[str, str] = {
     "ripple_subscription_version": "platform/events/subscription_store.py",
     "ripple_queues": "subscribers/queues/queue_store.py",
     "ripple_queue_messages": "subscribers/queues/queue_store.py",
+    "ripple_queue_dead_letters": "subscribers/queues/queue_store.py",
     "ripple_schedules": "platform/schedules/schedule_store.py",
     "ripple_webhook_deliveries": "subscribers/webhooks/delivery_store.py",
     "ripple_webhook_attempts": "subscribers/webhooks/delivery_store.py",
@@ -79,6 +80,7 @@ ALLOWED: dict[str, set[str]] = {
     "platform/ui/store.py": {
         "ripple_queues",
         "ripple_queue_messages",
+        "ripple_queue_dead_letters",
         "ripple_webhook_deliveries",
     },
     # Publish probes whether any wait listens on a topic in the event insert itself (one round

@@ -253,7 +253,7 @@ async def test_partitions__online_migration_of_a_seeded_database(
                 await insert_event(pool, event_id, key=f"seed-{i}", claim_key=False)
             await insert_delivery(pool, seeded[0], status="delivered", attempts=2)
 
-            assert await apply_migrations(pool) == 3
+            assert await apply_migrations(pool) == len(load_migrations()) - len(before)
 
             assert await partitions_of(pool, "ripple_events") != []
             assert (

@@ -1,0 +1,201 @@
+"""Dead letters live in ripple_queue_dead_letters, range-partitioned by the time they died:
+moved there in the receive that kills them, retired by partition drop, redriven back,
+deduplicated together with the live messages."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from ripple.platform.core.config import Settings
+from ripple.platform.core.db import Pool
+from ripple.platform.core.wake import NullWaker
+from ripple.platform.ops.sweeper import Sweeper
+from ripple.subscribers.queues import queue_store
+from ripple.subscribers.queues.queues import MessageGone, OutgoingMessage, Queues
+from tests.helpers import assert_eventually, partitioned_since
+
+
+@pytest.fixture
+def queues(pool: Pool, settings: Settings) -> Queues:
+    return Queues(pool, NullWaker(settings.poll_interval), settings)
+
+
+async def kill(
+    queues: Queues,
+    pool: Pool,
+    queue: str,
+    body: object,
+    *,
+    headers: dict[str, str] | None = None,
+    deduplication_id: str | None = None,
+) -> str:
+    """Send one message to a queue of max_receives 1 and receive it twice: it dies; its id."""
+    await queues.set_max_receives(queue, 1)
+    message_id = await queues.send(queue, body, headers=headers, deduplication_id=deduplication_id)
+    (got,) = await queues.receive(queue, visibility_timeout=60)
+    assert got.id == message_id
+    await expire(pool, queue)
+    assert await queues.receive(queue) == []
+    return message_id
+
+
+async def expire(pool: Pool, queue: str) -> None:
+    await pool.execute(
+        "UPDATE ripple_queue_messages SET visible_at = now() - interval '1 second' "
+        "WHERE queue = $1",
+        queue,
+    )
+
+
+async def holder(pool: Pool, queue: str, message_id: str) -> str | None:
+    found: str | None = await pool.fetchval(
+        "SELECT tableoid::regclass::text FROM ripple_queue_dead_letters "
+        "WHERE queue = $1 AND id = $2",
+        queue,
+        int(message_id),
+    )
+    return found
+
+
+async def test_dead_letters__a_dead_letter_moves_to_the_partition_of_its_death(
+    queues: Queues, pool: Pool
+) -> None:
+    message_id = await kill(queues, pool, "q", {"poison": True}, headers={"h": "v"})
+
+    partition = await holder(pool, "q", message_id)
+    bounds = await pool.fetchrow(
+        "SELECT lower, upper FROM ripple_partitions WHERE name = $1", partition
+    )
+    assert bounds is not None
+    assert bounds["lower"] <= datetime.now(UTC) < bounds["upper"]
+    live = "SELECT count(*) FROM ripple_queue_messages WHERE queue = 'q'"
+    assert await pool.fetchval(live) == 0
+    (dead,) = await queues.dead_letters("q")
+    assert (dead.id, dead.body, dead.headers, dead.receive_count) == (
+        message_id,
+        {"poison": True},
+        {"h": "v"},
+        1,
+    )
+    assert (await queues.stats("q")).dead_letters == 1
+    with pytest.raises(MessageGone, match="dead letter"):
+        await queues.ack("q", f"{message_id}.1")
+
+
+async def test_dead_letters__redrive_moves_them_back_under_their_ids(
+    queues: Queues, pool: Pool
+) -> None:
+    first = await kill(queues, pool, "q", {"n": 1})
+    second = await kill(queues, pool, "q", {"n": 2})
+    await queues.set_max_receives("q", 5)
+
+    assert await queues.redrive("q", [second]) == 1
+    (back,) = await queues.receive("q", visibility_timeout=60)
+    assert (back.id, back.body, back.receive_count) == (second, {"n": 2}, 1)
+    assert [d.id for d in await queues.dead_letters("q")] == [first]
+    assert await holder(pool, "q", second) is None
+
+    assert await queues.redrive("q") == 1
+    assert await queues.dead_letters("q") == []
+    (again,) = await queues.receive("q", visibility_timeout=60)
+    assert again.id == first
+
+
+async def test_dead_letters__deduplication_holds_while_a_message_is_dead(
+    queues: Queues, pool: Pool
+) -> None:
+    dead = await kill(queues, pool, "q", {"n": 1}, deduplication_id="k")
+
+    assert await queues.send("q", {"n": 2}, deduplication_id="k") == dead
+    assert await queues.send_batch("q", [OutgoingMessage({"n": 3}, deduplication_id="k")]) == [dead]
+    assert await pool.fetchval("SELECT count(*) FROM ripple_queue_messages") == 0
+    await queues.purge("q")
+    assert await queues.send("q", {"n": 4}, deduplication_id="k") != dead
+
+
+async def test_dead_letters__a_send_racing_the_move_sees_the_message_once(
+    queues: Queues, pool: Pool
+) -> None:
+    await queues.set_max_receives("q", 1)
+    message_id = await queues.send("q", {"n": 1}, deduplication_id="k")
+    await queues.receive("q", visibility_timeout=60)
+    await expire(pool, "q")
+    async with pool.acquire() as mover:
+        moving = mover.transaction()
+        await moving.start()
+        (dying,) = await queue_store.claim_messages(mover, "q", 10, 60.0, 10)
+        assert dying["dead"]
+        # The send starts while the move is uncommitted, and ends after it commits.
+        send = asyncio.create_task(queues.send("q", {"n": 2}, deduplication_id="k"))
+
+        async def send_waits_or_is_done() -> bool:
+            if send.done():
+                return True
+            return bool(
+                await pool.fetchval(
+                    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity "
+                    "WHERE wait_event_type = 'Lock' AND datname = current_database())"
+                )
+            )
+
+        await assert_eventually(send_waits_or_is_done)
+        await moving.commit()
+    assert await send == message_id
+    counts = await pool.fetchval(
+        "SELECT (SELECT count(*) FROM ripple_queue_messages WHERE deduplication_id = 'k') "
+        "     + (SELECT count(*) FROM ripple_queue_dead_letters WHERE deduplication_id = 'k')"
+    )
+    assert counts == 1
+
+
+async def test_dead_letters__retired_by_partition_drop_after_their_own_retention(
+    queues: Queues, pool: Pool, settings: Settings
+) -> None:
+    now = datetime.now(UTC)
+    async with pool.acquire() as conn:
+        await partitioned_since(conn, now - timedelta(days=30))
+    for age in (20, 20, 10):
+        await pool.execute(
+            "INSERT INTO ripple_queue_dead_letters (id, queue, body, receive_count, created_at, "
+            "dead_at) VALUES (nextval(pg_get_serial_sequence('ripple_queue_messages', 'id')), "
+            "'q', '{}', 10, now(), now() - make_interval(days => $1))",
+            age,
+        )
+    recent = await kill(queues, pool, "q", {"n": 1})
+    old_partition = await pool.fetchval(
+        "SELECT tableoid::regclass::text FROM ripple_queue_dead_letters "
+        "WHERE dead_at < now() - interval '15 days' LIMIT 1"
+    )
+
+    result = await Sweeper(
+        pool, settings.model_copy(update={"dead_letter_retention_days": 14.0})
+    ).sweep_once()
+
+    assert result["queue_dead_letters"] == 2
+    assert await pool.fetchval("SELECT to_regclass($1)", old_partition) is None
+    assert await pool.fetchval(
+        "SELECT NOT EXISTS (SELECT 1 FROM ripple_partitions WHERE name = $1)", old_partition
+    )
+    assert len(await queues.dead_letters("q")) == 2  # 10 days old (kept: 14 days) and `recent`
+    assert await holder(pool, "q", recent) is not None
+
+
+async def test_dead_letters__a_receive_without_a_partition_for_now_creates_it(
+    queues: Queues, pool: Pool
+) -> None:
+    async with pool.acquire() as conn:
+        await partitioned_since(conn, datetime.now(UTC) - timedelta(days=3), ahead_days=0)
+        current = await conn.fetchval(
+            "SELECT name FROM ripple_partitions WHERE parent = 'ripple_queue_dead_letters' "
+            "AND upper > now()"
+        )
+        await conn.execute(f"ALTER TABLE ripple_queue_dead_letters DETACH PARTITION {current}")
+        await conn.execute(f"DROP TABLE {current}")
+        await conn.execute("DELETE FROM ripple_partitions WHERE name = $1", current)
+
+    message_id = await kill(queues, pool, "q", {"n": 1})
+
+    assert [d.id for d in await queues.dead_letters("q")] == [message_id]
