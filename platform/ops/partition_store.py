@@ -23,6 +23,7 @@ __all__ = [
     "ensure",
     "expired",
     "horizon",
+    "id_span",
     "is_held",
     "lowest_id",
 ]
@@ -71,6 +72,18 @@ SELECT i.inhdetachpending FROM pg_inherits i
 WHERE i.inhrelid = to_regclass($1)
 """
 DELETE_PARTITION: Final = "DELETE FROM ripple_partitions WHERE name = $1"
+# $1 parent, $2 from, $3 to (timestamptz): the ids bounding the partitions of `parent` that
+# hold ids made in [from, to): the lower bound of the partition `from` falls in (NULL: it has
+# none, or none holds `from`) and the upper bound of the one `to` falls in (NULL: past the
+# newest).
+SELECT_ID_SPAN: Final = """
+SELECT (SELECT CASE WHEN lower > '-infinity' THEN ripple_uuid7_floor(lower)::text END
+        FROM ripple_partitions WHERE parent = $1 AND lower <= $2
+        ORDER BY lower DESC LIMIT 1),
+       (SELECT ripple_uuid7_floor(upper)::text
+        FROM ripple_partitions WHERE parent = $1 AND upper > $3
+        ORDER BY upper LIMIT 1)
+"""
 # $1 parent: the lowest id of its oldest partition (NULL while the table from before
 # partitioning, which has no lower bound, is one of them).
 SELECT_LOWEST: Final = """
@@ -138,6 +151,17 @@ async def drop(conn: Connection, name: str) -> None:
     """Drop a detached partition and forget it (in the caller's transaction)."""
     await conn.execute(await conn.fetchval(FORMAT_DROP, name))
     await conn.execute(DELETE_PARTITION, name)
+
+
+async def id_span(
+    conn: Connection, parent: str, start: datetime, end: datetime
+) -> tuple[str | None, str | None]:
+    """The lowest id of the partition holding ids made at `start` and the id past the one
+    holding those made at `end` (None: unbounded that way): partition bounds, so every id made
+    in `[start, end)` lies between them and no partition outside is left between them."""
+    row = await conn.fetchrow(SELECT_ID_SPAN, parent, start, end)
+    assert row is not None
+    return row[0], row[1]
 
 
 async def lowest_id(conn: Connection, parent: str) -> str | None:
