@@ -5,8 +5,10 @@
 -- A dead letter keeps its message's id (it is listed, paged and redriven by it; a redrive puts
 -- it back under that id). The table is partitioned by `dead_at` itself, a timestamptz:
 -- ripple_partitions_ensure learns to bound such a key by the time, not a UUIDv7 of it.
--- Deduplication spans both tables: a send checks the dead letters and the messages in one
--- snapshot (queue_store.INSERT_MESSAGES), since a unique index cannot span them.
+-- A receive marks a message that has used up its receives dying (`dead_at`, as before, which
+-- takes it out of every claim index) and the statement after it moves the message here
+-- (subscribers/queues/queue_store.py, BURY). Deduplication spans both tables: a send checks
+-- the dead letters and the messages in one snapshot, since a unique index cannot span them.
 CREATE TABLE ripple_queue_dead_letters (
     id               bigint NOT NULL,
     queue            text NOT NULL,
@@ -114,7 +116,3 @@ INSERT INTO ripple_queue_dead_letters (id, queue, body, headers, group_id, dedup
                                        receive_count, created_at, dead_at)
 SELECT id, queue, body, headers, group_id, deduplication_id, receive_count, created_at, dead_at
 FROM moved;
-
--- ripple_queue_messages.dead_at stays NULL from now on (the claim indexes' predicates name it);
--- its dead letter index is empty for good. Dropped last: its exclusive lock lasts an instant.
-DROP INDEX ripple_queue_messages_dead;

@@ -20,6 +20,7 @@ __all__ = [
     "DeadLetter",
     "QueueStats",
     "ack_receipts",
+    "bury",
     "claim_messages",
     "insert_bodies",
     "insert_messages",
@@ -82,36 +83,22 @@ WHERE queue = $1 AND deduplication_id = ANY($2::text[])
 """
 
 # The end of a receive's CTEs, shared by CLAIM_MESSAGES and CLAIM_FAIR ($1 queue, $3 visibility
-# timeout, $4 default max receives; `picked` holds the locked rows' id and receive_count):
-# `delivered` delivers the rows of `picked` (receive_count + 1, invisible for $3 s), except
-# messages already received max_receives times, which `dying` moves to the dead letters
-# (`buried`) instead, in this statement. `claimed` is both, `dead` telling them apart.
+# timeout, $4 default max receives): `claimed` delivers the rows of `picked` (receive_count + 1,
+# invisible for $3 s), except messages already received max_receives times, which it marks
+# dying (`dead_at`) instead, for BURY to move to the dead letters right after: the receive
+# itself carries no DELETE and INSERT for the rare dying message.
 _RECEIVE_PICKED: Final = """), lim AS MATERIALIZED (
     SELECT coalesce((SELECT max_receives FROM ripple_queues WHERE name = $1), $4) AS n
-), delivered AS (
-UPDATE ripple_queue_messages m SET
-    receive_count = m.receive_count + 1,
-    visible_at = now() + make_interval(secs => $3)
-FROM lim
-WHERE m.id = ANY(ARRAY(SELECT id FROM picked, lim WHERE picked.receive_count < lim.n))
-    AND m.receive_count < lim.n
-RETURNING m.id, m.body, m.headers, m.group_id, m.receive_count
-), dying AS (
-DELETE FROM ripple_queue_messages m
-USING lim
-WHERE m.id = ANY(ARRAY(SELECT id FROM picked, lim WHERE picked.receive_count >= lim.n))
-    AND m.receive_count >= lim.n
-RETURNING m.id, m.queue, m.body, m.headers, m.group_id, m.deduplication_id, m.receive_count,
-    m.created_at
-), buried AS (
-INSERT INTO ripple_queue_dead_letters (id, queue, body, headers, group_id, deduplication_id,
-                                       receive_count, created_at)
-SELECT id, queue, body, headers, group_id, deduplication_id, receive_count, created_at
-FROM dying
 ), claimed AS (
-SELECT id, body, headers, group_id, receive_count, false AS dead FROM delivered
-UNION ALL
-SELECT id, body, headers, group_id, receive_count, true AS dead FROM dying
+UPDATE ripple_queue_messages m SET
+    receive_count = CASE WHEN m.receive_count < lim.n
+                         THEN m.receive_count + 1 ELSE m.receive_count END,
+    visible_at = CASE WHEN m.receive_count < lim.n
+                      THEN now() + make_interval(secs => $3) ELSE m.visible_at END,
+    dead_at = CASE WHEN m.receive_count < lim.n THEN NULL ELSE now() END
+FROM lim
+WHERE m.id = ANY(ARRAY(SELECT id FROM picked))
+RETURNING m.id, m.body, m.headers, m.group_id, m.receive_count, m.dead_at IS NOT NULL AS dead
 )"""
 
 # $1 queue, $2 max messages, $3 visibility timeout (seconds), $4 default max receives
@@ -140,9 +127,9 @@ WITH ready AS (
     LIMIT $2
     FOR UPDATE OF m SKIP LOCKED
 ), picked AS (
-    SELECT id, receive_count FROM ready
+    SELECT id FROM ready
     UNION ALL
-    (SELECT id, receive_count FROM grouped)
+    (SELECT id FROM grouped)
     LIMIT $2
 {_RECEIVE_PICKED}
 SELECT id::text, body, NULLIF(headers, '{{}}'::jsonb) AS headers, group_id, receive_count,
@@ -191,13 +178,12 @@ WITH RECURSIVE groups AS (
     ORDER BY u.rank, u.id
     LIMIT $2
 ), locked AS (
-    SELECT m.id, m.group_id, m.receive_count, t.rank
-    FROM ripple_queue_messages m JOIN turns t ON t.id = m.id
+    SELECT m.id, m.group_id, t.rank FROM ripple_queue_messages m JOIN turns t ON t.id = m.id
     WHERE m.visible_at <= now() AND m.dead_at IS NULL
     FOR UPDATE OF m SKIP LOCKED
 ), picked AS (
-    SELECT p.id, p.receive_count, p.rank FROM (
-        SELECT l.id, l.rank, l.group_id, l.receive_count,
+    SELECT p.id, p.rank FROM (
+        SELECT l.id, l.rank, l.group_id,
                row_number() OVER (PARTITION BY l.group_id ORDER BY l.rank) AS k
         FROM locked l
     ) AS p
@@ -207,6 +193,30 @@ SELECT c.id::text, c.body, NULLIF(c.headers, '{{}}'::jsonb) AS headers, c.group_
     c.receive_count, c.id::text || '.' || c.receive_count::text AS receipt, c.dead
 FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.rank, c.id
 """  # noqa: S608
+# $1 queue, $2 ids bigint[] (NULL: any), $3 limit: move messages the receive marked dying
+# (`dead_at` set, see _RECEIVE_PICKED) to the dead letters, in one statement; returns the ids
+# moved. A receive buries those it marked right after; listing or redriving a queue's dead
+# letters first buries any left marked (their receive's process died in between). Marked rows
+# are out of every claim (the claim indexes hold `dead_at IS NULL` only) and still hold their
+# deduplication id, so nothing sees a message twice or not at all.
+BURY: Final = """
+WITH chosen AS (
+    SELECT id FROM ripple_queue_messages
+    WHERE queue = $1 AND dead_at IS NOT NULL AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[]))
+    ORDER BY id LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), dying AS (
+DELETE FROM ripple_queue_messages m USING chosen c
+WHERE m.id = c.id
+RETURNING m.id, m.queue, m.body, m.headers, m.group_id, m.deduplication_id, m.receive_count,
+    m.created_at
+)
+INSERT INTO ripple_queue_dead_letters (id, queue, body, headers, group_id, deduplication_id,
+                                       receive_count, created_at)
+SELECT id, queue, body, headers, group_id, deduplication_id, receive_count, created_at
+FROM dying
+RETURNING id
+"""
 # $1 queue, $2 receipts ("{id}.{receive count}") joined by ",", checked by the caller: one
 # text, not a text[] (asyncpg checks every array element in Python). Deletes the messages
 # they match; returns the receipts that matched.
@@ -225,7 +235,7 @@ RETURNING id
 """
 # $1 queue, $2 ids bigint[]: current receive counts (to explain a refused receipt)
 SELECT_RECEIVE_COUNTS: Final = """
-SELECT id, receive_count, false AS dead FROM ripple_queue_messages
+SELECT id, receive_count, dead_at IS NOT NULL AS dead FROM ripple_queue_messages
 WHERE queue = $1 AND id = ANY($2::bigint[])
 UNION ALL
 SELECT id, receive_count, true AS dead FROM ripple_queue_dead_letters
@@ -272,7 +282,10 @@ SELECT
     (SELECT count(*) FROM grouped WHERE NOT visible_now AND receive_count = 0)::int
         AS grouped_new,
     (SELECT count(*) FROM (
-        SELECT 1 FROM ripple_queue_dead_letters WHERE queue = $1 LIMIT $2
+        (SELECT 1 FROM ripple_queue_dead_letters WHERE queue = $1 LIMIT $2)
+        UNION ALL
+        (SELECT 1 FROM ripple_queue_messages WHERE queue = $1 AND dead_at IS NOT NULL
+         ORDER BY id LIMIT $2)
     ) AS d)::int AS dead_letters,
     extract(epoch FROM now() - least(
         (SELECT min(created_at) FROM ready),
@@ -451,6 +464,12 @@ async def claim_messages(
     `fair`: round robin across groups (CLAIM_FAIR), in turn order."""
     statement = CLAIM_FAIR if fair else CLAIM_MESSAGES
     return await conn.fetch(statement, queue, limit, visibility, max_receives)
+
+
+async def bury(conn: Connection, queue: str, ids: list[int] | None, limit: int) -> list[int]:
+    """Move messages marked dying (these `ids`, or any up to `limit`) to the dead letters
+    (BURY); the ids moved."""
+    return [row[0] for row in await conn.fetch(BURY, queue, ids, limit)]
 
 
 async def ack_receipts(conn: Connection, queue: str, receipts: str) -> set[str]:

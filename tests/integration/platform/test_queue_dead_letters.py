@@ -128,6 +128,7 @@ async def test_dead_letters__a_send_racing_the_move_sees_the_message_once(
         await moving.start()
         (dying,) = await queue_store.claim_messages(mover, "q", 10, 60.0, 10)
         assert dying["dead"]
+        assert await queue_store.bury(mover, "q", [int(message_id)], 10) == [int(message_id)]
         # The send starts while the move is uncommitted, and ends after it commits.
         send = asyncio.create_task(queues.send("q", {"n": 2}, deduplication_id="k"))
 
@@ -149,6 +150,25 @@ async def test_dead_letters__a_send_racing_the_move_sees_the_message_once(
         "     + (SELECT count(*) FROM ripple_queue_dead_letters WHERE deduplication_id = 'k')"
     )
     assert counts == 1
+
+
+async def test_dead_letters__a_message_left_marked_dying_is_moved_when_listed(
+    queues: Queues, pool: Pool
+) -> None:
+    await queues.set_max_receives("q", 1)
+    message_id = await queues.send("q", {"n": 1})
+    await queues.receive("q", visibility_timeout=60)
+    await expire(pool, "q")
+    # The receive marks it dying; its process dies before moving it.
+    async with pool.acquire() as conn:
+        (dying,) = await queue_store.claim_messages(conn, "q", 10, 60.0, 10)
+    assert dying["dead"]
+
+    assert await queues.receive("q") == []
+    assert (await queues.stats("q")).dead_letters == 1
+    assert [d.id for d in await queues.dead_letters("q")] == [message_id]
+    assert await holder(pool, "q", message_id) is not None
+    assert await pool.fetchval("SELECT count(*) FROM ripple_queue_messages") == 0
 
 
 async def test_dead_letters__retired_by_partition_drop_after_their_own_retention(
