@@ -7,8 +7,7 @@
 -- ripple_partitions_ensure learns to bound such a key by the time, not a UUIDv7 of it.
 -- A receive marks a message that has used up its receives dying (`dead_at`, as before, which
 -- takes it out of every claim index) and the statement after it moves the message here
--- (subscribers/queues/queue_store.py, BURY). Deduplication spans both tables: a send checks
--- the dead letters and the messages in one snapshot, since a unique index cannot span them.
+-- (subscribers/queues/queue_store.py, BURY).
 CREATE TABLE ripple_queue_dead_letters (
     id               bigint NOT NULL,
     queue            text NOT NULL,
@@ -22,9 +21,22 @@ CREATE TABLE ripple_queue_dead_letters (
     -- Listed oldest id first per queue; the key must hold the partition column.
     PRIMARY KEY (queue, id, dead_at)
 ) PARTITION BY RANGE (dead_at);
--- A send's deduplication probe.
-CREATE INDEX ripple_queue_dead_letters_dedup ON ripple_queue_dead_letters (queue, deduplication_id)
-    WHERE deduplication_id IS NOT NULL;
+
+-- The deduplication ids of dead letters, in a table of their own (as ripple_event_keys holds
+-- events' idempotency keys, 0026): a send checks one index, not one per partition. A
+-- deduplication id is held while its message exists, live (ripple_queue_messages's unique
+-- index) or dead (here); a send checks both in one snapshot (a unique index cannot span the
+-- two tables). A key goes with its dead letter: when it is redriven or purged, and when its
+-- partition is dropped (the sweeper deletes the keys older than the oldest partition left).
+CREATE TABLE ripple_queue_dead_keys (
+    queue            text NOT NULL,
+    deduplication_id text NOT NULL,
+    message_id       bigint NOT NULL,
+    -- Its dead letter's dead_at.
+    dead_at          timestamptz NOT NULL,
+    PRIMARY KEY (queue, deduplication_id)
+);
+CREATE INDEX ripple_queue_dead_keys_dead_at ON ripple_queue_dead_keys (dead_at);
 
 -- As in 0028, with the bound of each partition taken from the key column's type.
 CREATE OR REPLACE FUNCTION ripple_partitions_ensure(step interval, upto timestamptz)
@@ -111,6 +123,9 @@ WITH moved AS (
     DELETE FROM ripple_queue_messages WHERE dead_at IS NOT NULL
     RETURNING id, queue, body, headers, group_id, deduplication_id, receive_count, created_at,
               dead_at
+), keys AS (
+    INSERT INTO ripple_queue_dead_keys (queue, deduplication_id, message_id, dead_at)
+    SELECT queue, deduplication_id, id, dead_at FROM moved WHERE deduplication_id IS NOT NULL
 )
 INSERT INTO ripple_queue_dead_letters (id, queue, body, headers, group_id, deduplication_id,
                                        receive_count, created_at, dead_at)

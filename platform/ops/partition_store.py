@@ -25,6 +25,7 @@ __all__ = [
     "horizon",
     "id_span",
     "is_held",
+    "lowest_bound",
     "lowest_id",
 ]
 
@@ -83,6 +84,11 @@ SELECT (SELECT CASE WHEN lower > '-infinity' THEN ripple_uuid7_floor(lower)::tex
        (SELECT ripple_uuid7_floor(upper)::text
         FROM ripple_partitions WHERE parent = $1 AND upper > $3
         ORDER BY upper LIMIT 1)
+"""
+# $1 parent: the lower bound of its oldest partition (NULL while it has no lower bound)
+SELECT_LOWEST_BOUND: Final = """
+SELECT CASE WHEN min(lower) > '-infinity' THEN min(lower) END
+FROM ripple_partitions WHERE parent = $1
 """
 # $1 parent: the lowest id of its oldest partition (NULL while the table from before
 # partitioning, which has no lower bound, is one of them).
@@ -162,6 +168,12 @@ async def id_span(
     row = await conn.fetchrow(SELECT_ID_SPAN, parent, start, end)
     assert row is not None
     return row[0], row[1]
+
+
+async def lowest_bound(conn: Connection, parent: str) -> datetime | None:
+    """The earliest time `parent`'s partitions cover; None if the oldest has no lower bound."""
+    found: datetime | None = await conn.fetchval(SELECT_LOWEST_BOUND, parent)
+    return found
 
 
 async def lowest_id(conn: Connection, parent: str) -> str | None:

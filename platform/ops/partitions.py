@@ -16,8 +16,8 @@ whole range is older than `event_retention_days`, unless it is held: a webhook d
 partition with a delivery still pending (a paused subscription's backlog) is kept, with the
 attempt partition of the same range. Events outlive their retention by up to one interval.
 The idempotency keys of events go with their partition. Dead letters are retired the same way
-after `dead_letter_retention_days`; a receive that finds no partition for a dead letter of now
-creates them (`ensure`) and claims again.
+after `dead_letter_retention_days`, and their deduplication ids with them; a receive that
+finds no partition for a dead letter of now creates them (`ensure`) and moves it again.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class Partitions:
     ) -> dict[str, int]:
         """Detach and drop every unheld partition older than `retention` seconds (dead letters:
         `dead_letter_retention`, default `retention`), then the idempotency keys of the events
-        dropped; rows retired per sweeper kind."""
+        and the deduplication ids of the dead letters dropped; rows retired per sweeper kind."""
         counts = dict.fromkeys(_KINDS.values(), 0)
         own = {} if dead_letter_retention is None else {_DEAD_LETTERS: dead_letter_retention}
         async with self._pool.acquire() as conn:
@@ -109,6 +109,11 @@ class Partitions:
             lowest = await partition_store.lowest_id(conn, "ripple_events")
             while lowest is not None:
                 deleted = await sweeper_store.delete_event_keys_before(conn, lowest, batch)
+                if deleted < batch:
+                    break
+            oldest = await partition_store.lowest_bound(conn, _DEAD_LETTERS)
+            while oldest is not None:
+                deleted = await sweeper_store.delete_dead_keys_before(conn, oldest, batch)
                 if deleted < batch:
                     break
         return counts

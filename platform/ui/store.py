@@ -105,9 +105,11 @@ SELECT id, queue, receive_count, visible_at, NULL::timestamptz AS dead_at, creat
 FROM ripple_queue_messages
 WHERE queue = $1 AND deduplication_id = $2
 UNION ALL
-SELECT id, queue, receive_count, dead_at AS visible_at, dead_at, created_at, false
-FROM ripple_queue_dead_letters
-WHERE queue = $1 AND deduplication_id = $2
+SELECT d.id, d.queue, d.receive_count, d.dead_at AS visible_at, d.dead_at, d.created_at, false
+FROM ripple_queue_dead_keys k
+JOIN ripple_queue_dead_letters d
+    ON d.queue = k.queue AND d.id = k.message_id AND d.dead_at = k.dead_at
+WHERE k.queue = $1 AND k.deduplication_id = $2
 """
 
 # $1 event id, $2 subscription id, $3 the lowest id of the event's millisecond: a delivery's id

@@ -27,15 +27,19 @@ __all__ = [
     "set_visibility",
 ]
 
-# Whether deduplication id `m.dedup` of queue `{queue}` is free: held by no message and no dead
-# letter. Both are read in the statement's one snapshot, which holds a message either live or
-# dead (the move is one transaction), so a message dying meanwhile is still seen; the unique
-# index (ON CONFLICT) settles concurrent sends.
-_DEDUP_FREE: Final = """(m.dedup IS NULL OR (
-    NOT EXISTS (SELECT 1 FROM ripple_queue_messages x
-                WHERE x.queue = {queue} AND x.deduplication_id = m.dedup)
-    AND NOT EXISTS (SELECT 1 FROM ripple_queue_dead_letters d
-                    WHERE d.queue = {queue} AND d.deduplication_id = m.dedup)))"""
+# Whether deduplication id `m.dedup` of queue `{queue}` is held: by a message or by a dead
+# letter. Both are read in the statement's one snapshot, in which a message being moved to the
+# dead letters (one transaction) is in exactly one of them; the messages' unique index (ON
+# CONFLICT) settles concurrent sends. A LATERAL with LIMIT, so each is an index probe per
+# message, never a hash of a whole table.
+DEDUP_HELD: Final = """LEFT JOIN LATERAL (
+    SELECT 1 AS held FROM ripple_queue_messages x
+    WHERE x.queue = {queue} AND x.deduplication_id = m.dedup
+    UNION ALL
+    SELECT 1 FROM ripple_queue_dead_keys k
+    WHERE k.queue = {queue} AND k.deduplication_id = m.dedup
+    LIMIT 1
+) AS h ON m.dedup IS NOT NULL"""
 
 # $1 queue, $2 the messages, a JSON array of {body (JSON text), headers (JSON text), group_id,
 # dedup, delay (seconds)}. A deduplication id already present inserts nothing. (Bodies arrive
@@ -46,7 +50,8 @@ SELECT $1, m.body::jsonb, m.headers::jsonb, m.group_id, m.dedup,
        CASE WHEN m.delay > 0 THEN now() + make_interval(secs => m.delay) ELSE now() END
 FROM jsonb_to_recordset($2::jsonb)
     AS m(body text, headers text, group_id text, dedup text, delay float8)
-WHERE {_DEDUP_FREE.format(queue="$1")}
+{DEDUP_HELD.format(queue="$1")}
+WHERE h.held IS NULL
 ON CONFLICT (queue, deduplication_id) WHERE deduplication_id IS NOT NULL DO NOTHING
 RETURNING id, deduplication_id
 """  # noqa: S608
@@ -69,7 +74,8 @@ SELECT m.queue, m.body::jsonb,
        m.dedup
 FROM jsonb_to_recordset($1::jsonb)
     AS m(queue text, body text, topic text, event text, dedup text, schema integer)
-WHERE {_DEDUP_FREE.format(queue="m.queue")}
+{DEDUP_HELD.format(queue="m.queue")}
+WHERE h.held IS NULL
 ON CONFLICT (queue, deduplication_id) WHERE deduplication_id IS NOT NULL DO NOTHING
 """  # noqa: S608
 # $1 queue, $2 dedup ids text[]: ids of existing messages (or dead letters) with these
@@ -78,7 +84,7 @@ SELECT_BY_DEDUP: Final = """
 SELECT id, deduplication_id FROM ripple_queue_messages
 WHERE queue = $1 AND deduplication_id = ANY($2::text[])
 UNION ALL
-SELECT id, deduplication_id FROM ripple_queue_dead_letters
+SELECT message_id, deduplication_id FROM ripple_queue_dead_keys
 WHERE queue = $1 AND deduplication_id = ANY($2::text[])
 """
 
@@ -210,10 +216,13 @@ DELETE FROM ripple_queue_messages m USING chosen c
 WHERE m.id = c.id
 RETURNING m.id, m.queue, m.body, m.headers, m.group_id, m.deduplication_id, m.receive_count,
     m.created_at
+), keys AS (
+INSERT INTO ripple_queue_dead_keys (queue, deduplication_id, message_id, dead_at)
+SELECT queue, deduplication_id, id, now() FROM dying WHERE deduplication_id IS NOT NULL
 )
 INSERT INTO ripple_queue_dead_letters (id, queue, body, headers, group_id, deduplication_id,
-                                       receive_count, created_at)
-SELECT id, queue, body, headers, group_id, deduplication_id, receive_count, created_at
+                                       receive_count, created_at, dead_at)
+SELECT id, queue, body, headers, group_id, deduplication_id, receive_count, created_at, now()
 FROM dying
 RETURNING id
 """
@@ -244,6 +253,7 @@ WHERE queue = $1 AND id = ANY($2::bigint[])
 # $1 queue
 PURGE: Final = "DELETE FROM ripple_queue_messages WHERE queue = $1"
 PURGE_DEAD: Final = "DELETE FROM ripple_queue_dead_letters WHERE queue = $1"
+PURGE_DEAD_KEYS: Final = "DELETE FROM ripple_queue_dead_keys WHERE queue = $1"
 #: Most index entries of one kind of message (ready, later, grouped, dead) a count reads; a
 #: count that reaches it is reported as a lower bound, so stats cost the same at any backlog.
 STATS_CAP: Final = 10_000
@@ -311,6 +321,9 @@ WITH chosen AS (
     DELETE FROM ripple_queue_dead_letters d USING chosen c
     WHERE d.queue = $1 AND d.id = c.id AND d.dead_at = c.dead_at
     RETURNING d.id, d.queue, d.body, d.headers, d.group_id, d.deduplication_id, d.created_at
+), keys AS (
+    DELETE FROM ripple_queue_dead_keys k USING moved
+    WHERE k.queue = moved.queue AND k.deduplication_id = moved.deduplication_id
 )
 INSERT INTO ripple_queue_messages (id, queue, body, headers, group_id, deduplication_id,
                                    created_at)
@@ -496,6 +509,7 @@ async def purge(conn: Connection, queue: str) -> int:
     """Delete the queue's messages and dead letters (in the caller's transaction); how many."""
     live = await conn.execute(PURGE, queue)
     dead = await conn.execute(PURGE_DEAD, queue)
+    await conn.execute(PURGE_DEAD_KEYS, queue)
     return int(live.split()[-1]) + int(dead.split()[-1])
 
 

@@ -112,8 +112,10 @@ async def test_dead_letters__deduplication_holds_while_a_message_is_dead(
     assert await queues.send("q", {"n": 2}, deduplication_id="k") == dead
     assert await queues.send_batch("q", [OutgoingMessage({"n": 3}, deduplication_id="k")]) == [dead]
     assert await pool.fetchval("SELECT count(*) FROM ripple_queue_messages") == 0
+    assert await queues.redrive("q") == 1
+    assert await queues.send("q", {"n": 4}, deduplication_id="k") == dead
     await queues.purge("q")
-    assert await queues.send("q", {"n": 4}, deduplication_id="k") != dead
+    assert await queues.send("q", {"n": 5}, deduplication_id="k") != dead
 
 
 async def test_dead_letters__a_send_racing_the_move_sees_the_message_once(
@@ -177,12 +179,16 @@ async def test_dead_letters__retired_by_partition_drop_after_their_own_retention
     now = datetime.now(UTC)
     async with pool.acquire() as conn:
         await partitioned_since(conn, now - timedelta(days=30))
-    for age in (20, 20, 10):
+    for n, age in enumerate((20, 20, 10)):
         await pool.execute(
-            "INSERT INTO ripple_queue_dead_letters (id, queue, body, receive_count, created_at, "
-            "dead_at) VALUES (nextval(pg_get_serial_sequence('ripple_queue_messages', 'id')), "
-            "'q', '{}', 10, now(), now() - make_interval(days => $1))",
+            "WITH dead AS (INSERT INTO ripple_queue_dead_letters (id, queue, body, "
+            "deduplication_id, receive_count, created_at, dead_at) "
+            "VALUES (nextval(pg_get_serial_sequence('ripple_queue_messages', 'id')), 'q', '{}', "
+            "$2, 10, now(), now() - make_interval(days => $1)) RETURNING *) "
+            "INSERT INTO ripple_queue_dead_keys (queue, deduplication_id, message_id, dead_at) "
+            "SELECT queue, deduplication_id, id, dead_at FROM dead",
             age,
+            f"old-{n}",
         )
     recent = await kill(queues, pool, "q", {"n": 1})
     old_partition = await pool.fetchval(
@@ -201,6 +207,15 @@ async def test_dead_letters__retired_by_partition_drop_after_their_own_retention
     )
     assert len(await queues.dead_letters("q")) == 2  # 10 days old (kept: 14 days) and `recent`
     assert await holder(pool, "q", recent) is not None
+    # the deduplication ids of the dropped dead letters are free again, the other one is not
+    assert await pool.fetchval(
+        "SELECT array_agg(deduplication_id ORDER BY deduplication_id) FROM ripple_queue_dead_keys"
+    ) == ["old-2"]
+    await queues.set_max_receives("q", 5)
+    assert [await queues.send("q", {}, deduplication_id=f"old-{n}") for n in range(3)][2] == str(
+        await pool.fetchval("SELECT message_id FROM ripple_queue_dead_keys")
+    )
+    assert await pool.fetchval("SELECT count(*) FROM ripple_queue_messages") == 2
 
 
 async def test_dead_letters__a_receive_without_a_partition_for_now_creates_it(
