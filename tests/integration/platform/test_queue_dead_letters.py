@@ -5,16 +5,21 @@ deduplicated together with the live messages."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import UTC, datetime, timedelta
 
+import asyncpg
 import pytest
 
+from ripple.platform.client import Client
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Pool
+from ripple.platform.core.migrate import apply_migrations, load_migrations
 from ripple.platform.core.wake import NullWaker
 from ripple.platform.ops.sweeper import Sweeper
 from ripple.subscribers.queues import queue_store
 from ripple.subscribers.queues.queues import MessageGone, OutgoingMessage, Queues
+from tests.conftest import with_database
 from tests.helpers import assert_eventually, partitioned_since
 
 
@@ -234,3 +239,35 @@ async def test_dead_letters__a_receive_without_a_partition_for_now_creates_it(
     message_id = await kill(queues, pool, "q", {"n": 1})
 
     assert [d.id for d in await queues.dead_letters("q")] == [message_id]
+
+
+async def test_dead_letters__the_migration_moves_existing_dead_letters(
+    pg_admin_url: str, settings: Settings
+) -> None:
+    name = f"ripple_dead_letter_migration_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(pg_admin_url)
+    await admin.execute(f"CREATE DATABASE {name}")
+    url = with_database(pg_admin_url, name)
+    try:
+        pool = await asyncpg.create_pool(url, min_size=1, max_size=2)
+        assert pool is not None
+        try:
+            await apply_migrations(pool, [m for m in load_migrations() if m.version <= 28])
+            await pool.execute(
+                "INSERT INTO ripple_queue_messages (queue, body, deduplication_id, receive_count, "
+                "dead_at) VALUES ('q', '{\"n\": 1}', 'k', 10, now() - interval '3 days'), "
+                "('q', '{\"n\": 2}', NULL, 10, now()), ('q', '{\"n\": 3}', 'live', 0, NULL)"
+            )
+            await apply_migrations(pool)
+            assert await pool.fetchval("SELECT count(*) FROM ripple_queue_messages") == 1
+            assert await pool.fetchval("SELECT count(*) FROM ripple_queue_dead_letters") == 2
+        finally:
+            await pool.close()
+        migrated = settings.model_copy(update={"database_url": url})
+        async with Client(settings=migrated) as client:
+            dead = await client.queues.dead_letters("q")
+            assert [d.body for d in dead] == [{"n": 1}, {"n": 2}]
+            assert await client.queues.send("q", {"n": 4}, deduplication_id="k") == dead[0].id
+    finally:
+        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        await admin.close()
