@@ -1,7 +1,7 @@
 """`make bench`: run the benchmark suites against the local Postgres and Redis.
 
-python -m bench [--only workflows,waits,publish,queues,webhooks,flow,fairness,rest,cloudevents,
-                        operations,verify,cli]
+python -m bench [--only workflows,waits,publish,queues,dead_letters,webhooks,flow,fairness,rest,
+                        cloudevents,operations,verify,cli]
 
 The search suite seeds 1M runs and 10M events first (minutes): `python -m bench --only search`
 (`make bench-search`).
@@ -23,6 +23,7 @@ SUITES = [
     "waits",
     "publish",
     "queues",
+    "dead_letters",
     "webhooks",
     "flow",
     "fairness",

@@ -62,7 +62,14 @@ def rest_client(client: Client) -> httpx.AsyncClient:
 
 
 #: The tables the sweeper partitions by time, in the order their locks are taken.
-PARTITIONED = ("ripple_events", "ripple_webhook_deliveries", "ripple_webhook_attempts")
+PARTITIONED = (
+    "ripple_events",
+    "ripple_webhook_deliveries",
+    "ripple_webhook_attempts",
+    "ripple_queue_dead_letters",
+)
+#: The partitioned tables whose key is a time, not a UUIDv7.
+PARTITIONED_BY_TIME = ("ripple_queue_dead_letters",)
 
 
 async def partitioned_since(conn: Any, start: datetime, ahead_days: int = 3) -> None:
@@ -83,7 +90,11 @@ async def partitioned_since(conn: Any, start: datetime, ahead_days: int = 3) -> 
                 f"CREATE TABLE {parent}_legacy (LIKE {parent} INCLUDING DEFAULTS "
                 "INCLUDING CONSTRAINTS)"
             )
-            bound = await conn.fetchval("SELECT ripple_uuid7_floor($1)::text", start)
+            bound = (
+                start.isoformat()
+                if parent in PARTITIONED_BY_TIME
+                else await conn.fetchval("SELECT ripple_uuid7_floor($1)::text", start)
+            )
             await conn.execute(
                 f"ALTER TABLE {parent} ATTACH PARTITION {parent}_legacy "
                 f"FOR VALUES FROM (MINVALUE) TO ('{bound}')"

@@ -101,6 +101,9 @@ class Settings(BaseSettings):
     max_page_size: Annotated[int, Field(ge=1, le=10_000)] = 500
     #: Days events are kept before the sweeper deletes them.
     event_retention_days: Annotated[float, Field(gt=0)] = 7.0
+    #: Days a queue's dead letters are kept after they died: retention drops their partitions
+    #: whole, so they outlive it by up to one `partition_interval`.
+    dead_letter_retention_days: Annotated[float, Field(gt=0)] = 14.0
     #: Time range of one partition of the event, webhook delivery and attempt tables (`1d`,
     #: `6h`, or seconds): retention drops whole partitions, so events outlive their retention by
     #: up to one interval.

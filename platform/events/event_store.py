@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 import asyncpg
 
 from ripple.platform.core.db import Connection, Pool, transaction
+from ripple.platform.ops import partition_store
 
 __all__ = [
     "EventRecord",
@@ -18,6 +19,7 @@ __all__ = [
     "paths_carried",
     "recent_events",
     "search_events",
+    "search_statement",
     "topic_activity",
     "topic_events_since",
 ]
@@ -93,21 +95,28 @@ FROM ripple_events WHERE topic = $1 ORDER BY created_at DESC LIMIT $2
 # tested on those rows (no `where`, or a common one: the limit is reached soon), or the payload
 # GIN index for a rare `where` (the few rows it lists, sorted).
 # $1 since, $2 until, $3 payload containment (NULL: any), $4 cursor (created_at, id) or NULLs,
-# $5 cursor id, $6 limit; the topic form adds $7 topic. ripple_events is partitioned by id: each
-# partition's time index is probed, and those of partitions outside the window find nothing at
-# once. (Bounding the ids too would prune them, but the planner takes such a bound, which
-# repeats the created_at range, as independent of it, and the underestimate made it trade the
-# index walk for bitmaps and a sort.)
+# $5 cursor id, $6 limit, $7 and $8 the ids bounding the partitions of the window (NULL: no
+# bound; see `search_statement`); the topic form adds $9 topic. ripple_events is partitioned by
+# id, not created_at: the id bounds prune the partitions outside the window. They are
+# partition bounds, not the window's own: inside a partition kept they exclude nothing, so the
+# planner's estimate of the created_at range stands (a bound repeating that range would be
+# taken as independent of it, and the underestimate made it trade the index walk for bitmaps
+# and a sort).
 _SEARCH_HEAD: Final = """
 SELECT id, topic, payload, idempotency_key, trace, created_at, schema_version, cloudevent
 FROM ripple_events
 WHERE created_at >= $1 AND created_at < $2
   AND ($3::jsonb IS NULL OR payload @> $3)
   AND ($4::timestamptz IS NULL OR (created_at, id) < ($4, $5::uuid))
+  AND ($7::uuid IS NULL OR id >= $7::uuid) AND ($8::uuid IS NULL OR id < $8::uuid)
 """
 _SEARCH_TAIL: Final = "ORDER BY created_at DESC, id DESC LIMIT $6"
 SEARCH_EVENTS: Final = _SEARCH_HEAD + _SEARCH_TAIL
-SEARCH_TOPIC_EVENTS: Final = _SEARCH_HEAD + "  AND topic = $7\n" + _SEARCH_TAIL
+SEARCH_TOPIC_EVENTS: Final = _SEARCH_HEAD + "  AND topic = $9\n" + _SEARCH_TAIL
+#: How far an event's `created_at` may be from the time in its id: the id is made by the
+#: publisher's clock before its transaction, `created_at` is the database's `now()` of that
+#: transaction (the wait for it, and the clocks' skew).
+ID_TIME_MARGIN: Final = timedelta(hours=1)
 # Plan the search for its own values every time (for the rest of the transaction): the plan
 # cache would settle on a generic plan after five, one that cannot use the payload index.
 PLAN_EACH_SEARCH: Final = "SELECT set_config('plan_cache_mode', 'force_custom_plan', true)"
@@ -216,6 +225,28 @@ async def recent_events(conn: Connection, topic: str, limit: int) -> list[EventR
     ]
 
 
+async def search_statement(
+    conn: Connection,
+    *,
+    since: datetime,
+    until: datetime,
+    topic: str | None,
+    where: dict[str, Any] | None,
+    after: tuple[datetime, str] | None,
+    limit: int,
+) -> tuple[str, list[Any]]:
+    """The search statement and its arguments, with the ids bounding the partitions that can
+    hold events created in `[since, until)` (give or take `ID_TIME_MARGIN`)."""
+    low, high = await partition_store.id_span(
+        conn, "ripple_events", since - ID_TIME_MARGIN, until + ID_TIME_MARGIN
+    )
+    at, event_id = after if after is not None else (None, None)
+    args: list[Any] = [since, until, where, at, event_id, limit, low, high]
+    if topic is not None:
+        args.append(topic)
+    return (SEARCH_EVENTS if topic is None else SEARCH_TOPIC_EVENTS), args
+
+
 async def search_events(
     pool: Pool,
     *,
@@ -228,17 +259,22 @@ async def search_events(
     plan_each: bool = True,
 ) -> list[EventRecord]:
     """Events of `[since, until)` (of `topic`) whose payload contains `where`, newest first,
-    after the cursor `(created_at, id)`. `plan_each=False` where statements are unnamed (behind
-    a transaction pooler): those are planned for their values anyway."""
-    at, event_id = after if after is not None else (None, None)
-    args: list[Any] = [since, until, where, at, event_id, limit]
-    if topic is not None:
-        args.append(topic)
-    sql = SEARCH_EVENTS if topic is None else SEARCH_TOPIC_EVENTS
-    if not plan_each:
-        rows = await pool.fetch(sql, *args)
-    else:
-        async with transaction(pool) as conn:
+    after the cursor `(created_at, id)`, reading only the partitions of the window.
+    `plan_each=False` where statements are unnamed (behind a transaction pooler): those are
+    planned for their values anyway."""
+
+    async def search(conn: Connection) -> list[asyncpg.Record]:
+        sql, args = await search_statement(
+            conn, since=since, until=until, topic=topic, where=where, after=after, limit=limit
+        )
+        if plan_each:
             await conn.execute(PLAN_EACH_SEARCH)
-            rows = await conn.fetch(sql, *args)
+        return await conn.fetch(sql, *args)
+
+    if plan_each:
+        async with transaction(pool) as conn:
+            rows = await search(conn)
+    else:
+        async with pool.acquire() as conn:
+            rows = await search(conn)
     return [EventRecord.from_row(row) for row in rows]

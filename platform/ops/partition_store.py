@@ -1,5 +1,6 @@
-"""SQL of the time partitions of the event, webhook delivery and attempt tables: the
-bookkeeping (`ripple_partitions`, `ripple_partitioned_tables`, migrations 0027-0028), creation
+"""SQL of the time partitions of the event, webhook delivery, attempt and queue dead letter
+tables: the bookkeeping (`ripple_partitions`, `ripple_partitioned_tables`, migrations
+0027-0029), creation
 ahead (the SQL function `ripple_partitions_ensure`) and the DDL that retires a partition.
 Partition and table names come from the bookkeeping, never from input, and are quoted by
 Postgres's `format('%I')`.
@@ -7,6 +8,7 @@ Postgres's `format('%I')`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
@@ -21,7 +23,9 @@ __all__ = [
     "ensure",
     "expired",
     "horizon",
+    "id_span",
     "is_held",
+    "lowest_bound",
     "lowest_id",
 ]
 
@@ -35,12 +39,13 @@ SELECT min(upper) FROM (
 ) AS newest
 """
 
-# $1 retention (seconds): partitions whose whole range is older than the retention, oldest
-# first, in the managed tables' order (so a followed table's partition is decided first).
+# $1 retention (seconds), $2 {parent: retention (seconds)} for tables retained otherwise:
+# partitions whose whole range is older than their table's retention, oldest first, in the
+# managed tables' order (so a followed table's partition is decided first).
 SELECT_EXPIRED: Final = """
 SELECT p.name, p.parent, p.upper, t.hold, t.follows
 FROM ripple_partitions p JOIN ripple_partitioned_tables t ON t.parent = p.parent
-WHERE p.upper <= now() - make_interval(secs => $1)
+WHERE p.upper <= now() - make_interval(secs => coalesce(($2::jsonb ->> p.parent)::float8, $1))
 ORDER BY p.upper, t.position
 """
 
@@ -68,6 +73,23 @@ SELECT i.inhdetachpending FROM pg_inherits i
 WHERE i.inhrelid = to_regclass($1)
 """
 DELETE_PARTITION: Final = "DELETE FROM ripple_partitions WHERE name = $1"
+# $1 parent, $2 from, $3 to (timestamptz): the ids bounding the partitions of `parent` that
+# hold ids made in [from, to): the lower bound of the partition `from` falls in (NULL: it has
+# none, or none holds `from`) and the upper bound of the one `to` falls in (NULL: past the
+# newest).
+SELECT_ID_SPAN: Final = """
+SELECT (SELECT CASE WHEN lower > '-infinity' THEN ripple_uuid7_floor(lower)::text END
+        FROM ripple_partitions WHERE parent = $1 AND lower <= $2
+        ORDER BY lower DESC LIMIT 1),
+       (SELECT ripple_uuid7_floor(upper)::text
+        FROM ripple_partitions WHERE parent = $1 AND upper > $3
+        ORDER BY upper LIMIT 1)
+"""
+# $1 parent: the lower bound of its oldest partition (NULL while it has no lower bound)
+SELECT_LOWEST_BOUND: Final = """
+SELECT CASE WHEN min(lower) > '-infinity' THEN min(lower) END
+FROM ripple_partitions WHERE parent = $1
+"""
 # $1 parent: the lowest id of its oldest partition (NULL while the table from before
 # partitioning, which has no lower bound, is one of them).
 SELECT_LOWEST: Final = """
@@ -98,8 +120,12 @@ async def horizon(conn: Connection) -> datetime | None:
     return found
 
 
-async def expired(conn: Connection, retention: float) -> list[Partition]:
-    return [Partition(*row) for row in await conn.fetch(SELECT_EXPIRED, retention)]
+async def expired(
+    conn: Connection, retention: float, retentions: Mapping[str, float] | None = None
+) -> list[Partition]:
+    """Partitions past `retention` seconds, or past their table's own in `retentions`."""
+    rows = await conn.fetch(SELECT_EXPIRED, retention, dict(retentions or {}))
+    return [Partition(*row) for row in rows]
 
 
 async def is_held(conn: Connection, part: Partition) -> bool:
@@ -131,6 +157,23 @@ async def drop(conn: Connection, name: str) -> None:
     """Drop a detached partition and forget it (in the caller's transaction)."""
     await conn.execute(await conn.fetchval(FORMAT_DROP, name))
     await conn.execute(DELETE_PARTITION, name)
+
+
+async def id_span(
+    conn: Connection, parent: str, start: datetime, end: datetime
+) -> tuple[str | None, str | None]:
+    """The lowest id of the partition holding ids made at `start` and the id past the one
+    holding those made at `end` (None: unbounded that way): partition bounds, so every id made
+    in `[start, end)` lies between them and no partition outside is left between them."""
+    row = await conn.fetchrow(SELECT_ID_SPAN, parent, start, end)
+    assert row is not None
+    return row[0], row[1]
+
+
+async def lowest_bound(conn: Connection, parent: str) -> datetime | None:
+    """The earliest time `parent`'s partitions cover; None if the oldest has no lower bound."""
+    found: datetime | None = await conn.fetchval(SELECT_LOWEST_BOUND, parent)
+    return found
 
 
 async def lowest_id(conn: Connection, parent: str) -> str | None:

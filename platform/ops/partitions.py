@@ -1,8 +1,9 @@
-"""Time partitions of the event, webhook delivery and attempt tables: created ahead, retired
-whole.
+"""Time partitions of the event, webhook delivery, attempt and queue dead letter tables: created
+ahead, retired whole.
 
-The three tables are range-partitioned by a UUIDv7 (an event by its id, a delivery by its id,
-made in its event's millisecond, an attempt by its delivery's id), each partition covering
+The first three are range-partitioned by a UUIDv7 (an event by its id, a delivery by its id,
+made in its event's millisecond, an attempt by its delivery's id), the dead letters by the time
+they died (`dead_at`, migration 0029), each partition covering
 `partition_interval` of time. pg_partman is not used (it is an extension many hosted and
 packaged Postgres servers lack, and these tables need one statement per step): the sweeper
 keeps `partitions_ahead` partitions created ahead of now, and a publisher makes sure the
@@ -14,7 +15,9 @@ Retention detaches (`CONCURRENTLY`: writers are not blocked) and drops each part
 whole range is older than `event_retention_days`, unless it is held: a webhook delivery
 partition with a delivery still pending (a paused subscription's backlog) is kept, with the
 attempt partition of the same range. Events outlive their retention by up to one interval.
-The idempotency keys of events go with their partition.
+The idempotency keys of events go with their partition. Dead letters are retired the same way
+after `dead_letter_retention_days`, and their deduplication ids with them; a receive that
+finds no partition for a dead letter of now creates them (`ensure`) and moves it again.
 """
 
 from __future__ import annotations
@@ -36,7 +39,10 @@ _KINDS = {
     "ripple_events": "events",
     "ripple_webhook_deliveries": "webhook_deliveries",
     "ripple_webhook_attempts": "webhook_attempts",
+    "ripple_queue_dead_letters": "queue_dead_letters",
 }
+#: The table whose retention is `dead_letter_retention` rather than the events'.
+_DEAD_LETTERS = "ripple_queue_dead_letters"
 #: Waiting longer than this for a lock to create partitions fails the attempt (the next sweep
 #: or publish tries again) rather than queueing writers behind it.
 _LOCK_TIMEOUT = "10s"
@@ -81,12 +87,16 @@ class Partitions:
         if self._horizon is None or at + margin >= self._horizon:
             await self.ensure(at)
 
-    async def retire(self, retention: float, batch: int) -> dict[str, int]:
-        """Detach and drop every unheld partition older than `retention` seconds, then the
-        idempotency keys of the events dropped; rows retired per sweeper kind."""
+    async def retire(
+        self, retention: float, batch: int, dead_letter_retention: float | None = None
+    ) -> dict[str, int]:
+        """Detach and drop every unheld partition older than `retention` seconds (dead letters:
+        `dead_letter_retention`, default `retention`), then the idempotency keys of the events
+        and the deduplication ids of the dead letters dropped; rows retired per sweeper kind."""
         counts = dict.fromkeys(_KINDS.values(), 0)
+        own = {} if dead_letter_retention is None else {_DEAD_LETTERS: dead_letter_retention}
         async with self._pool.acquire() as conn:
-            for part in await partition_store.expired(conn, retention):
+            for part in await partition_store.expired(conn, retention, own):
                 if await partition_store.is_held(conn, part):
                     continue
                 rows = await partition_store.count_rows(conn, part.name)
@@ -99,6 +109,11 @@ class Partitions:
             lowest = await partition_store.lowest_id(conn, "ripple_events")
             while lowest is not None:
                 deleted = await sweeper_store.delete_event_keys_before(conn, lowest, batch)
+                if deleted < batch:
+                    break
+            oldest = await partition_store.lowest_bound(conn, _DEAD_LETTERS)
+            while oldest is not None:
+                deleted = await sweeper_store.delete_dead_keys_before(conn, oldest, batch)
                 if deleted < batch:
                     break
         return counts

@@ -11,6 +11,8 @@ What goes, each sweep (settings in parentheses):
   a delivery partition with a delivery still pending is kept, with its attempts; the
   idempotency keys of the events dropped become reusable; signal idempotency keys older than
   that retention;
+- the time partitions of queue dead letters that died over `dead_letter_retention_days` ago,
+  dropped the same way;
 - and before that, the partitions of the next `partitions_ahead` intervals are created.
 
 Each sweep also folds the run count changes the run triggers appended into the dashboard's run
@@ -59,6 +61,7 @@ KINDS = (
     "signal_keys",
     "webhook_deliveries",
     "webhook_attempts",
+    "queue_dead_letters",
     "audit",
 )
 
@@ -144,7 +147,8 @@ class Sweeper:
         for step in steps:
             await self._drain(step, totals)
         await self.partitions.ensure()
-        for kind, retired in (await self.partitions.retire(events, batch)).items():
+        dead = self._settings.dead_letter_retention_days * _DAY
+        for kind, retired in (await self.partitions.retire(events, batch, dead)).items():
             if retired:
                 totals[kind] += retired
                 metrics.SWEEPER_DELETED.labels(kind).inc(retired)

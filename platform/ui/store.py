@@ -82,10 +82,10 @@ grouped AS (
     FROM grouped g WHERE g.queue IS NOT NULL
 ),
 dead AS (
-    (SELECT queue FROM ripple_queue_messages WHERE dead_at IS NOT NULL ORDER BY queue LIMIT 1)
+    (SELECT queue FROM ripple_queue_dead_letters ORDER BY queue LIMIT 1)
     UNION ALL
-    SELECT (SELECT m.queue FROM ripple_queue_messages m
-            WHERE m.dead_at IS NOT NULL AND m.queue > d.queue ORDER BY m.queue LIMIT 1)
+    SELECT (SELECT m.queue FROM ripple_queue_dead_letters m
+            WHERE m.queue > d.queue ORDER BY m.queue LIMIT 1)
     FROM dead d WHERE d.queue IS NOT NULL
 )
 SELECT queue FROM (
@@ -100,10 +100,16 @@ LIMIT $1
 
 # $1 queue, $2 deduplication id (fan-out writes "{event_id}:{subscription_id}")
 SELECT_QUEUE_MESSAGE: Final = """
-SELECT id, queue, receive_count, visible_at, dead_at, created_at,
+SELECT id, queue, receive_count, visible_at, NULL::timestamptz AS dead_at, created_at,
        visible_at <= now() AS visible_now
 FROM ripple_queue_messages
 WHERE queue = $1 AND deduplication_id = $2
+UNION ALL
+SELECT d.id, d.queue, d.receive_count, d.dead_at AS visible_at, d.dead_at, d.created_at, false
+FROM ripple_queue_dead_keys k
+JOIN ripple_queue_dead_letters d
+    ON d.queue = k.queue AND d.id = k.message_id AND d.dead_at = k.dead_at
+WHERE k.queue = $1 AND k.deduplication_id = $2
 """
 
 # $1 event id, $2 subscription id, $3 the lowest id of the event's millisecond: a delivery's id

@@ -20,24 +20,41 @@ __all__ = [
     "DeadLetter",
     "QueueStats",
     "ack_receipts",
+    "bury",
     "claim_messages",
     "insert_bodies",
     "insert_messages",
     "set_visibility",
 ]
 
+# Whether deduplication id `m.dedup` of queue `{queue}` is held: by a message or by a dead
+# letter. Both are read in the statement's one snapshot, in which a message being moved to the
+# dead letters (one transaction) is in exactly one of them; the messages' unique index (ON
+# CONFLICT) settles concurrent sends. A LATERAL with LIMIT, so each is an index probe per
+# message, never a hash of a whole table.
+DEDUP_HELD: Final = """LEFT JOIN LATERAL (
+    SELECT 1 AS held FROM ripple_queue_messages x
+    WHERE x.queue = {queue} AND x.deduplication_id = m.dedup
+    UNION ALL
+    SELECT 1 FROM ripple_queue_dead_keys k
+    WHERE k.queue = {queue} AND k.deduplication_id = m.dedup
+    LIMIT 1
+) AS h ON m.dedup IS NOT NULL"""
+
 # $1 queue, $2 the messages, a JSON array of {body (JSON text), headers (JSON text), group_id,
 # dedup, delay (seconds)}. A deduplication id already present inserts nothing. (Bodies arrive
 # as text the caller already encoded while checking its limits.)
-INSERT_MESSAGES: Final = """
+INSERT_MESSAGES: Final = f"""
 INSERT INTO ripple_queue_messages (queue, body, headers, group_id, deduplication_id, visible_at)
 SELECT $1, m.body::jsonb, m.headers::jsonb, m.group_id, m.dedup,
        CASE WHEN m.delay > 0 THEN now() + make_interval(secs => m.delay) ELSE now() END
 FROM jsonb_to_recordset($2::jsonb)
     AS m(body text, headers text, group_id text, dedup text, delay float8)
+{DEDUP_HELD.format(queue="$1")}
+WHERE h.held IS NULL
 ON CONFLICT (queue, deduplication_id) WHERE deduplication_id IS NOT NULL DO NOTHING
 RETURNING id, deduplication_id
-"""
+"""  # noqa: S608
 # $1 queue, $2 bare bodies as one JSON array text (no headers, group, dedup or delay): the
 # array is parsed once here, not a document of JSON strings parsed twice. Ids in array order.
 INSERT_BODIES: Final = """
@@ -49,7 +66,7 @@ RETURNING id::text
 # $1 the messages, a JSON array of {queue, body (JSON text), topic, event, dedup}: fan-out of
 # many events to many queues in one statement (ungrouped, visible now). The headers
 # `{"topic", "eventId"}` are built here.
-INSERT_FANOUT: Final = """
+INSERT_FANOUT: Final = f"""
 INSERT INTO ripple_queue_messages (queue, body, headers, deduplication_id)
 SELECT m.queue, m.body::jsonb,
        jsonb_strip_nulls(jsonb_build_object('topic', m.topic, 'eventId', m.event,
@@ -57,18 +74,25 @@ SELECT m.queue, m.body::jsonb,
        m.dedup
 FROM jsonb_to_recordset($1::jsonb)
     AS m(queue text, body text, topic text, event text, dedup text, schema integer)
+{DEDUP_HELD.format(queue="m.queue")}
+WHERE h.held IS NULL
 ON CONFLICT (queue, deduplication_id) WHERE deduplication_id IS NOT NULL DO NOTHING
-"""
-# $1 queue, $2 dedup ids text[]: ids of existing messages with these deduplication ids
+"""  # noqa: S608
+# $1 queue, $2 dedup ids text[]: ids of existing messages (or dead letters) with these
+# deduplication ids
 SELECT_BY_DEDUP: Final = """
 SELECT id, deduplication_id FROM ripple_queue_messages
+WHERE queue = $1 AND deduplication_id = ANY($2::text[])
+UNION ALL
+SELECT message_id, deduplication_id FROM ripple_queue_dead_keys
 WHERE queue = $1 AND deduplication_id = ANY($2::text[])
 """
 
 # The end of a receive's CTEs, shared by CLAIM_MESSAGES and CLAIM_FAIR ($1 queue, $3 visibility
 # timeout, $4 default max receives): `claimed` delivers the rows of `picked` (receive_count + 1,
-# invisible for $3 s), except messages already received max_receives times, which become dead
-# letters instead.
+# invisible for $3 s), except messages already received max_receives times, which it marks
+# dying (`dead_at`) instead, for BURY to move to the dead letters right after: the receive
+# itself carries no DELETE and INSERT for the rare dying message.
 _RECEIVE_PICKED: Final = """), lim AS MATERIALIZED (
     SELECT coalesce((SELECT max_receives FROM ripple_queues WHERE name = $1), $4) AS n
 ), claimed AS (
@@ -175,6 +199,33 @@ SELECT c.id::text, c.body, NULLIF(c.headers, '{{}}'::jsonb) AS headers, c.group_
     c.receive_count, c.id::text || '.' || c.receive_count::text AS receipt, c.dead
 FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.rank, c.id
 """  # noqa: S608
+# $1 queue, $2 ids bigint[] (NULL: any), $3 limit: move messages the receive marked dying
+# (`dead_at` set, see _RECEIVE_PICKED) to the dead letters, in one statement; returns the ids
+# moved. A receive buries those it marked right after; listing or redriving a queue's dead
+# letters first buries any left marked (their receive's process died in between). Marked rows
+# are out of every claim (the claim indexes hold `dead_at IS NULL` only) and still hold their
+# deduplication id, so nothing sees a message twice or not at all.
+BURY: Final = """
+WITH chosen AS (
+    SELECT id FROM ripple_queue_messages
+    WHERE queue = $1 AND dead_at IS NOT NULL AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[]))
+    ORDER BY id LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), dying AS (
+DELETE FROM ripple_queue_messages m USING chosen c
+WHERE m.id = c.id
+RETURNING m.id, m.queue, m.body, m.headers, m.group_id, m.deduplication_id, m.receive_count,
+    m.created_at
+), keys AS (
+INSERT INTO ripple_queue_dead_keys (queue, deduplication_id, message_id, dead_at)
+SELECT queue, deduplication_id, id, now() FROM dying WHERE deduplication_id IS NOT NULL
+)
+INSERT INTO ripple_queue_dead_letters (id, queue, body, headers, group_id, deduplication_id,
+                                       receive_count, created_at, dead_at)
+SELECT id, queue, body, headers, group_id, deduplication_id, receive_count, created_at, now()
+FROM dying
+RETURNING id
+"""
 # $1 queue, $2 receipts ("{id}.{receive count}") joined by ",", checked by the caller: one
 # text, not a text[] (asyncpg checks every array element in Python). Deletes the messages
 # they match; returns the receipts that matched.
@@ -195,9 +246,14 @@ RETURNING id
 SELECT_RECEIVE_COUNTS: Final = """
 SELECT id, receive_count, dead_at IS NOT NULL AS dead FROM ripple_queue_messages
 WHERE queue = $1 AND id = ANY($2::bigint[])
+UNION ALL
+SELECT id, receive_count, true AS dead FROM ripple_queue_dead_letters
+WHERE queue = $1 AND id = ANY($2::bigint[])
 """
 # $1 queue
 PURGE: Final = "DELETE FROM ripple_queue_messages WHERE queue = $1"
+PURGE_DEAD: Final = "DELETE FROM ripple_queue_dead_letters WHERE queue = $1"
+PURGE_DEAD_KEYS: Final = "DELETE FROM ripple_queue_dead_keys WHERE queue = $1"
 #: Most index entries of one kind of message (ready, later, grouped, dead) a count reads; a
 #: count that reaches it is reported as a lower bound, so stats cost the same at any backlog.
 STATS_CAP: Final = 10_000
@@ -236,8 +292,10 @@ SELECT
     (SELECT count(*) FROM grouped WHERE NOT visible_now AND receive_count = 0)::int
         AS grouped_new,
     (SELECT count(*) FROM (
-        SELECT 1 FROM ripple_queue_messages WHERE queue = $1 AND dead_at IS NOT NULL
-        ORDER BY id LIMIT $2
+        (SELECT 1 FROM ripple_queue_dead_letters WHERE queue = $1 LIMIT $2)
+        UNION ALL
+        (SELECT 1 FROM ripple_queue_messages WHERE queue = $1 AND dead_at IS NOT NULL
+         ORDER BY id LIMIT $2)
     ) AS d)::int AS dead_letters,
     extract(epoch FROM now() - least(
         (SELECT min(created_at) FROM ready),
@@ -247,21 +305,31 @@ SELECT
 # $1 queue, $2 limit, $3 after id (0: from the start)
 SELECT_DEAD: Final = """
 SELECT id, body, headers, group_id, receive_count, dead_at, created_at
-FROM ripple_queue_messages
-WHERE queue = $1 AND dead_at IS NOT NULL AND id > $3
+FROM ripple_queue_dead_letters
+WHERE queue = $1 AND id > $3
 ORDER BY id LIMIT $2
 """
-# $1 queue, $2 ids bigint[] (NULL: all dead letters of the queue), $3 limit
+# $1 queue, $2 ids bigint[] (NULL: all dead letters of the queue), $3 limit: moves them back
+# into the queue under their own ids (so FIFO groups keep their order), fresh and visible now.
 REDRIVE: Final = """
 WITH chosen AS (
-    SELECT id FROM ripple_queue_messages
-    WHERE queue = $1 AND dead_at IS NOT NULL AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[]))
+    SELECT id, dead_at FROM ripple_queue_dead_letters
+    WHERE queue = $1 AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[]))
     ORDER BY id LIMIT $3
     FOR UPDATE SKIP LOCKED
+), moved AS (
+    DELETE FROM ripple_queue_dead_letters d USING chosen c
+    WHERE d.queue = $1 AND d.id = c.id AND d.dead_at = c.dead_at
+    RETURNING d.id, d.queue, d.body, d.headers, d.group_id, d.deduplication_id, d.created_at
+), keys AS (
+    DELETE FROM ripple_queue_dead_keys k USING moved
+    WHERE k.queue = moved.queue AND k.deduplication_id = moved.deduplication_id
 )
-UPDATE ripple_queue_messages m SET dead_at = NULL, receive_count = 0, visible_at = now()
-FROM chosen WHERE m.id = chosen.id
-RETURNING m.id
+INSERT INTO ripple_queue_messages (id, queue, body, headers, group_id, deduplication_id,
+                                   created_at)
+OVERRIDING SYSTEM VALUE
+SELECT id, queue, body, headers, group_id, deduplication_id, created_at FROM moved
+RETURNING id
 """
 # $1 queue, $2 max receives
 UPSERT_QUEUE: Final = """
@@ -411,6 +479,12 @@ async def claim_messages(
     return await conn.fetch(statement, queue, limit, visibility, max_receives)
 
 
+async def bury(conn: Connection, queue: str, ids: list[int] | None, limit: int) -> list[int]:
+    """Move messages marked dying (these `ids`, or any up to `limit`) to the dead letters
+    (BURY); the ids moved."""
+    return [row[0] for row in await conn.fetch(BURY, queue, ids, limit)]
+
+
 async def ack_receipts(conn: Connection, queue: str, receipts: str) -> set[str]:
     """Delete the messages these well-formed receipts (joined by ",") match; those that did."""
     return {row[0] for row in await conn.fetch(ACK_RECEIPTS, queue, receipts)}
@@ -432,8 +506,11 @@ async def receive_counts(
 
 
 async def purge(conn: Connection, queue: str) -> int:
-    status = await conn.execute(PURGE, queue)
-    return int(status.split()[-1])
+    """Delete the queue's messages and dead letters (in the caller's transaction); how many."""
+    live = await conn.execute(PURGE, queue)
+    dead = await conn.execute(PURGE_DEAD, queue)
+    await conn.execute(PURGE_DEAD_KEYS, queue)
+    return int(live.split()[-1]) + int(dead.split()[-1])
 
 
 async def stats(conn: Connection, queue: str, cap: int) -> QueueStats:

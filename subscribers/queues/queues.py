@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
 
+import asyncpg
+
 from ripple.platform.core import db, wake
 from ripple.platform.core.config import Settings
 from ripple.platform.core.ids import check_text
@@ -23,6 +25,7 @@ from ripple.platform.core.logs import get_logger
 from ripple.platform.core.wake import NullWaker, QueueReady, queue_channel
 from ripple.platform.errors import Conflict, InvalidInput, NotFound
 from ripple.platform.events.topics import encode_json, encode_json_items
+from ripple.platform.ops.partitions import Partitions
 from ripple.subscribers.queues import queue_store
 from ripple.subscribers.queues.queue_store import DeadLetter, QueueStats
 
@@ -158,6 +161,7 @@ class Queues:
         self._pool = pool
         self._waker = waker
         self._settings = settings
+        self._partitions = Partitions(pool, settings)
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -318,17 +322,32 @@ class Queues:
             ]
             if len(delivered) == len(claimed):
                 return delivered
-            for row in claimed:
-                if row[6]:
-                    log.warning(
-                        "queue_message_dead_lettered",
-                        queue=queue,
-                        message_id=row[0],
-                        receive_count=row[4],
-                    )
+            dying = {int(row[0]): row[4] for row in claimed if row[6]}
+            for message_id in await self._bury(queue, list(dying), len(dying)):
+                log.warning(
+                    "queue_message_dead_lettered",
+                    queue=queue,
+                    message_id=str(message_id),
+                    receive_count=dying[message_id],
+                )
             # Only dead letters this time: there may be more behind them.
             if delivered:
                 return delivered
+
+    async def _bury(self, queue: str, ids: list[int] | None, limit: int) -> list[int]:
+        """Move messages a receive marked dying (these `ids`, or any of the queue up to
+        `limit`) to the dead letters; the ids moved. Creates the partitions first if none
+        covers now (no sweeper or publish kept them ahead)."""
+        for covered in (False, True):
+            with db.map_errors():
+                async with self._pool.acquire() as conn:
+                    try:
+                        return await queue_store.bury(conn, queue, ids, limit)
+                    except asyncpg.CheckViolationError:
+                        if covered:
+                            raise
+            await self._partitions.ensure()
+        raise AssertionError("unreachable")
 
     # -- settling --------------------------------------------------------------------------
 
@@ -423,6 +442,8 @@ class Queues:
         validate_queue_name(queue)
         limit = max(1, min(int(limit), self._settings.max_page_size))
         start = int(after) if after is not None and after.isdigit() else 0
+        # Any left marked dying by a receive whose process died before it moved them.
+        await self._bury(queue, None, queue_store.STATS_CAP)
         with db.map_errors():
             async with self._pool.acquire() as conn:
                 return await queue_store.dead_letters(conn, queue, limit, start)
@@ -433,6 +454,7 @@ class Queues:
         """Move dead letters (these `ids`, or all up to `limit`) back to the queue, fresh."""
         validate_queue_name(queue)
         id_list = None if ids is None else [int(i) for i in ids if str(i).isdigit()]
+        await self._bury(queue, None, queue_store.STATS_CAP)
         async with db.transaction(self._pool) as conn:
             moved = await queue_store.redrive(conn, queue, id_list, max(1, int(limit)))
         if moved:

@@ -32,6 +32,8 @@ OWNERS: dict[str, str] = {
     "ripple_subscription_version": "platform/events/subscription_store.py",
     "ripple_queues": "subscribers/queues/queue_store.py",
     "ripple_queue_messages": "subscribers/queues/queue_store.py",
+    "ripple_queue_dead_letters": "subscribers/queues/queue_store.py",
+    "ripple_queue_dead_keys": "subscribers/queues/queue_store.py",
     "ripple_schedules": "platform/schedules/schedule_store.py",
     "ripple_webhook_deliveries": "subscribers/webhooks/delivery_store.py",
     "ripple_webhook_attempts": "subscribers/webhooks/delivery_store.py",
@@ -65,7 +67,7 @@ OWNERS: dict[str, str] = {
 ALLOWED: dict[str, set[str]] = {
     # Retention deletes the idempotency keys of the event partitions it dropped (the workflow
     # tables are swept by their owner through the RunRetention port).
-    "platform/ops/sweeper_store.py": {"ripple_event_keys"},
+    "platform/ops/sweeper_store.py": {"ripple_event_keys", "ripple_queue_dead_keys"},
     # Read-only aggregates for the Prometheus gauges (queue depth, failing endpoints; stranded
     # runs come through the RunStats port).
     "platform/ops/observability_store.py": {
@@ -79,6 +81,8 @@ ALLOWED: dict[str, set[str]] = {
     "platform/ui/store.py": {
         "ripple_queues",
         "ripple_queue_messages",
+        "ripple_queue_dead_letters",
+        "ripple_queue_dead_keys",
         "ripple_webhook_deliveries",
     },
     # Publish probes whether any wait listens on a topic in the event insert itself (one round

@@ -33,15 +33,24 @@ async def send(
     dead: bool = False,
 ) -> None:
     """A message created `age` seconds ago, visible since then unless `visible_in` says when."""
+    if dead:
+        await pool.execute(
+            "INSERT INTO ripple_queue_dead_letters (id, queue, body, receive_count, created_at) "
+            "VALUES (nextval(pg_get_serial_sequence('ripple_queue_messages', 'id')), $1, '{}', "
+            "$3, now() - make_interval(secs => $2))",
+            queue,
+            age,
+            receive_count,
+        )
+        return
     await pool.execute(
-        "INSERT INTO ripple_queue_messages (queue, body, created_at, visible_at, receive_count, "
-        "dead_at) VALUES ($1, '{}', now() - make_interval(secs => $2), "
-        "now() + make_interval(secs => $3), $4, CASE WHEN $5 THEN now() END)",
+        "INSERT INTO ripple_queue_messages (queue, body, created_at, visible_at, receive_count) "
+        "VALUES ($1, '{}', now() - make_interval(secs => $2), now() + make_interval(secs => $3), "
+        "$4)",
         queue,
         age,
         -age if visible_in is None else visible_in,
         receive_count,
-        dead,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,7 @@ from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Pool
 from ripple.platform.errors import InvalidInput
 from ripple.platform.events import event_store
+from tests.helpers import partitioned_since
 
 
 async def _publish(client: Client) -> dict[str, str]:
@@ -93,14 +95,26 @@ async def _seed_week(pool: Pool) -> None:
     await pool.execute("VACUUM ANALYZE ripple_events")
 
 
+async def _explain(
+    pool: Pool,
+    where: dict[str, Any] | None,
+    topic: str | None = None,
+    *,
+    since: datetime,
+    until: datetime,
+) -> str:
+    """The plan of the search statement list_events runs for these values."""
+    async with pool.acquire() as conn:
+        sql, args = await event_store.search_statement(
+            conn, since=since, until=until, topic=topic, where=where, after=None, limit=51
+        )
+        rows = await conn.fetch("EXPLAIN (COSTS OFF) " + sql, *args)
+    return "\n".join(r[0] for r in rows)
+
+
 async def _plan(pool: Pool, where: dict[str, object], topic: str | None = None) -> str:
     now = datetime.now(UTC)
-    args: list[object] = [now - timedelta(days=1), now, where, None, None, 51]
-    sql = event_store.SEARCH_EVENTS if topic is None else event_store.SEARCH_TOPIC_EVENTS
-    rows = await pool.fetch(
-        "EXPLAIN (COSTS OFF) " + sql, *args, *([topic] if topic is not None else [])
-    )
-    plan = "\n".join(r[0] for r in rows)
+    plan = await _explain(pool, where, topic, since=now - timedelta(days=1), until=now)
     # The table is partitioned by id: the partitions holding events are read through an index
     # (the empty ones created ahead cost nothing to scan whole).
     populated = [
@@ -146,6 +160,42 @@ async def test_list_events__a_rare_value_reads_the_payload_index(client: Client)
     found = await client.list_events(where={"order": "rare"}, since=since)
     assert {e.event_id for e in found.items} == ids
     assert len((await client.list_events(topic="t3", where={"order": "rare"})).items) == 2
+
+
+async def test_list_events__a_window_reads_only_the_partitions_it_spans(client: Client) -> None:
+    now = datetime.now(UTC)
+    async with client.pool.acquire() as conn:
+        await partitioned_since(conn, now - timedelta(days=10))
+    await client.pool.execute(
+        "INSERT INTO ripple_events (id, topic, payload, created_at) "
+        "SELECT ripple_uuid7(t), 't', jsonb_build_object('n', i), t "
+        "FROM generate_series(1, 240) AS i, LATERAL (SELECT now() - i * interval '1 hour') AS w(t)"
+    )
+    since, until = now - timedelta(days=5, hours=12), now - timedelta(days=4, hours=12)
+    spanned = {
+        r["name"]
+        for r in await client.pool.fetch(
+            "SELECT name FROM ripple_partitions WHERE parent = 'ripple_events' "
+            "AND upper > $1 AND lower < $2",
+            since - event_store.ID_TIME_MARGIN,
+            until + event_store.ID_TIME_MARGIN,
+        )
+    }
+    assert 1 <= len(spanned) <= 2
+
+    cases: list[tuple[dict[str, Any] | None, str | None]] = [
+        (None, None),
+        ({"n": 100}, None),
+        (None, "t"),
+    ]
+    for where, topic in cases:
+        plan = await _explain(client.pool, where, topic, since=since, until=until)
+        scanned = set(re.findall(r"\bon (ripple_events_\w+) ripple_events", plan))
+        assert scanned == spanned, plan
+
+    page = await client.list_events(since=since, until=until, limit=100)
+    assert len(page.items) == 24
+    assert all(since <= e.published_at < until for e in page.items)
 
 
 async def test_list_events__each_search_is_planned_for_its_values(settings: Settings) -> None:

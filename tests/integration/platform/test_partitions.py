@@ -235,6 +235,37 @@ async def test_partitions__lookups_by_id_prune_to_one_partition(pool: Pool) -> N
     assert attempts == {delivery_holder.replace("deliveries", "attempts")}
 
 
+async def primary_keys(pool: Pool, parent: str) -> dict[str, str]:
+    """The primary key of `parent` and of each of its partitions, by table."""
+    rows = await pool.fetch(
+        "SELECT c.conrelid::regclass::text AS t, pg_get_constraintdef(c.oid) AS key "
+        "FROM pg_constraint c WHERE c.contype = 'p' AND (c.conrelid = $1::regclass "
+        "OR c.conrelid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = $1::regclass))",
+        parent,
+    )
+    return {r["t"]: r["key"] for r in rows}
+
+
+async def test_partitions__webhook_attempts_have_a_primary_key_in_every_partition(
+    pool: Pool, settings: Settings
+) -> None:
+    await Partitions(pool, settings.model_copy(update={"partitions_ahead": 20})).ensure()
+
+    keys = await primary_keys(pool, "ripple_webhook_attempts")
+
+    tables = {"ripple_webhook_attempts", *await partitions_of(pool, "ripple_webhook_attempts")}
+    assert keys == dict.fromkeys(tables, "PRIMARY KEY (delivery_id, id)")
+    delivery = id_at(datetime.now(UTC), "keyed")
+    await insert_delivery(pool, delivery, status="delivered", attempts=1)
+    with pytest.raises(asyncpg.UniqueViolationError):
+        await pool.execute(
+            "INSERT INTO ripple_webhook_attempts (id, delivery_id, attempt, started_at, "
+            "latency_ms, outcome) SELECT id, delivery_id, 2, now(), 1, 'retry' "
+            "FROM ripple_webhook_attempts WHERE delivery_id = $1",
+            delivery,
+        )
+
+
 async def test_partitions__online_migration_of_a_seeded_database(
     pg_admin_url: str, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -253,7 +284,7 @@ async def test_partitions__online_migration_of_a_seeded_database(
                 await insert_event(pool, event_id, key=f"seed-{i}", claim_key=False)
             await insert_delivery(pool, seeded[0], status="delivered", attempts=2)
 
-            assert await apply_migrations(pool) == 3
+            assert await apply_migrations(pool) == len(load_migrations()) - len(before)
 
             assert await partitions_of(pool, "ripple_events") != []
             assert (
@@ -266,6 +297,9 @@ async def test_partitions__online_migration_of_a_seeded_database(
                 )
                 == 2
             )
+            assert (await primary_keys(pool, "ripple_webhook_attempts"))[
+                "ripple_webhook_attempts_legacy"
+            ] == "PRIMARY KEY (delivery_id, id)"
         finally:
             await pool.close()
         migrated = settings.model_copy(update={"database_url": url})

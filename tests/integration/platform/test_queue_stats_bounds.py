@@ -33,8 +33,8 @@ async def _fill(client: Client) -> None:
         BACKLOG // 10,
     )
     await client.pool.execute(
-        "INSERT INTO ripple_queue_messages (queue, body, dead_at) "
-        "SELECT 'deep', '{}'::jsonb, now() FROM generate_series(1, $1) AS i",
+        "INSERT INTO ripple_queue_dead_letters (id, queue, body, receive_count, created_at) "
+        "SELECT -i, 'deep', '{}'::jsonb, 10, now() FROM generate_series(1, $1) AS i",
         BACKLOG // 10,
     )
     await client.queues.send("small", {"n": 1})
