@@ -23,7 +23,7 @@ from ripple.workflows.runtime.worker import CLAIMER_SETTINGS
 
 BACKLOG = 100_000
 BATCH = 10
-ROUNDS = 300
+ROUNDS = 2000
 CLAIMS_PER_ROUND = 1
 
 _FILL_PLAIN = (

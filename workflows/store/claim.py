@@ -264,8 +264,9 @@ _CLAIM_RUNS: Final = _CANDIDATES + _FLOW_CONTROL + _TAKE.format(source="ok")
 # front's other keys, in the same statement. After the take, `_ADVANCE` settles the keys.
 # Cost: a descent per key served, whatever the backlog and the number of keys.
 #: Runs a key gets per turn at most: a claim of up to this many serves one key, and per-key
-# work (a descent, a key row written) is paid per turn, not per run.
-FAIR_QUANTUM: Final = 5
+# work (a descent, a key row locked and written) is paid per turn, not per run. It is the
+# worker's claim batch at concurrency 100, so a busy worker's claim serves one key.
+FAIR_QUANTUM: Final = 10
 _FAIR_RUN_FIELDS: Final = """r.ctid AS row_ref, r.run_id, r.workflow, r.status AS prev_status,
                r.lease_owner AS prev_owner,
                r.started_at IS NULL AS fresh, r.available_at, r.priority, r.concurrency_key,
@@ -304,6 +305,8 @@ _FAIR_CAND: Final = """), cand AS (
 _REFILLED: Final = """
         UNION ALL
         SELECT * FROM refill"""
+#: Placeholder in `_FAIR_SERVED` for the keys the front takes beyond one per turn.
+_SPARE_KEYS: Final = "/*spare keys*/"
 _FAIR_SERVED: Final = f"""), front AS (
     SELECT f.workflow, f.key, f.pass, f.weight, f.touched
     FROM unnest($8::text[]) AS n(workflow)
@@ -311,7 +314,7 @@ _FAIR_SERVED: Final = f"""), front AS (
         SELECT k FROM ripple_fair_keys k
         WHERE k.workflow = n.workflow AND k.active
         ORDER BY k.workflow, k.pass, k.key
-        LIMIT ($3 + {FAIR_QUANTUM - 1}) / {FAIR_QUANTUM} + 2
+        LIMIT ($3 + {FAIR_QUANTUM - 1}) / {FAIR_QUANTUM}{_SPARE_KEYS}
         FOR UPDATE OF k SKIP LOCKED
     )) AS f
 ), alloc AS (
@@ -337,7 +340,7 @@ _FAIR_SERVED: Final = f"""), front AS (
     )
 }
 """  # noqa: S608
-_FAIR_CANDIDATES: Final = f"""{_FAIR_SERVED}), spare AS (
+_FAIR_CANDIDATES: Final = f"""{_FAIR_SERVED.replace(_SPARE_KEYS, " + 2")}), spare AS (
     SELECT $3 - count(*) AS n FROM served
 ), refill AS (
     {
@@ -348,7 +351,7 @@ _FAIR_CANDIDATES: Final = f"""{_FAIR_SERVED}), spare AS (
 {_FAIR_CAND.format(refill=_REFILLED)}"""  # noqa: S608
 # The worker's claim per batch (`_CLAIM_FAIR_QUICK`): no refill; a short claim that left a front
 # key without runs is finished by `_CLAIM_FAIR_PLAIN`, which refills and settles.
-_FAIR_QUICK_CANDIDATES: Final = _FAIR_SERVED + _FAIR_CAND.format(refill="")
+_FAIR_QUICK_CANDIDATES: Final = _FAIR_SERVED.replace(_SPARE_KEYS, "") + _FAIR_CAND.format(refill="")
 
 _PLAIN_CAND: Final = """), cand AS (
     SELECT u.* FROM (SELECT * FROM due UNION SELECT * FROM urgent) AS u

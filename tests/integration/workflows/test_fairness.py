@@ -283,9 +283,10 @@ async def test_fair_claim__bounded_work_whatever_the_backlog(app: App, analyzed:
         assert "ripple_runs_fair" in plan, plan
         assert "Seq Scan on ripple_runs" not in plan, plan
         assert _buffers(plan) < 600, plan
-        # all passes were equal: each claim served two keys a turn of FAIR_QUANTUM runs
+        # all passes were equal: each claim of ten served its keys a turn of FAIR_QUANTUM runs
         passes = await app.pool.fetch("SELECT pass FROM ripple_fair_keys WHERE pass > 0")
-        assert [r["pass"] for r in passes] == [claim_sql.FAIR_QUANTUM] * 2 * served
+        turns = 10 // claim_sql.FAIR_QUANTUM
+        assert [r["pass"] for r in passes] == [claim_sql.FAIR_QUANTUM] * turns * served
 
 
 async def _fill_keys(app: App, prefix: str, keys: int, runs: int, due: bool) -> None:
