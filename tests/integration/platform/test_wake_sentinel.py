@@ -1,15 +1,20 @@
-"""The wake layer on a Redis that Sentinel manages: hints cross processes through the master
-Sentinel names, and after the master is killed and the replica promoted, they flow again
-through the new master."""
+"""The wake layer and the rate limits on a Redis that Sentinel manages: hints cross processes
+through the master Sentinel names, and after the master is killed and the replica promoted,
+they flow again through the new master; closing either releases every socket it opened."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+from datetime import timedelta
 
 import pytest
 
+from ripple.platform.access.rate_limits import RateLimiter
 from ripple.platform.core.config import load_settings
-from ripple.platform.core.wake import RedisEndpoint, RedisWaker, RunFinished
+from ripple.platform.core.limits import RateLimit
+from ripple.platform.core.wake import RedisConnector, RedisEndpoint, RedisWaker, RunFinished
 from ripple.platform.errors import ConfigError
 from tests.helpers import assert_eventually
 from tests.servers import RedisSentinelSet
@@ -22,6 +27,17 @@ def _endpoint(servers: RedisSentinelSet) -> RedisEndpoint:
         redis_sentinels=servers.addresses, redis_sentinel_master=servers.MASTER
     )
     return settings.redis_endpoint()
+
+
+def _sockets() -> set[str]:
+    """The sockets this process has open (as `socket:[inode]`)."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the directory's own descriptor is gone by now
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:"):
+                found.add(target)
+    return found
 
 
 async def test_wake_sentinel__hints_follow_a_master_failover(sentinels: RedisSentinelSet) -> None:
@@ -89,8 +105,6 @@ async def test_wake_sentinel__a_connection_to_another_server_is_stale(
     the waker compares its connection with the master Sentinel names."""
     from types import SimpleNamespace
 
-    from ripple.platform.core.wake import RedisConnector
-
     connector = RedisConnector(_endpoint(sentinels))
     try:
         on_master = SimpleNamespace(host="127.0.0.1", port=sentinels.master.port)
@@ -115,3 +129,56 @@ def test_wake_sentinel__settings_need_the_master_name() -> None:
     assert settings.redis_endpoint() == RedisEndpoint(
         sentinels=(("10.0.0.5", 26379), ("10.0.0.6", 26379)), master="m"
     )
+
+
+async def test_wake_sentinel__closing_the_connector_closes_its_sentinel_connections(
+    sentinels: RedisSentinelSet,
+) -> None:
+    """Master discoveries running at once, past a Sentinel that answers without the master:
+    every Sentinel stays in the rotation, and closing the connector closes every connection
+    it opened to them."""
+    sentinels.unmonitor_on_first()
+    before = _sockets()
+    connector = RedisConnector(_endpoint(sentinels))
+    clients = [connector.client() for _ in range(8)]
+    try:
+        assert all(await asyncio.gather(*(client.ping() for client in clients)))
+        asked = {id(sentinel) for sentinel in connector._manager().sentinels}
+    finally:
+        for client in clients:
+            await client.aclose()
+        await connector.close()
+    await assert_eventually(lambda: _sockets() <= before, timeout=5)
+    assert len(asked) == len(sentinels.sentinel_ports)
+
+
+async def test_rate_limits__closing_releases_every_socket(sentinels: RedisSentinelSet) -> None:
+    """A limiter's refills and its announcement discover the master at once; its close
+    releases every socket they opened, the Sentinels' included."""
+    sentinels.unmonitor_on_first()
+    before = _sockets()
+    limiter = RateLimiter(_endpoint(sentinels), prefix="rc:")
+    limit = RateLimit(10, per=timedelta(hours=1))
+    try:
+        decisions = await asyncio.gather(*(limiter.check(f"t{i}", limit) for i in range(8)))
+        assert all(decision.allowed for decision in decisions)
+    finally:
+        await limiter.close()
+    await assert_eventually(lambda: _sockets() <= before, timeout=5)
+
+
+async def test_wake_sentinel__closing_the_waker_releases_every_socket(
+    sentinels: RedisSentinelSet,
+) -> None:
+    """The subscriber and the publisher discover the master at once; the waker's close
+    releases every socket they opened, the Sentinels' included."""
+    sentinels.unmonitor_on_first()
+    before = _sockets()
+    waker = RedisWaker(_endpoint(sentinels), prefix="c:", poll_interval=30)
+    await waker.start()
+    try:
+        waker.notify(RunFinished(run_id="z"))  # the publisher connects while the subscriber does
+        await asyncio.wait_for(waker.connected.wait(), 10)
+    finally:
+        await waker.close()
+    await assert_eventually(lambda: _sockets() <= before, timeout=5)
