@@ -182,3 +182,17 @@ async def test_wake_sentinel__closing_the_waker_releases_every_socket(
     finally:
         await waker.close()
     await assert_eventually(lambda: _sockets() <= before, timeout=5)
+
+
+async def test_rate_limits__closing_during_a_refill_releases_every_socket(
+    sentinels: RedisSentinelSet,
+) -> None:
+    """A request whose refill is still discovering the master when the limiter closes: the
+    refill does not reconnect behind the close."""
+    before = _sockets()
+    limiter = RateLimiter(_endpoint(sentinels), prefix="rd:")
+    request = asyncio.create_task(limiter.check("t", RateLimit(10, per=timedelta(hours=1))))
+    await asyncio.sleep(0)  # the request starts its refill
+    await limiter.close()
+    assert (await request).allowed
+    await assert_eventually(lambda: _sockets() <= before, timeout=5)
