@@ -131,6 +131,42 @@ def test_wake_sentinel__settings_need_the_master_name() -> None:
     )
 
 
+async def test_rate_limits__share_the_bucket_through_sentinels_master(
+    sentinels: RedisSentinelSet,
+) -> None:
+    """The API's token rate limits find Redis as the wake layer does: on a Sentinel-managed
+    Redis, two processes' limiters share one bucket on the master, and again after a failover."""
+    endpoint = _endpoint(sentinels)
+    limiters = [RateLimiter(endpoint, prefix="rl:") for _ in range(2)]
+    limit = RateLimit(6, per=timedelta(hours=1))
+    try:
+        allowed = 0
+        for _ in range(6):
+            for limiter in limiters:
+                allowed += (await limiter.check("tok", limit)).allowed
+        assert allowed == 6  # 12 requests, one shared bucket of 6
+        assert not (await limiters[0].check("tok", limit)).allowed
+
+        sentinels.kill_master()
+        await asyncio.to_thread(sentinels.wait_failover)
+
+        attempts = iter(range(1000))
+
+        async def shared_again() -> bool:
+            # While a limiter cannot reach the master it decides locally (each allows a bucket
+            # of its own); once both reach the new master, a new token's bucket is shared.
+            token = f"fresh-{next(attempts)}"
+            one = RateLimit(1, per=timedelta(hours=1))
+            first = await limiters[0].check(token, one)
+            second = await limiters[1].check(token, one)
+            return first.allowed and not second.allowed
+
+        await assert_eventually(shared_again, timeout=30, interval=0.2)
+    finally:
+        for limiter in limiters:
+            await limiter.close()
+
+
 async def test_wake_sentinel__closing_the_connector_closes_its_sentinel_connections(
     sentinels: RedisSentinelSet,
 ) -> None:
