@@ -340,8 +340,8 @@ def redis_process() -> Iterator[RedisProcess]:
 def sentinels() -> Iterator[RedisSentinelSet]:
     """A Redis master, its replica and three Sentinels of this test's own."""
     servers = RedisSentinelSet()
-    servers.start()
     try:
+        servers.start()  # a start that fails still stops what it started
         yield servers
     finally:
         servers.stop()

@@ -180,6 +180,12 @@ class RedisSentinelSet:
     def kill_master(self) -> None:
         self.master.kill()
 
+    def unmonitor_on_first(self) -> None:
+        """The first Sentinel stops monitoring the master: it still answers, without the
+        master, so a client asks the next one (its connection to the first stays open)."""
+        with redis.Redis(port=self.sentinel_ports[0]) as admin:
+            admin.execute_command("SENTINEL", "REMOVE", self.MASTER)
+
     def wait_failover(self, timeout: float = 30.0) -> None:
         _wait(lambda: self.named_master() == self.replica.port, "sentinel failover", timeout)
 

@@ -209,7 +209,10 @@ class RateLimiter:
         return self._processes
 
     async def close(self) -> None:
-        """Stop announcing and close the Redis connection."""
+        """Let the refills in flight finish (each within `_REDIS_TIMEOUT`), stop announcing and
+        close the Redis connections: a refill left running would reconnect after the close."""
+        while self._refills:
+            await asyncio.wait(list(self._refills.values()))
         if self._announcing is not None:
             self._announcing.cancel()
             with contextlib.suppress(BaseException):

@@ -355,23 +355,27 @@ class RedisEndpoint:
 
 class RedisConnector:
     """Makes Redis clients and pools for a `RedisEndpoint` (the waker's, the rate limiter's);
-    owns the Sentinel manager's connections (closed by `close()`)."""
+    owns the Sentinel manager's connections (closed by `close()`). The clients and pools it
+    makes are their callers' to close."""
 
     def __init__(self, endpoint: RedisEndpoint) -> None:
         self.endpoint = endpoint
         self._sentinel: Any = None
+        #: The manager's client per Sentinel, as made: its list is reordered by discoveries.
+        self._sentinel_clients: list[aioredis.Redis] = []
         self._checked = 0.0
         self._master: tuple[str, int] | None = None
 
     def _manager(self) -> Any:
-        from redis.asyncio.sentinel import Sentinel
-
         if self._sentinel is None:
-            self._sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            from ripple.platform.core.redis_sentinel import SerialSentinel
+
+            self._sentinel = SerialSentinel(
                 list(self.endpoint.sentinels),
                 sentinel_kwargs={"socket_connect_timeout": 1.0, "socket_timeout": 1.0},
                 **REDIS_CONNECTION_OPTIONS,
             )
+            self._sentinel_clients = list(self._sentinel.sentinels)
         return self._sentinel
 
     def client(self, **options: Any) -> aioredis.Redis:
@@ -420,11 +424,11 @@ class RedisConnector:
         return self._master is not None and connected != self._master
 
     async def close(self) -> None:
-        if self._sentinel is not None:
-            for client in self._sentinel.sentinels:
-                with contextlib.suppress(Exception):
-                    await client.aclose()
-            self._sentinel = None
+        """Close the connections to the Sentinels."""
+        clients, self._sentinel_clients, self._sentinel = self._sentinel_clients, [], None
+        for client in clients:
+            with contextlib.suppress(Exception):
+                await client.aclose()
 
 
 class RedisWaker(NullWaker):
