@@ -136,27 +136,33 @@ class RedisSentinelSet:
         """`RIPPLE_REDIS_SENTINELS`: the Sentinels as host:port, comma-separated."""
         return ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
 
+    def _launch(self, port: int) -> subprocess.Popen[bytes]:
+        conf = Path(self._dir.name) / f"sentinel-{port}.conf"
+        conf.write_text(
+            f"port {port}\nbind 127.0.0.1\ndir {self._dir.name}\n"
+            f"sentinel monitor {self.MASTER} 127.0.0.1 {self.master.port} 2\n"
+            f"sentinel down-after-milliseconds {self.MASTER} {self.down_after_ms}\n"
+            f"sentinel failover-timeout {self.MASTER} 5000\n"
+            f"sentinel parallel-syncs {self.MASTER} 1\n"
+        )
+        return subprocess.Popen(
+            [redis_binary(), str(conf), "--sentinel"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
     def start(self) -> None:
         self.master.start()
         self.replica.start()
-        for port in self.sentinel_ports:
-            conf = Path(self._dir.name) / f"sentinel-{port}.conf"
-            conf.write_text(
-                f"port {port}\nbind 127.0.0.1\ndir {self._dir.name}\n"
-                f"sentinel monitor {self.MASTER} 127.0.0.1 {self.master.port} 2\n"
-                f"sentinel down-after-milliseconds {self.MASTER} {self.down_after_ms}\n"
-                f"sentinel failover-timeout {self.MASTER} 5000\n"
-                f"sentinel parallel-syncs {self.MASTER} 1\n"
-            )
-            self._sentinels.append(
-                subprocess.Popen(
-                    [redis_binary(), str(conf), "--sentinel"],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
+        self._sentinels = [self._launch(port) for port in self.sentinel_ports]
 
         def watching() -> bool:
+            # A Sentinel that exited lost its port to another process between free_port()
+            # and its bind (the suite's client sockets take ephemeral ports too): move it.
+            for i, proc in enumerate(self._sentinels):
+                if proc.poll() is not None:
+                    self.sentinel_ports[i] = free_port()
+                    self._sentinels[i] = self._launch(self.sentinel_ports[i])
             # Every Sentinel knows the master, the replica and the other two Sentinels.
             for port in self.sentinel_ports:
                 with redis.Redis(port=port, socket_connect_timeout=0.2) as client:
