@@ -350,6 +350,7 @@ class Client:
         # The dispatcher loads aiohttp: only processes that run it import it.
         from ripple.platform.ops.sweeper import Sweeper
         from ripple.platform.schedules.schedules import Scheduler
+        from ripple.subscribers.queues import queue_store
         from ripple.subscribers.webhooks.dispatcher import WebhookDispatcher
 
         writers = self.pool if self._background_pool is None else self._background_pool
@@ -358,7 +359,13 @@ class Client:
             services.append(WebhookDispatcher(writers, self.waker, self.settings))
         if sweeper:
             services.append(
-                Sweeper(writers, self.settings, runs=self.workflows.upkeep, audit=self.audit)
+                Sweeper(
+                    writers,
+                    self.settings,
+                    runs=self.workflows.upkeep,
+                    audit=self.audit,
+                    dead_letters=queue_store.DeadLetterUpkeep(),
+                )
             )
         services.append(Scheduler(self.schedules, self.settings, self._prepare_worker))
         return services

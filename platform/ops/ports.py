@@ -23,6 +23,16 @@ class AuditRetention(Protocol):
         ...
 
 
+class DeadLetterUpkeep(Protocol):
+    """Finishes what a receiver that died left half done: a receive marks a message dying and
+    its next statement moves it to the dead letters (the queue domain's side)."""
+
+    async def bury_stragglers(self, conn: Connection, *, older_than: float, batch: int) -> int:
+        """Move one batch (at most `batch`) of messages marked dying over `older_than`
+        seconds ago to the dead letters; how many."""
+        ...
+
+
 class RunRetention(Protocol):
     """Deletes what retention allows of the workflow tables, one bounded batch per call."""
 

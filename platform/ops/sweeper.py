@@ -12,7 +12,8 @@ What goes, each sweep (settings in parentheses):
   idempotency keys of the events dropped become reusable; signal idempotency keys older than
   that retention;
 - the time partitions of queue dead letters that died over `dead_letter_retention_days` ago,
-  dropped the same way;
+  dropped the same way; before that, messages a receiver marked dying but died before moving
+  (through the `DeadLetterUpkeep` port) are moved to the dead letters;
 - and before that, the partitions of the next `partitions_ahead` intervals are created.
 
 Each sweep also folds the run count changes the run triggers appended into the dashboard's run
@@ -41,13 +42,16 @@ from ripple.platform.core.logs import get_logger
 from ripple.platform.errors import ConfigError
 from ripple.platform.ops import metrics
 from ripple.platform.ops.partitions import Partitions
-from ripple.platform.ops.ports import AuditRetention, RunRetention
+from ripple.platform.ops.ports import AuditRetention, DeadLetterUpkeep, RunRetention
 
 __all__ = ["KINDS", "Sweeper"]
 
 log = get_logger("ripple.sweeper")
 
 _DAY = 86_400.0
+#: Seconds a message stays marked dying before the sweeper moves it: a live receiver moves it
+#: with its next statement.
+STRAGGLER_AGE = 60.0
 #: Journal rows a runs batch may delete per run on average (a batch of long runs is cut short).
 _JOURNAL_ROWS_PER_RUN = 20
 
@@ -76,6 +80,8 @@ class Sweeper:
         runs: the workflow store's retention (runs, their journals, waits, signals and signal
             keys); None sweeps events and webhook deliveries only.
         audit: the audit trail's retention; None keeps audit entries.
+        dead_letters: the queues' dead-letter upkeep; None leaves messages marked dying to
+            the next listing or redrive of their queue's dead letters.
         settings: retention (`default_run_retention_days`, `max_run_retention_days`,
             `event_retention_days`, `audit_retention_days`), the period of
             `run()` (`sweep_interval`), the batch size (`sweep_batch_size`) and the
@@ -91,11 +97,13 @@ class Sweeper:
         *,
         runs: RunRetention | None = None,
         audit: AuditRetention | None = None,
+        dead_letters: DeadLetterUpkeep | None = None,
     ) -> None:
         self._pool = pool
         self._settings = settings
         self._runs = runs
         self._audit = audit
+        self._dead_letters = dead_letters
         self._stopping = asyncio.Event()
         self.partitions = Partitions(pool, settings)
 
@@ -144,6 +152,8 @@ class Sweeper:
             steps = [runs, run_counts, signal_keys]
         if audit_retention is not None:
             steps.append(audit)
+        if self._dead_letters is not None:
+            steps.append(self._bury_stragglers)
         for step in steps:
             await self._drain(step, totals)
         await self.partitions.ensure()
@@ -155,6 +165,17 @@ class Sweeper:
         if any(totals.values()):
             log.info("sweep_finished", **totals)
         return totals
+
+    async def _bury_stragglers(self, conn: Connection) -> tuple[dict[str, int], bool]:
+        """One batch of messages left marked dying by receivers that died."""
+        assert self._dead_letters is not None
+        batch = self._settings.sweep_batch_size
+        moved = await self._dead_letters.bury_stragglers(
+            conn, older_than=STRAGGLER_AGE, batch=batch
+        )
+        if moved:
+            log.warning("queue_dead_letters_moved_for_a_dead_receiver", messages=moved)
+        return {}, moved >= batch
 
     async def _drain(self, step: _Batch, totals: dict[str, int]) -> None:
         """Run `step`, each batch in its own transaction, until it reports nothing more left."""

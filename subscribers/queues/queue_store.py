@@ -205,11 +205,10 @@ FROM claimed c JOIN picked p ON p.id = c.id ORDER BY p.rank, c.id
 # letters first buries any left marked (their receive's process died in between). Marked rows
 # are out of every claim (the claim indexes hold `dead_at IS NULL` only) and still hold their
 # deduplication id, so nothing sees a message twice or not at all.
-BURY: Final = """
+_BURY: Final = """
 WITH chosen AS (
     SELECT id FROM ripple_queue_messages
-    WHERE queue = $1 AND dead_at IS NOT NULL AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[]))
-    ORDER BY id LIMIT $3
+    WHERE {which}
     FOR UPDATE SKIP LOCKED
 ), dying AS (
 DELETE FROM ripple_queue_messages m USING chosen c
@@ -226,6 +225,17 @@ SELECT id, queue, body, headers, group_id, deduplication_id, receive_count, crea
 FROM dying
 RETURNING id
 """
+BURY: Final = _BURY.format(
+    which="""queue = $1 AND dead_at IS NOT NULL
+          AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[]))
+    ORDER BY id LIMIT $3"""
+)
+# $1 seconds, $2 batch: messages of any queue marked dying longer ago than that, which a
+# receiver that died between its two statements left behind.
+BURY_STRAGGLERS: Final = _BURY.format(
+    which="""dead_at IS NOT NULL AND dead_at < now() - make_interval(secs => $1)
+    ORDER BY id LIMIT $2"""
+)
 # $1 queue, $2 receipts ("{id}.{receive count}") joined by ",", checked by the caller: one
 # text, not a text[] (asyncpg checks every array element in Python). Deletes the messages
 # they match; returns the receipts that matched.
@@ -483,6 +493,15 @@ async def bury(conn: Connection, queue: str, ids: list[int] | None, limit: int) 
     """Move messages marked dying (these `ids`, or any up to `limit`) to the dead letters
     (BURY); the ids moved."""
     return [row[0] for row in await conn.fetch(BURY, queue, ids, limit)]
+
+
+class DeadLetterUpkeep:
+    """The queue side of the sweeper (`ripple.platform.ops.ports.DeadLetterUpkeep`)."""
+
+    async def bury_stragglers(self, conn: Connection, *, older_than: float, batch: int) -> int:
+        """Move one batch of messages marked dying over `older_than` seconds ago, of any
+        queue, to the dead letters; how many."""
+        return len(await conn.fetch(BURY_STRAGGLERS, older_than, batch))
 
 
 async def ack_receipts(conn: Connection, queue: str, receipts: str) -> set[str]:

@@ -178,6 +178,33 @@ async def test_dead_letters__a_message_left_marked_dying_is_moved_when_listed(
     assert await pool.fetchval("SELECT count(*) FROM ripple_queue_messages") == 0
 
 
+async def test_dead_letters__the_sweeper_moves_one_a_dead_receiver_left_marked(
+    queues: Queues, pool: Pool, settings: Settings
+) -> None:
+    await queues.set_max_receives("q", 1)
+    old, fresh = [await queues.send("q", {"n": n}) for n in range(2)]
+    await queues.receive("q", visibility_timeout=60, max_messages=2)
+    await expire(pool, "q")
+    # Both are marked dying by a receive whose process dies before moving them; one of them
+    # a while ago.
+    async with pool.acquire() as conn:
+        assert len(await queue_store.claim_messages(conn, "q", 10, 60.0, 10)) == 2
+    await pool.execute(
+        "UPDATE ripple_queue_messages SET dead_at = now() - interval '5 minutes' WHERE id = $1",
+        int(old),
+    )
+    sweeper = Sweeper(pool, settings, dead_letters=queue_store.DeadLetterUpkeep())
+
+    await sweeper.sweep_once()
+
+    assert await holder(pool, "q", old) is not None
+    # the other one may still be in its receiver's hands: left for its next statement
+    assert await holder(pool, "q", fresh) is None
+    assert await pool.fetchval(
+        "SELECT array_agg(id) FROM ripple_queue_messages WHERE dead_at IS NOT NULL"
+    ) == [int(fresh)]
+
+
 async def test_dead_letters__retired_by_partition_drop_after_their_own_retention(
     queues: Queues, pool: Pool, settings: Settings
 ) -> None:
