@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import traceback
 from typing import Any
 
 import httpx
@@ -112,12 +114,16 @@ async def test_api__fastapi_looks_up_no_metric_or_log_provider_per_request(
 ) -> None:
     # FastAPI's OpenTelemetry metrics and logs are off: with them on, every request looked up
     # the global meter and logger providers (environment variables included).
+    # Only this thread's lookups count (the patch is process-wide; another test's leftover
+    # thread is not this request), each with where it came from, for the failure message.
     lookups: list[str] = []
+    here = threading.get_ident()
     for module, name in ((metrics, "get_meter_provider"), (_logs, "get_logger_provider")):
         original = getattr(module, name)
 
         def counted(*args: Any, _name: str = name, _original: Any = original) -> Any:
-            lookups.append(_name)
+            if threading.get_ident() == here:
+                lookups.append(f"{_name} from {''.join(traceback.format_stack(limit=8))}")
             return _original(*args)
 
         monkeypatch.setattr(module, name, counted)
