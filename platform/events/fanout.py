@@ -39,6 +39,9 @@ class PublishedEvent:
     payload_json: str | None = None
     #: The topic schema version the payload was validated against (None: no schema).
     schema_version: int | None = None
+    #: Written by this very transaction (a publish, not a backfill or replay): no delivery
+    #: of it can exist yet, so a kind may skip probing for one.
+    fresh: bool = False
 
     def payload_text(self) -> str:
         """The payload as compact JSON text (encoded once by publish; else encoded here)."""

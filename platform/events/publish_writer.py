@@ -116,6 +116,7 @@ async def write_events(
             i.trace,
             payload_json=i.payload_json,
             schema_version=i.schema_version,
+            fresh=True,
         )
         for i in new
     }

@@ -57,7 +57,14 @@ class QueueKind:
                 dedups.append(dedup if event.replay_id is None else f"{dedup}:{event.replay_id}")
         if queues:
             await queue_store.insert_fanout(
-                conn, queues, bodies, topics, event_ids, dedups, schemas
+                conn,
+                queues,
+                bodies,
+                topics,
+                event_ids,
+                dedups,
+                schemas,
+                fresh=all(event.fresh for event, _ in items),
             )
         # A repeat (same event and subscription) is deduplicated; it still counts as delivered.
         return [len(subscriptions) for _, subscriptions in items]

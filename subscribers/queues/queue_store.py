@@ -66,7 +66,7 @@ RETURNING id::text
 # $1 the messages, a JSON array of {queue, body (JSON text), topic, event, dedup}: fan-out of
 # many events to many queues in one statement (ungrouped, visible now). The headers
 # `{"topic", "eventId"}` are built here.
-INSERT_FANOUT: Final = f"""
+_INSERT_FANOUT: Final = """
 INSERT INTO ripple_queue_messages (queue, body, headers, deduplication_id)
 SELECT m.queue, m.body::jsonb,
        jsonb_strip_nulls(jsonb_build_object('topic', m.topic, 'eventId', m.event,
@@ -74,10 +74,15 @@ SELECT m.queue, m.body::jsonb,
        m.dedup
 FROM jsonb_to_recordset($1::jsonb)
     AS m(queue text, body text, topic text, event text, dedup text, schema integer)
-{DEDUP_HELD.format(queue="m.queue")}
-WHERE h.held IS NULL
+{held}
 ON CONFLICT (queue, deduplication_id) WHERE deduplication_id IS NOT NULL DO NOTHING
-"""  # noqa: S608
+"""
+INSERT_FANOUT: Final = _INSERT_FANOUT.format(
+    held=DEDUP_HELD.format(queue="m.queue") + "\nWHERE h.held IS NULL"
+)
+# The fan-out of events this very publish wrote: their deduplication ids are new, so neither
+# a live message nor a dead letter can hold one, and the probes are skipped.
+INSERT_FANOUT_FRESH: Final = _INSERT_FANOUT.format(held="")
 # $1 queue, $2 dedup ids text[]: ids of existing messages (or dead letters) with these
 # deduplication ids
 SELECT_BY_DEDUP: Final = """
@@ -451,11 +456,14 @@ async def insert_fanout(
     event_ids: list[str],
     dedup_ids: list[str],
     schema_versions: list[int | None] | None = None,
+    *,
+    fresh: bool = False,
 ) -> int:
     """Insert fan-out messages across queues; how many were new. `bodies` are JSON text
     (publish encoded each payload once; it is not decoded and encoded again here); each
     message's headers are its event's `topic` and `eventId`, and `schemaVersion` when the
-    event was validated against a topic schema."""
+    event was validated against a topic schema. `fresh`: every event was written by this
+    transaction, so no message or dead letter can hold its deduplication ids yet."""
     # One JSON document, not five parallel arrays (asyncpg type-checks every array element).
     schemas = schema_versions if schema_versions is not None else [None] * len(queues)
     doc = [
@@ -464,7 +472,7 @@ async def insert_fanout(
             queues, bodies, topics, event_ids, dedup_ids, schemas, strict=True
         )
     ]
-    status = await conn.execute(INSERT_FANOUT, doc)
+    status = await conn.execute(INSERT_FANOUT_FRESH if fresh else INSERT_FANOUT, doc)
     return int(status.rsplit(" ", 1)[-1])
 
 

@@ -16,8 +16,10 @@ from ripple.platform.core.config import Settings
 from ripple.platform.core.db import Pool
 from ripple.platform.core.migrate import apply_migrations, load_migrations
 from ripple.platform.core.wake import NullWaker
+from ripple.platform.events.fanout import PublishedEvent, SubscriptionRow
 from ripple.platform.ops.sweeper import Sweeper
 from ripple.subscribers.queues import queue_store
+from ripple.subscribers.queues.queue import QueueKind
 from ripple.subscribers.queues.queues import MessageGone, OutgoingMessage, Queues
 from tests.conftest import with_database
 from tests.helpers import assert_eventually, partitioned_since
@@ -121,6 +123,28 @@ async def test_dead_letters__deduplication_holds_while_a_message_is_dead(
     assert await queues.send("q", {"n": 4}, deduplication_id="k") == dead
     await queues.purge("q")
     assert await queues.send("q", {"n": 5}, deduplication_id="k") != dead
+
+
+async def test_dead_letters__a_backfill_does_not_enqueue_an_event_whose_message_is_dead(
+    queues: Queues, pool: Pool
+) -> None:
+    # A backfill's or replay's fan-out delivers events that may have been delivered before: it
+    # probes the dead letters' keys (a publish's fan-out of the events it just wrote does not).
+    kind = QueueKind(NullWaker(1.0))
+    sub = SubscriptionRow("sub-1", "t.#", "queue", {"type": "queue", "queue": "q"})
+    event = PublishedEvent(str(uuid.uuid4()), "t.x", {"n": 1}, datetime.now(UTC))
+    async with pool.acquire() as conn:
+        await kind.fan_out(conn, [(event, [sub])])
+    await queues.set_max_receives("q", 1)
+    assert len(await queues.receive("q", visibility_timeout=60)) == 1
+    await expire(pool, "q")
+    assert await queues.receive("q") == []
+    assert len(await queues.dead_letters("q")) == 1
+
+    async with pool.acquire() as conn:
+        await kind.fan_out(conn, [(event, [sub])])
+
+    assert await pool.fetchval("SELECT count(*) FROM ripple_queue_messages") == 0
 
 
 async def test_dead_letters__a_send_racing_the_move_sees_the_message_once(
