@@ -15,7 +15,6 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import httpx
@@ -29,18 +28,12 @@ if TYPE_CHECKING:
 from ripple.platform.core.db import Pool, create_pool
 from ripple.platform.core.embedded import EmbeddedServices, start_embedded
 from ripple.platform.core.migrate import apply_migrations
-from tests.helpers import rest_client
+from tests.helpers import rest_client, with_database
 from tests.pgproxy import PgProxy
 from tests.servers import PostgresCluster, RedisProcess, RedisSentinelSet
 
 PG_URL = os.environ.get("RIPPLE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("RIPPLE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-
-
-def with_database(url: str, name: str) -> str:
-    """`url` pointing at database `name` (keeps host, user and query such as a socket dir)."""
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
 
 
 async def _reachable_pg(url: str) -> bool:

@@ -4,19 +4,45 @@ partitioned tables out as an installation partitioned since some day."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import re
 import time
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar, overload
+from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import httpx
 
 if TYPE_CHECKING:
     from ripple.platform.client import Client
 
 T = TypeVar("T")
+
+
+def with_database(url: str, name: str) -> str:
+    """`url` pointing at database `name` (keeps host, user and query such as a socket dir)."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
+@contextlib.asynccontextmanager
+async def throwaway_database(admin_url: str, prefix: str) -> AsyncIterator[str]:
+    """An empty database of its own on `admin_url`'s server (its URL), dropped on exit: for a
+    test that migrates step by step, which a test database (already migrated) cannot do."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(admin_url)
+    try:
+        await admin.execute(f"CREATE DATABASE {name}")
+        try:
+            yield with_database(admin_url, name)
+        finally:
+            await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    finally:
+        await admin.close()
 
 
 @overload

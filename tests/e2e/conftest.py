@@ -25,7 +25,8 @@ from typing import IO
 import httpx
 import pytest
 
-from tests.conftest import DatabaseDropper, _admin, with_database
+from tests.conftest import DatabaseDropper, _admin
+from tests.helpers import with_database
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RIPPLE = str(Path(sys.executable).parent / "ripple")

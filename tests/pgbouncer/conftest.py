@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from ripple.platform.core.config import Settings, load_settings
-from tests.conftest import DatabaseDropper, _admin, with_database
+from tests.conftest import DatabaseDropper, _admin
 from tests.e2e.conftest import (  # noqa: F401  (fixtures used by the imported e2e tests)
     api_server,
     module_database_url,
@@ -26,6 +26,7 @@ from tests.e2e.conftest import (  # noqa: F401  (fixtures used by the imported e
     ripple_environment,
     worker_process,
 )
+from tests.helpers import with_database
 from tests.integration.subscribers.conftest import hook_settings, hooks  # noqa: F401
 from tests.integration.workflows.conftest import app  # noqa: F401
 from tests.servers import PgBouncer

@@ -14,7 +14,8 @@ from ripple.platform.client import Client
 from ripple.platform.core.config import Settings
 from ripple.platform.core.db import DedicatedConnection
 from ripple.platform.errors import ConfigError
-from tests.conftest import DatabaseDropper, _admin, with_database
+from tests.conftest import DatabaseDropper, _admin
+from tests.helpers import with_database
 from tests.pgbouncer.conftest import server_address, through
 from tests.servers import PgBouncer
 

@@ -20,7 +20,8 @@ from ripple.platform.core.migrate import (
     pending_migrations,
 )
 from ripple.platform.errors import ConfigError
-from tests.conftest import DatabaseDropper, _admin, with_database
+from tests.conftest import DatabaseDropper, _admin
+from tests.helpers import with_database
 
 
 @pytest.fixture

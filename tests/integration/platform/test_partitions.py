@@ -21,9 +21,8 @@ from ripple.platform.events import event_store
 from ripple.platform.ops.partitions import Partitions
 from ripple.platform.ops.sweeper import Sweeper
 from ripple.subscribers.webhooks import delivery_store
-from tests.conftest import with_database
 from tests.helpers import PARTITIONED as TABLES
-from tests.helpers import partitioned_since
+from tests.helpers import partitioned_since, throwaway_database
 
 DAY = 86_400.0
 
@@ -269,11 +268,7 @@ async def test_partitions__webhook_attempts_have_a_primary_key_in_every_partitio
 async def test_partitions__online_migration_of_a_seeded_database(
     pg_admin_url: str, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    name = f"ripple_partition_migration_{ids.new_id()[-12:]}"
-    admin = await asyncpg.connect(pg_admin_url)
-    await admin.execute(f"CREATE DATABASE {name}")
-    url = with_database(pg_admin_url, name)
-    try:
+    async with throwaway_database(pg_admin_url, "ripple_partition_migration") as url:
         pool = await asyncpg.create_pool(url, min_size=1, max_size=2)
         assert pool is not None
         try:
@@ -316,6 +311,3 @@ async def test_partitions__online_migration_of_a_seeded_database(
                     new.event_id,
                 )
             assert holder == f"ripple_events_p{later:%Y%m%d}t000000"
-    finally:
-        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        await admin.close()

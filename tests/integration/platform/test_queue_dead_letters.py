@@ -21,8 +21,7 @@ from ripple.platform.ops.sweeper import Sweeper
 from ripple.subscribers.queues import queue_store
 from ripple.subscribers.queues.queue import QueueKind
 from ripple.subscribers.queues.queues import MessageGone, OutgoingMessage, Queues
-from tests.conftest import with_database
-from tests.helpers import assert_eventually, partitioned_since
+from tests.helpers import assert_eventually, partitioned_since, throwaway_database
 
 
 @pytest.fixture
@@ -295,11 +294,7 @@ async def test_dead_letters__a_receive_without_a_partition_for_now_creates_it(
 async def test_dead_letters__the_migration_moves_existing_dead_letters(
     pg_admin_url: str, settings: Settings
 ) -> None:
-    name = f"ripple_dead_letter_migration_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(pg_admin_url)
-    await admin.execute(f"CREATE DATABASE {name}")
-    url = with_database(pg_admin_url, name)
-    try:
+    async with throwaway_database(pg_admin_url, "ripple_dead_letter_migration") as url:
         pool = await asyncpg.create_pool(url, min_size=1, max_size=2)
         assert pool is not None
         try:
@@ -319,6 +314,3 @@ async def test_dead_letters__the_migration_moves_existing_dead_letters(
             dead = await client.queues.dead_letters("q")
             assert [d.body for d in dead] == [{"n": 1}, {"n": 2}]
             assert await client.queues.send("q", {"n": 4}, deduplication_id="k") == dead[0].id
-    finally:
-        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        await admin.close()
