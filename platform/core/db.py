@@ -178,9 +178,10 @@ def _detect_dead_peer(conn: asyncpg.Connection[asyncpg.Record], within: float) -
 async def _connect_each(
     dsn: str, *, timeout: float = 60.0, dead_peer_after: float | None = None, **kwargs: Any
 ) -> asyncpg.Connection[asyncpg.Record]:
-    """`asyncpg.connect` to a multi-host `dsn`, one host at a time, each with its share of
-    `timeout`, the host that answered last time first; with `dead_peer_after`, the connection
-    is dropped by the kernel once its host stops answering that long (`dead_peer_options`).
+    """`asyncpg.connect` to a multi-host `dsn`, the host that answered last time first, the
+    next one tried beside it whenever a host has not answered within `STAGGER` seconds; with
+    `dead_peer_after`, the connection is dropped by the kernel once its host stops answering
+    that long (`dead_peer_options`).
 
     asyncpg spends the whole timeout on the first host that does not answer: a primary whose
     packets are dropped would keep every process from ever reaching the promoted standby.
@@ -198,7 +199,11 @@ async def _connect_each(
 async def _connect_host(
     dsn: str, *, timeout: float, **kwargs: Any
 ) -> asyncpg.Connection[asyncpg.Record]:
-    """The connection of `_connect_each`, before its socket options."""
+    """The connection of `_connect_each`, before its socket options.
+
+    Hosts are tried in turn, the one that answered last time first, each given `STAGGER`
+    seconds before the next is tried beside it: after a failover the last good host is the
+    old primary, and one that no longer answers costs that delay, not the timeout."""
     hosts = _hosts(dsn)
     if len(hosts) == 1:
         return await asyncpg.connect(dsn, timeout=timeout, **kwargs)
@@ -206,26 +211,57 @@ async def _connect_host(
     if last in hosts:
         hosts.remove(last)
         hosts.insert(0, last)
-    share = timeout / len(hosts)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    trying: dict[asyncio.Task[asyncpg.Connection[asyncpg.Record]], str] = {}
     error: BaseException | None = None
-    for host in hosts:
-        try:
-            conn: asyncpg.Connection[asyncpg.Record] = await asyncpg.connect(
-                host, timeout=share, **kwargs
+    try:
+        while hosts or trying:
+            if hosts:
+                host = hosts.pop(0)
+                left = max(deadline - loop.time(), 0.001)
+                trying[asyncio.ensure_future(asyncpg.connect(host, timeout=left, **kwargs))] = host
+            left = deadline - loop.time()
+            if left <= 0:
+                raise error or TimeoutError(f"no host of the database URL answered in {timeout} s")
+            done, _ = await asyncio.wait(
+                trying,
+                timeout=min(STAGGER, left) if hosts else left,
+                return_when=asyncio.FIRST_COMPLETED,
             )
-        except (
-            OSError,
-            TimeoutError,
-            asyncpg.PostgresError,
-            asyncpg.InterfaceError,
-            asyncpg.InternalClientError,
-        ) as exc:
-            error = exc  # down, unreachable, in recovery or not writable: the next host
-            continue
-        _last_good[dsn] = host
-        return conn
-    assert error is not None
-    raise error
+            for task in done:
+                host = trying.pop(task)
+                exc = task.exception()
+                if exc is None:
+                    _last_good[dsn] = host
+                    return task.result()
+                if not isinstance(exc, _HOST_ERRORS):
+                    raise exc
+                error = exc  # down, unreachable, in recovery or not writable: the next host
+        assert error is not None
+        raise error
+    finally:
+        for task in trying:
+            task.add_done_callback(_close_unused)
+            task.cancel()
+
+
+#: A host's connection attempt failing with one of these moves on to the next host.
+_HOST_ERRORS: Final = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
+#: Seconds a host of a multi-host URL has to answer before the next one is tried beside it.
+STAGGER: Final = 0.5
+
+
+def _close_unused(task: asyncio.Task[asyncpg.Connection[asyncpg.Record]]) -> None:
+    """A connection attempt no longer needed: close what it made, if it got that far."""
+    if not task.cancelled() and task.exception() is None:
+        task.result().terminate()
 
 
 def pooled(settings: Settings) -> bool:

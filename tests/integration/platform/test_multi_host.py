@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from ripple.platform.client import Client
 from ripple.platform.core.config import Settings, load_settings
-from ripple.platform.core.db import _hosts, create_pool
+from ripple.platform.core.db import _connect_each, _hosts, create_pool
 from tests.pgproxy import PgProxy
 from tests.servers import PostgresCluster
 
@@ -49,6 +49,33 @@ async def test_multi_host__a_black_holed_host_is_passed_over(
         assert time.monotonic() - started < timeout / 2
     finally:
         await pool.close()
+
+
+async def test_multi_host__the_last_good_host_going_dark_costs_a_stagger_not_the_timeout(
+    settings: Settings, proxy: PgProxy
+) -> None:
+    # After a failover the host that answered last is the dead primary, tried first.
+    assert settings.database_url is not None
+    url = _multi(proxy.port, settings.database_url)
+    first = await _connect_each(url, timeout=20.0)
+    assert await first.fetchval("SELECT 1") == 1  # through the proxy: now the last good host
+    await first.close()
+    proxy.stall()
+    timeout = 20.0
+    started = time.monotonic()
+    conn = await _connect_each(url, timeout=timeout)
+    try:
+        elapsed = time.monotonic() - started
+        assert (
+            await conn.fetchval("SELECT inet_server_port()") == urlsplit(settings.database_url).port
+        )
+        # Trying the hosts one at a time gave the dead one its share: half the timeout.
+        assert elapsed < timeout / 4, elapsed
+    finally:
+        await conn.close()
+    # The answering host is first now.
+    again = await _connect_each(url, timeout=timeout)
+    await again.close()
 
 
 async def test_multi_host__the_client_skips_a_standby(cluster: PostgresCluster) -> None:
