@@ -15,7 +15,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import pytest
@@ -113,13 +113,22 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True)
 
 
+def _unavailable(reason: str) -> NoReturn:
+    """Skip on a machine that cannot make the black hole (a laptop, an unprivileged
+    container); fail where the suite was told it can (RIPPLE_REQUIRE_NETNS)."""
+    if os.environ.get("RIPPLE_REQUIRE_NETNS"):
+        pytest.fail(f"RIPPLE_REQUIRE_NETNS is set but {reason}")
+    pytest.skip(reason)
+
+
 @pytest.fixture
 def netns() -> Iterator[tuple[str, str, str]]:
     """(namespace, this side's address, the veth on this side)."""
     if os.geteuid() != 0 or shutil.which("ip") is None:
         # Creating a network namespace and a veth pair is a root operation: as another user
-        # the socket options are still checked (the getsockopt tests), not their effect.
-        pytest.skip("a real black hole needs root and iproute2 (`ip`) to make a network namespace")
+        # the socket options are still checked (the getsockopt tests), not their effect. CI
+        # (RIPPLE_REQUIRE_NETNS=1, set by .ci/run) runs as root and must not skip.
+        _unavailable("a real black hole needs root and iproute2 (`ip`) to make a network namespace")
     tag = f"{os.getpid() % 100_000}{secrets.randbelow(100)}"
     name, here, there = f"rbh{tag}", f"rbh{tag}a", f"rbh{tag}b"
     subnet = f"10.213.{secrets.randbelow(250)}"
@@ -127,7 +136,7 @@ def netns() -> Iterator[tuple[str, str, str]]:
         _ip("netns", "add", name)
     except subprocess.CalledProcessError as exc:
         # A container without CAP_SYS_ADMIN refuses namespaces even to root.
-        pytest.skip(f"the kernel refused a network namespace: {exc.stderr.decode().strip()}")
+        _unavailable(f"the kernel refused a network namespace: {exc.stderr.decode().strip()}")
     try:
         _ip("link", "add", here, "type", "veth", "peer", "name", there, "netns", name)
         _ip("addr", "add", f"{subnet}.1/30", "dev", here)
