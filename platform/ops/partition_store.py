@@ -26,7 +26,6 @@ __all__ = [
     "id_span",
     "is_held",
     "lowest_bound",
-    "lowest_id",
 ]
 
 # $1 interval (seconds), $2 up to (timestamptz): create the partitions missing up to then.
@@ -88,12 +87,6 @@ SELECT (SELECT CASE WHEN lower > '-infinity' THEN ripple_uuid7_floor(lower)::tex
 # $1 parent: the lower bound of its oldest partition (NULL while it has no lower bound)
 SELECT_LOWEST_BOUND: Final = """
 SELECT CASE WHEN min(lower) > '-infinity' THEN min(lower) END
-FROM ripple_partitions WHERE parent = $1
-"""
-# $1 parent: the lowest id of its oldest partition (NULL while the table from before
-# partitioning, which has no lower bound, is one of them).
-SELECT_LOWEST: Final = """
-SELECT CASE WHEN min(lower) > '-infinity' THEN ripple_uuid7_floor(min(lower))::text END
 FROM ripple_partitions WHERE parent = $1
 """
 
@@ -173,10 +166,4 @@ async def id_span(
 async def lowest_bound(conn: Connection, parent: str) -> datetime | None:
     """The earliest time `parent`'s partitions cover; None if the oldest has no lower bound."""
     found: datetime | None = await conn.fetchval(SELECT_LOWEST_BOUND, parent)
-    return found
-
-
-async def lowest_id(conn: Connection, parent: str) -> str | None:
-    """The lowest id `parent` can hold; None if its oldest partition has no lower bound."""
-    found: str | None = await conn.fetchval(SELECT_LOWEST, parent)
     return found

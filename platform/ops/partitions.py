@@ -106,14 +106,13 @@ class Partitions:
                     await partition_store.drop(conn, part.name)
                 counts[_KINDS.get(part.parent, part.parent)] += rows
                 log.info("partition_dropped", partition=part.name, rows=rows)
-            lowest = await partition_store.lowest_id(conn, "ripple_events")
-            while lowest is not None:
-                deleted = await sweeper_store.delete_event_keys_before(conn, lowest, batch)
-                if deleted < batch:
-                    break
-            oldest = await partition_store.lowest_bound(conn, _DEAD_LETTERS)
-            while oldest is not None:
-                deleted = await sweeper_store.delete_dead_keys_before(conn, oldest, batch)
-                if deleted < batch:
-                    break
+            # The keys of what the tables no longer hold (older than their oldest partition).
+            for parent, delete_keys in (
+                ("ripple_events", sweeper_store.delete_event_keys_before),
+                (_DEAD_LETTERS, sweeper_store.delete_dead_keys_before),
+            ):
+                oldest = await partition_store.lowest_bound(conn, parent)
+                while oldest is not None:
+                    if await delete_keys(conn, oldest, batch) < batch:
+                        break
         return counts

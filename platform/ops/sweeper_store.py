@@ -11,14 +11,14 @@ from typing import Final
 
 from ripple.platform.core.db import Connection
 
-__all__ = ["delete_event_keys_before"]
+__all__ = ["delete_dead_keys_before", "delete_event_keys_before"]
 
-# $1 the lowest event id retained (of the oldest event partition), $2 batch size: the
-# idempotency keys of events below it, whose partitions retention dropped; the keys become
-# reusable.
+# $1 the lower bound of the oldest event partition, $2 batch size: the idempotency keys of
+# events made before it, whose partitions retention dropped; the keys become reusable.
 DELETE_EVENT_KEYS_BEFORE: Final = """
 DELETE FROM ripple_event_keys WHERE idempotency_key IN (
-    SELECT idempotency_key FROM ripple_event_keys WHERE event_id < $1::uuid LIMIT $2
+    SELECT idempotency_key FROM ripple_event_keys
+    WHERE event_id < ripple_uuid7_floor($1::timestamptz) LIMIT $2
 )
 """
 
@@ -41,6 +41,6 @@ async def delete_dead_keys_before(conn: Connection, before: datetime, batch: int
     return _count(await conn.execute(DELETE_DEAD_KEYS_BEFORE, before, batch))
 
 
-async def delete_event_keys_before(conn: Connection, lowest_id: str, batch: int) -> int:
-    """Delete at most `batch` idempotency keys of events with ids below `lowest_id`."""
-    return _count(await conn.execute(DELETE_EVENT_KEYS_BEFORE, lowest_id, batch))
+async def delete_event_keys_before(conn: Connection, before: datetime, batch: int) -> int:
+    """Delete at most `batch` idempotency keys of events made before `before`."""
+    return _count(await conn.execute(DELETE_EVENT_KEYS_BEFORE, before, batch))

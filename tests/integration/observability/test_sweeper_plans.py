@@ -5,6 +5,7 @@ test_partitions.py)."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from ripple.platform.core.db import Pool
@@ -52,6 +53,6 @@ async def test_sweeper_plans__runs_and_event_keys_use_indexes(pool: Pool) -> Non
     assert "Seq Scan" not in scans(runs, "ripple_runs"), runs
     assert any(n.get("Index Name") == "ripple_runs_terminal" for n in runs), runs
 
-    lowest = "00000000-0000-7000-8000-000000000000"
-    keys = await plan_nodes(pool, sweeper_store.DELETE_EVENT_KEYS_BEFORE, lowest, 500)
+    oldest = datetime(1970, 1, 1, tzinfo=UTC)  # the lower bound of the oldest partition
+    keys = await plan_nodes(pool, sweeper_store.DELETE_EVENT_KEYS_BEFORE, oldest, 500)
     assert any(n.get("Index Name") == "ripple_event_keys_event" for n in keys), keys
