@@ -88,17 +88,18 @@ class Client:
         self._abandon_connections = False
         # The parts reach the pools and the waker through these accessors, so they work before
         # `connect()` is called and raise "client is not connected" until then.
-        self._pools = (
-            cast(Pool, _ConnectedPool(lambda: self.pool)),
-            cast(Pool, _ConnectedPool(lambda: self.read_pool)),
-        )
+        self._parts_pool = cast(Pool, _ConnectedPool(lambda: self.pool))
+        self._parts_read_pool = cast(Pool, _ConnectedPool(lambda: self.read_pool))
         self._wakes = cast(NullWaker, _ConnectedWaker(self))
-        pool, read_pool = self._pools
         #: Each topic's latest schema, compiled (publish, matches and filters are checked).
-        self.contracts: Contracts = Contracts(pool, self._wakes, self.settings)
+        self.contracts: Contracts = Contracts(self._parts_pool, self._wakes, self.settings)
         #: Runs: start, read, signal, cancel (the flat run methods below delegate to it).
         self.workflows: WorkflowClient = WorkflowClient(
-            pool, self._wakes, self.settings, read_pool=read_pool, contracts=self.contracts
+            self._parts_pool,
+            self._wakes,
+            self.settings,
+            read_pool=self._parts_read_pool,
+            contracts=self.contracts,
         )
         #: Approvals of runs: `list`, `get`, `decide` (`ctx.step.wait_for_approval`).
         self.approvals: Approvals = self.workflows.approvals
@@ -124,7 +125,7 @@ class Client:
         from ripple.platform.events.subscriptions import Subscriptions
 
         return Subscriptions(
-            self._pools[0], self._wakes, self.settings, self._kinds, self.contracts
+            self._parts_pool, self._wakes, self.settings, self._kinds, self.contracts
         )
 
     @functools.cached_property
@@ -133,7 +134,7 @@ class Client:
         from ripple.platform.events.publish import Publisher
 
         return Publisher(
-            self._pools[0],
+            self._parts_pool,
             self._wakes,
             self.settings,
             self.subscriptions,
@@ -154,21 +155,21 @@ class Client:
         """Backfills and replays of retained events (use `subscribe` and `replay_events`)."""
         from ripple.platform.events.backfill import Backfills
 
-        return Backfills(self._pools[0], self.settings, self._kinds)
+        return Backfills(self._parts_pool, self.settings, self._kinds)
 
     @functools.cached_property
     def events(self) -> EventSearch:
         """Published events by topic, window and payload (use `list_events`)."""
         from ripple.platform.events.history import EventSearch
 
-        return EventSearch(self._pools[1], self.settings)
+        return EventSearch(self._parts_read_pool, self.settings)
 
     @functools.cached_property
     def topics(self) -> Topics:
         """Topic schemas: `register_schema`, `check_schema`, `get_schema`, `list_schemas`, ..."""
         from ripple.platform.events.contracts.topics import Topics
 
-        return Topics(self._pools[0], self.contracts)
+        return Topics(self._parts_pool, self.contracts)
 
     @functools.cached_property
     def tokens(self) -> Tokens:
@@ -178,7 +179,7 @@ class Client:
         from ripple.platform.events.topics import validate_pattern
 
         return Tokens(
-            self._pools[0],
+            self._parts_pool,
             self._wakes,
             validate_pattern,
             RateLimiter(self.settings.redis_endpoint(), prefix=self.settings.redis_prefix),
@@ -189,44 +190,44 @@ class Client:
         """Queues: `send`, `receive`, `ack`, `nack`, `stats`, `dead_letters`, `redrive`."""
         from ripple.subscribers.queues.queues import Queues
 
-        return Queues(self._pools[0], self._wakes, self.settings)
+        return Queues(self._parts_pool, self._wakes, self.settings)
 
     @functools.cached_property
     def schedules(self) -> Schedules:
         """Schedules managed at run time (`create`, `pause`, `resume`, `trigger`, `delete`)."""
         from ripple.platform.schedules.schedules import Schedules
 
-        return Schedules(self._pools[0], _Firing(self), self._wakes)
+        return Schedules(self._parts_pool, _Firing(self), self._wakes)
 
     @functools.cached_property
     def deliveries(self) -> Deliveries:
         """Webhook deliveries: `list`, `get`, `attempts`, `redrive`, `redrive_failed`."""
         from ripple.subscribers.webhooks.webhook import Deliveries
 
-        pool, read_pool = self._pools
-        return Deliveries(pool, self._wakes, self.settings, read_pool=read_pool)
+        return Deliveries(
+            self._parts_pool, self._wakes, self.settings, read_pool=self._parts_read_pool
+        )
 
     @functools.cached_property
     def audit(self) -> Audit:
         """The audit trail: `list` (the audited actions write it themselves)."""
         from ripple.platform.access.audit import Audit
 
-        return Audit(self._pools[0], self.settings)
+        return Audit(self._parts_pool, self.settings)
 
     @functools.cached_property
     def deploys(self) -> Deploys:
         """Recorded runs for `verify` and exports, versions in use, early wakes."""
         from ripple.workflows.runs.deploys import Deploys
 
-        pool, read_pool = self._pools
-        return Deploys(pool, read_pool, self._wakes)
+        return Deploys(self._parts_pool, self._parts_read_pool, self._wakes)
 
     @functools.cached_property
     def gauges(self) -> GaugeCollector:
         """Refreshes the gauges computed from Postgres (call before exposing `/metrics`)."""
         from ripple.platform.ops.observability import GaugeCollector
 
-        return GaugeCollector(self._pools[0], self.settings, runs=self.workflows.upkeep)
+        return GaugeCollector(self._parts_pool, self.settings, runs=self.workflows.upkeep)
 
     @classmethod
     def for_command(cls, *, settings: Settings | None = None, writes: bool = True) -> Client:
