@@ -221,7 +221,7 @@ class RateLimiter:
             with contextlib.suppress(Exception):
                 await self._redis.zrem(f"{self._prefix}api_processes", self._member)
             with contextlib.suppress(Exception):
-                await self._redis.aclose(close_connection_pool=True)
+                await self._redis.aclose()
             self._redis = None
         if self._connector is not None:
             await self._connector.close()
